@@ -1,0 +1,9 @@
+//! oncecheck-model: stateright models of the three write paths oncecheck verifies.
+//!
+//! Invariants (see ARCHITECTURE.md): nothing here is async or does I/O; every action is
+//! deterministic (ordered collections only); every property carries a requirement ID of
+//! DESIGN.md section 3 and an expected verdict per variant.
+
+pub mod check;
+pub mod ddb;
+pub mod relay;

@@ -1,0 +1,112 @@
+#!/usr/bin/env bash
+# Starts and stops the real components the tests need (DESIGN.md section 7), on loopback only.
+#
+#   source scripts/services.sh; services_up; ...; services_down
+#
+# Installs what a fresh machine lacks: moto server into ./.venv, Debian's PostgreSQL with apt-get.
+# A service whose URL is already set (ONCECHECK_DDB_ENDPOINT, ONCECHECK_PG_URL) is used as given
+# and neither started nor stopped. Everything started here lives under ./.run and is stopped by
+# services_down, which is safe to call twice.
+
+ONCECHECK_ROOT=${ONCECHECK_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
+RUN_DIR="$ONCECHECK_ROOT/.run"
+VENV_DIR="$ONCECHECK_ROOT/.venv"
+MOTO_VERSION_SPEC=${MOTO_VERSION_SPEC:-"moto[server]>=5.1,<6"}
+
+log() { printf '[services] %s\n' "$*" >&2; }
+
+free_port() {
+  python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1]); s.close()'
+}
+
+wait_for_port() { # host port seconds_max
+  local deadline=$((SECONDS + $3))
+  while ((SECONDS < deadline)); do
+    if (exec 3<>"/dev/tcp/$1/$2") 2>/dev/null; then return 0; fi
+    sleep 0.2
+  done
+  return 1
+}
+
+install_moto() {
+  if [ -x "$VENV_DIR/bin/moto_server" ]; then return 0; fi
+  log "installing $MOTO_VERSION_SPEC into $VENV_DIR"
+  python3 -m venv "$VENV_DIR"
+  "$VENV_DIR/bin/pip" install --quiet --disable-pip-version-check "$MOTO_VERSION_SPEC"
+}
+
+start_moto() {
+  if [ -n "${ONCECHECK_DDB_ENDPOINT:-}" ]; then log "using DynamoDB at $ONCECHECK_DDB_ENDPOINT"; return 0; fi
+  install_moto
+  mkdir -p "$RUN_DIR"
+  local port; port=$(free_port)
+  "$VENV_DIR/bin/moto_server" -H 127.0.0.1 -p "$port" >"$RUN_DIR/moto.log" 2>&1 &
+  echo $! >"$RUN_DIR/moto.pid"
+  if ! wait_for_port 127.0.0.1 "$port" 60; then log "moto server did not start; see $RUN_DIR/moto.log"; return 1; fi
+  export ONCECHECK_DDB_ENDPOINT="http://127.0.0.1:$port"
+  # The SDK wants credentials and a region even for a local endpoint.
+  export AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-testing} AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-testing}
+  export AWS_REGION=${AWS_REGION:-us-east-1}
+  log "moto server at $ONCECHECK_DDB_ENDPOINT (pid $(cat "$RUN_DIR/moto.pid"))"
+}
+
+pg_bin_dir() {
+  local dir
+  for dir in /usr/lib/postgresql/*/bin; do [ -x "$dir/initdb" ] && { echo "$dir"; return 0; }; done
+  return 1
+}
+
+install_postgres() {
+  if pg_bin_dir >/dev/null; then return 0; fi
+  log "installing Debian's postgresql"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq postgresql >/dev/null
+  pg_bin_dir >/dev/null
+}
+
+start_postgres() {
+  if [ -n "${ONCECHECK_PG_URL:-}" ]; then log "using PostgreSQL at $ONCECHECK_PG_URL"; return 0; fi
+  install_postgres
+  local bin; bin=$(pg_bin_dir)
+  local data="$RUN_DIR/pgdata" port; port=$(free_port)
+  mkdir -p "$RUN_DIR"
+  rm -rf "$data"
+  mkdir -p "$data"
+  # PostgreSQL refuses to run as root: run it as an unprivileged user when we are root.
+  local as=()
+  if [ "$(id -u)" = 0 ]; then
+    id -u postgres >/dev/null 2>&1 || useradd --system --no-create-home postgres
+    chown -R postgres "$data"
+    chmod 755 "$RUN_DIR"
+    as=(runuser -u postgres --)
+  fi
+  "${as[@]}" "$bin/initdb" -D "$data" -U oncecheck --auth=trust >"$RUN_DIR/initdb.log" 2>&1 \
+    || { log "initdb failed; see $RUN_DIR/initdb.log"; return 1; }
+  "${as[@]}" "$bin/pg_ctl" -D "$data" -l "$data/server.log" -w -t 60 \
+    -o "-h 127.0.0.1 -p $port -k '' -c max_connections=200 -c fsync=off" start >/dev/null \
+    || { log "postgres did not start; see $data/server.log"; return 1; }
+  echo "$data" >"$RUN_DIR/pgdata.path"
+  export ONCECHECK_PG_URL="postgres://oncecheck@127.0.0.1:$port/postgres"
+  log "PostgreSQL at $ONCECHECK_PG_URL"
+}
+
+services_up() {
+  start_moto && start_postgres
+}
+
+services_down() {
+  if [ -f "$RUN_DIR/moto.pid" ]; then
+    kill "$(cat "$RUN_DIR/moto.pid")" 2>/dev/null || true
+    rm -f "$RUN_DIR/moto.pid"
+  fi
+  if [ -f "$RUN_DIR/pgdata.path" ]; then
+    local bin data; bin=$(pg_bin_dir); data=$(cat "$RUN_DIR/pgdata.path")
+    if [ "$(id -u)" = 0 ]; then
+      runuser -u postgres -- "$bin/pg_ctl" -D "$data" -m fast -w stop >/dev/null 2>&1 || true
+    else
+      "$bin/pg_ctl" -D "$data" -m fast -w stop >/dev/null 2>&1 || true
+    fi
+    rm -f "$RUN_DIR/pgdata.path"
+  fi
+}
