@@ -6,4 +6,6 @@
 
 pub mod check;
 pub mod ddb;
+pub mod idempotency;
 pub mod relay;
+pub mod token;

@@ -1,0 +1,1 @@
+//! The Idempotency-Key middleware model (issue 5). Being written.

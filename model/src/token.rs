@@ -1,0 +1,1 @@
+//! Tokened DynamoDB transactions under unknown outcomes. Being written.
