@@ -1,0 +1,709 @@
+//! The tower layer: claim, run the handler once, capture, finalize, replay.
+//!
+//! Invariants (each names its requirement of specs/idempotency-middleware.md):
+//! - The handler runs only for a request that won the atomic claim (M1, M5, M6).
+//! - After a 2xx the row ends `succeeded` with the complete body or the too-large sentinel,
+//!   and nothing in this file's control flow can leave it `processing` or mark it `failed`:
+//!   every exit after a 2xx finalizes inline or through the drop guard (M2, M3).
+//! - The live response is the handler's response: parts are moved, never rebuilt, and its
+//!   body frames reach the client in order, over-cap tail, errors and trailers included (M7, M9).
+//! - Every finalize is conditional on the claim's generation (M8).
+
+use crate::capture::{capture_up_to_cap, BoxBody, BoxError, Capture, LiveBody};
+use crate::clock::{Clock, SystemClock};
+use crate::fingerprint::Fingerprint;
+use crate::key::{self, KeyError};
+use crate::problem::Problem;
+use crate::store::{
+    CacheKey, CacheStore, CachedBody, ClaimOutcome, ClaimRequest, Fencing, FinalizeOutcome, StoredBody,
+    StoredResponse, SuccessRecord,
+};
+use crate::sync::{self, Arc, AtomicU64, Ordering};
+use bytes::Bytes;
+use http::header::HeaderName;
+use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
+use http_body::Body;
+use http_body_util::BodyExt;
+use std::future::Future;
+use std::pin::Pin;
+use std::task::{Context, Poll};
+use tower::{Layer, Service};
+
+/// The replay marker: `true` on a replayed response, `false` on a fresh 2xx.
+pub const REPLAYED_HEADER: &str = "idempotency-replayed";
+/// Default cap of a cached response body: 1 MiB.
+pub const BODY_BYTES_MAX_DEFAULT: usize = 1 << 20;
+
+/// The authenticated principal a request acts for, inserted as a request extension by the
+/// application's authentication layer (which must run before this one). Cached responses are
+/// scoped by it, so a tenant can never replay another tenant's response. Absent = scope "".
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Principal(pub String);
+
+/// Which behaviour the layer runs. Only `Fenced` is reachable without the `test-seams` feature;
+/// the others exist so tests can show what each fix prevents.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Behaviour {
+    /// Seed 003 before its fix: capped `to_bytes` with an empty body on error (bugs a, b, c),
+    /// rebuilt responses, no drop guard, no finalize retry, unfenced finalize.
+    PreFix,
+    /// Seed 003's D1-D8, without generation fencing.
+    Fixed,
+    /// D1-D8 plus generation fencing: the shipped behaviour.
+    #[default]
+    Fenced,
+}
+
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Largest response body cached; longer bodies store the sentinel.
+    pub body_bytes_max: usize,
+    /// Largest request body read for the fingerprint; longer requests get 413.
+    pub request_body_bytes_max: usize,
+    /// How long a claim is owned before another request with the same key may take it over.
+    pub lease_secs: u64,
+    /// How long a row lives (and so a replay is served) after its claim.
+    pub row_ttl_secs: u64,
+    /// Whether a covered request without a key gets 400 (true) or passes through uncached.
+    pub key_required: bool,
+    /// Finalize attempts when the database answers with an error (outcome unknown).
+    pub finalize_attempts_max: u32,
+    /// The methods the layer covers; others pass through.
+    pub methods: Vec<Method>,
+    pub behaviour: Behaviour,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            body_bytes_max: BODY_BYTES_MAX_DEFAULT,
+            request_body_bytes_max: BODY_BYTES_MAX_DEFAULT,
+            lease_secs: 60,
+            row_ttl_secs: 24 * 60 * 60,
+            key_required: true,
+            finalize_attempts_max: 3,
+            methods: vec![Method::POST, Method::PATCH],
+            behaviour: Behaviour::Fenced,
+        }
+    }
+}
+
+/// Counters of the layer's rarer paths, for tests and operators.
+#[derive(Debug, Default)]
+pub struct Stats {
+    guard_fired: AtomicU64,
+    finalize_applied: AtomicU64,
+    finalize_lost: AtomicU64,
+    finalize_unknown: AtomicU64,
+    replays: AtomicU64,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct StatsSnapshot {
+    pub guard_fired: u64,
+    pub finalize_applied: u64,
+    pub finalize_lost: u64,
+    pub finalize_unknown: u64,
+    pub replays: u64,
+}
+
+struct Shared<St> {
+    store: St,
+    clock: Box<dyn Clock>,
+    config: Config,
+    stats: Stats,
+}
+
+/// The Idempotency-Key layer. Build it with [`IdempotencyLayer::builder`].
+pub struct IdempotencyLayer<St> {
+    shared: Arc<Shared<St>>,
+}
+
+impl<St> Clone for IdempotencyLayer<St> {
+    fn clone(&self) -> Self {
+        IdempotencyLayer { shared: self.shared.clone() }
+    }
+}
+
+impl<St: CacheStore> IdempotencyLayer<St> {
+    pub fn builder(store: St) -> IdempotencyLayerBuilder<St> {
+        IdempotencyLayerBuilder { store, clock: None, config: Config::default() }
+    }
+
+    pub fn store(&self) -> &St {
+        &self.shared.store
+    }
+
+    pub fn config(&self) -> &Config {
+        &self.shared.config
+    }
+
+    pub fn stats(&self) -> StatsSnapshot {
+        let stats = &self.shared.stats;
+        StatsSnapshot {
+            guard_fired: stats.guard_fired.load(Ordering::SeqCst),
+            finalize_applied: stats.finalize_applied.load(Ordering::SeqCst),
+            finalize_lost: stats.finalize_lost.load(Ordering::SeqCst),
+            finalize_unknown: stats.finalize_unknown.load(Ordering::SeqCst),
+            replays: stats.replays.load(Ordering::SeqCst),
+        }
+    }
+}
+
+pub struct IdempotencyLayerBuilder<St> {
+    store: St,
+    clock: Option<Box<dyn Clock>>,
+    config: Config,
+}
+
+impl<St: CacheStore> IdempotencyLayerBuilder<St> {
+    pub fn body_bytes_max(mut self, bytes: usize) -> Self {
+        self.config.body_bytes_max = bytes;
+        self
+    }
+
+    pub fn request_body_bytes_max(mut self, bytes: usize) -> Self {
+        self.config.request_body_bytes_max = bytes;
+        self
+    }
+
+    pub fn lease_secs(mut self, seconds: u64) -> Self {
+        self.config.lease_secs = seconds;
+        self
+    }
+
+    pub fn row_ttl_secs(mut self, seconds: u64) -> Self {
+        self.config.row_ttl_secs = seconds;
+        self
+    }
+
+    pub fn key_required(mut self, required: bool) -> Self {
+        self.config.key_required = required;
+        self
+    }
+
+    pub fn finalize_attempts_max(mut self, attempts: u32) -> Self {
+        self.config.finalize_attempts_max = attempts.max(1);
+        self
+    }
+
+    pub fn methods(mut self, methods: Vec<Method>) -> Self {
+        self.config.methods = methods;
+        self
+    }
+
+    pub fn clock(mut self, clock: impl Clock) -> Self {
+        self.clock = Some(Box::new(clock));
+        self
+    }
+
+    /// Test-only: run a behaviour without one of the fixes.
+    #[cfg(feature = "test-seams")]
+    pub fn behaviour(mut self, behaviour: Behaviour) -> Self {
+        self.config.behaviour = behaviour;
+        self
+    }
+
+    pub fn build(self) -> IdempotencyLayer<St> {
+        IdempotencyLayer {
+            shared: Arc::new(Shared {
+                store: self.store,
+                clock: self.clock.unwrap_or_else(|| Box::new(SystemClock)),
+                config: self.config,
+                stats: Stats::default(),
+            }),
+        }
+    }
+}
+
+impl<S, St: CacheStore> Layer<S> for IdempotencyLayer<St> {
+    type Service = IdempotencyService<S, St>;
+
+    fn layer(&self, inner: S) -> Self::Service {
+        IdempotencyService { inner, shared: self.shared.clone() }
+    }
+}
+
+pub struct IdempotencyService<S, St> {
+    inner: S,
+    shared: Arc<Shared<St>>,
+}
+
+impl<S: Clone, St> Clone for IdempotencyService<S, St> {
+    fn clone(&self) -> Self {
+        IdempotencyService { inner: self.inner.clone(), shared: self.shared.clone() }
+    }
+}
+
+impl<S, St, ReqBody, ResBody> Service<Request<ReqBody>> for IdempotencyService<S, St>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Clone + Send + 'static,
+    S::Future: Send + 'static,
+    S::Error: Send + 'static,
+    St: CacheStore,
+    ReqBody: Body<Data = Bytes> + From<Bytes> + Send + 'static,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    type Response = Response<LiveBody>;
+    type Error = S::Error;
+    type Future = Pin<Box<dyn Future<Output = Result<Response<LiveBody>, S::Error>> + Send>>;
+
+    fn poll_ready(&mut self, context: &mut Context<'_>) -> Poll<Result<(), S::Error>> {
+        self.inner.poll_ready(context)
+    }
+
+    fn call(&mut self, request: Request<ReqBody>) -> Self::Future {
+        // The clone that was driven to readiness is the one that serves this request.
+        let clone = self.inner.clone();
+        let inner = std::mem::replace(&mut self.inner, clone);
+        Box::pin(handle(inner, self.shared.clone(), request))
+    }
+}
+
+fn boxed<B>(body: B) -> BoxBody
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    fn erase<E: Into<BoxError>>(error: E) -> BoxError {
+        error.into()
+    }
+    body.map_err(erase::<B::Error>).boxed_unsync()
+}
+
+fn passthrough<B>(response: Response<B>) -> Response<LiveBody>
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    let (parts, body) = response.into_parts();
+    Response::from_parts(parts, LiveBody::passthrough(boxed(body)))
+}
+
+fn problem_response(problem: Problem) -> Response<LiveBody> {
+    problem.to_response().map(LiveBody::full)
+}
+
+fn key_problem(error: &KeyError) -> Problem {
+    let kind = match error {
+        KeyError::Missing => "missing-key",
+        _ => "invalid-key",
+    };
+    Problem { status: StatusCode::BAD_REQUEST, kind, title: "Invalid Idempotency-Key", detail: error.to_string() }
+}
+
+async fn handle<S, St, ReqBody, ResBody>(
+    mut inner: S,
+    shared: Arc<Shared<St>>,
+    request: Request<ReqBody>,
+) -> Result<Response<LiveBody>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send,
+    S::Future: Send,
+    St: CacheStore,
+    ReqBody: Body<Data = Bytes> + From<Bytes> + Send + 'static,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
+    let config = &shared.config;
+    if !config.methods.contains(request.method()) {
+        return Ok(passthrough(inner.call(request).await?));
+    }
+    let key = match key::parse_key(request.headers()) {
+        Ok(Some(key)) => key,
+        Ok(None) if !config.key_required => return Ok(passthrough(inner.call(request).await?)),
+        Ok(None) => return Ok(problem_response(key_problem(&KeyError::Missing))),
+        Err(error) => return Ok(problem_response(key_problem(&error))),
+    };
+    let (parts, body) = request.into_parts();
+    let body_bytes = match collect_request(body, config.request_body_bytes_max).await {
+        Ok(bytes) => bytes,
+        Err(problem) => return Ok(problem_response(problem)),
+    };
+    let path_and_query = parts.uri.path_and_query().map_or(parts.uri.path(), |value| value.as_str());
+    let fingerprint = Fingerprint::of(&parts.method, path_and_query, &body_bytes);
+    let scope = parts.extensions.get::<Principal>().map(|principal| principal.0.clone()).unwrap_or_default();
+    let cache_key =
+        CacheKey { scope, method: parts.method.to_string(), path: parts.uri.path().to_string(), key };
+
+    //= specs/idempotency-middleware.md#M1
+    //# The handler runs only for the request that won the atomic claim of its key.
+    let claim = shared
+        .store
+        .claim(ClaimRequest {
+            key: &cache_key,
+            fingerprint: &fingerprint,
+            now_millis: shared.clock.now_millis(),
+            lease_millis: secs_to_millis(config.lease_secs),
+            row_ttl_millis: secs_to_millis(config.row_ttl_secs),
+        })
+        .await;
+    let generation = match claim {
+        Ok(ClaimOutcome::Claimed { generation }) => generation,
+        //= specs/idempotency-middleware.md#M6
+        //# A request whose key is held by a live claim gets 409 and never runs the handler.
+        Ok(ClaimOutcome::InFlight) => return Ok(problem_response(in_flight_problem())),
+        //= specs/idempotency-middleware.md#M5
+        //# A key reused with another fingerprint gets 422 and never runs the handler.
+        Ok(ClaimOutcome::FingerprintMismatch) => return Ok(problem_response(mismatch_problem())),
+        Ok(ClaimOutcome::Replay(stored)) => {
+            shared.stats.replays.fetch_add(1, Ordering::SeqCst);
+            return Ok(replay_response(stored, config.body_bytes_max));
+        }
+        Err(error) => {
+            // Without a claim the handler must not run: a retry later is safe, a run now is not.
+            tracing::warn!(event = "idempotency.claim_unavailable", key = %cache_key.key, %error);
+            return Ok(problem_response(unavailable_problem()));
+        }
+    };
+    let request = Request::from_parts(parts, ReqBody::from(body_bytes));
+    let claim = ClaimOwner { shared: shared.clone(), key: cache_key, generation };
+    let response = match inner.call(request).await {
+        Ok(response) => response,
+        Err(error) => {
+            // No response was produced: record the attempt failed so a retry may run it again.
+            claim.finalize(Write::Failure(StatusCode::INTERNAL_SERVER_ERROR.as_u16())).await;
+            return Err(error);
+        }
+    };
+    let (parts, body) = response.into_parts();
+    let body = boxed(body);
+    let behaviour = config.behaviour;
+    Ok(match (behaviour, parts.status.is_success()) {
+        (Behaviour::PreFix, success) => claim.finish_pre_fix(parts, body, success).await,
+        (_, false) => claim.finish_non_success(parts, body).await,
+        (_, true) => claim.finish_success(parts, body).await,
+    })
+}
+
+/// Reads the request body for the fingerprint (boxed first so its error type is nameable).
+async fn collect_request<B>(body: B, bytes_max: usize) -> Result<Bytes, Problem>
+where
+    B: Body<Data = Bytes> + Send + 'static,
+    B::Error: Into<BoxError>,
+{
+    match collect_limited(boxed(body), bytes_max).await {
+        Ok(bytes) => Ok(bytes),
+        Err(error) => Err(request_body_problem(&error)),
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("body longer than {bytes_max} bytes")]
+struct BodyTooLong {
+    bytes_max: usize,
+}
+
+/// `to_bytes` with a length limit: the whole body, or an error once it passes `bytes_max`
+/// (`BodyTooLong`) or fails. Trailers are dropped.
+async fn collect_limited(mut body: BoxBody, bytes_max: usize) -> Result<Bytes, BoxError> {
+    let mut buffer = bytes::BytesMut::new();
+    while let Some(frame) = body.frame().await {
+        if let Ok(data) = frame?.into_data() {
+            if buffer.len() + data.len() > bytes_max {
+                return Err(Box::new(BodyTooLong { bytes_max }));
+            }
+            buffer.extend_from_slice(&data);
+        }
+    }
+    Ok(buffer.freeze())
+}
+
+fn secs_to_millis(seconds: u64) -> i64 {
+    i64::try_from(seconds.saturating_mul(1000)).unwrap_or(i64::MAX)
+}
+
+fn request_body_problem(error: &BoxError) -> Problem {
+    if error.is::<BodyTooLong>() {
+        Problem {
+            status: StatusCode::PAYLOAD_TOO_LARGE,
+            kind: "request-too-large",
+            title: "Request body too large to fingerprint",
+            detail: "the request body is longer than this endpoint accepts".into(),
+        }
+    } else {
+        Problem {
+            status: StatusCode::BAD_REQUEST,
+            kind: "request-body-unreadable",
+            title: "Request body could not be read",
+            detail: error.to_string(),
+        }
+    }
+}
+
+fn in_flight_problem() -> Problem {
+    Problem {
+        status: StatusCode::CONFLICT,
+        kind: "in-flight",
+        title: "A request with this Idempotency-Key is being processed",
+        detail: "retry after the first request completes".into(),
+    }
+}
+
+fn mismatch_problem() -> Problem {
+    Problem {
+        status: StatusCode::UNPROCESSABLE_ENTITY,
+        kind: "fingerprint-mismatch",
+        title: "Idempotency-Key reused with a different request",
+        detail: "this key was first used with another method, path or body".into(),
+    }
+}
+
+fn unavailable_problem() -> Problem {
+    Problem {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        kind: "cache-unavailable",
+        title: "The idempotency cache is unavailable",
+        detail: "the request was not processed; retry with the same key".into(),
+    }
+}
+
+/// Rebuilds a stored success, marked as a replay.
+//= specs/idempotency-middleware.md#M4
+//# A replay returns the stored status and body, or the sentinel response, marked as a replay.
+fn replay_response(stored: StoredResponse, body_bytes_max: usize) -> Response<LiveBody> {
+    let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
+    let mut response = match stored.body {
+        StoredBody::Full(body) => {
+            let mut response = Response::new(LiveBody::full(body));
+            for (name, value) in &stored.headers {
+                if let (Ok(name), Ok(value)) = (HeaderName::try_from(name.as_str()), HeaderValue::from_str(value)) {
+                    response.headers_mut().append(name, value);
+                }
+            }
+            response
+        }
+        StoredBody::TooLarge => problem_response(Problem {
+            status,
+            kind: "response-not-stored",
+            title: "The original request succeeded; its response was not stored",
+            detail: format!(
+                "the response body was over {body_bytes_max} bytes, failed while streaming, or its client went away"
+            ),
+        }),
+    };
+    *response.status_mut() = status;
+    response.headers_mut().insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+    response
+}
+
+/// The headers a success row stores: all but framing headers and the marker.
+fn stored_headers(headers: &HeaderMap) -> Vec<(String, String)> {
+    use http::header::{CONNECTION, CONTENT_LENGTH, TRANSFER_ENCODING};
+    headers
+        .iter()
+        .filter(|(name, _)| ![CONTENT_LENGTH, TRANSFER_ENCODING, CONNECTION].contains(name))
+        .filter(|(name, _)| name.as_str() != REPLAYED_HEADER)
+        // A header value that is not visible ASCII cannot round-trip as text; it is not replayed.
+        .filter_map(|(name, value)| Some((name.as_str().to_string(), value.to_str().ok()?.to_string())))
+        .collect()
+}
+
+/// What a finalize writes.
+#[derive(Clone, Copy)]
+enum Write<'a> {
+    Success(SuccessRecord<'a>),
+    Failure(u16),
+}
+
+/// What a finalize ended with, after its retries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Finalized {
+    Applied,
+    Lost,
+    Unknown,
+}
+
+fn fencing_of(behaviour: Behaviour) -> Fencing {
+    match behaviour {
+        Behaviour::Fenced => Fencing::Generation,
+        Behaviour::Fixed | Behaviour::PreFix => Fencing::KeyOnly,
+    }
+}
+
+/// Writes a terminal outcome; every result has its own event.
+async fn finalize<St: CacheStore>(
+    shared: &Shared<St>,
+    key: &CacheKey,
+    generation: i64,
+    write: Write<'_>,
+) -> Finalized {
+    let behaviour = shared.config.behaviour;
+    let fencing = fencing_of(behaviour);
+    let attempts_max = if behaviour == Behaviour::PreFix { 1 } else { shared.config.finalize_attempts_max };
+    let mut last_error = None;
+    for attempt in 1..=attempts_max {
+        let now = shared.clock.now_millis();
+        //= specs/idempotency-middleware.md#M8
+        //# Every finalize is conditional on its claim's generation and on the row still processing.
+        let result = match write {
+            Write::Success(record) => shared.store.finalize_succeeded(key, generation, fencing, record, now).await,
+            Write::Failure(status) => shared.store.finalize_failed(key, generation, fencing, status, now).await,
+        };
+        match result {
+            Ok(FinalizeOutcome::Applied) => {
+                shared.stats.finalize_applied.fetch_add(1, Ordering::SeqCst);
+                tracing::debug!(event = "idempotency.finalize_applied", key = %key.key, generation, attempt);
+                return Finalized::Applied;
+            }
+            Ok(FinalizeOutcome::Lost) => {
+                // After an unknown outcome a Lost may mean our own earlier attempt committed.
+                shared.stats.finalize_lost.fetch_add(1, Ordering::SeqCst);
+                tracing::warn!(
+                    event = "idempotency.finalize_lost",
+                    key = %key.key,
+                    generation,
+                    attempt,
+                    "the row expired, was deleted, or belongs to a newer claim; nothing was overwritten"
+                );
+                return Finalized::Lost;
+            }
+            Err(error) => last_error = Some(error),
+        }
+    }
+    shared.stats.finalize_unknown.fetch_add(1, Ordering::SeqCst);
+    tracing::warn!(
+        event = "idempotency.finalize_unknown",
+        key = %key.key,
+        generation,
+        attempts = attempts_max,
+        error = %last_error.map(|error| error.to_string()).unwrap_or_default(),
+        "the finalize may or may not have committed; the live response is delivered unchanged"
+    );
+    Finalized::Unknown
+}
+
+/// The request that owns a claim, from the handler's response to the terminal row.
+struct ClaimOwner<St> {
+    shared: Arc<Shared<St>>,
+    key: CacheKey,
+    generation: i64,
+}
+
+impl<St: CacheStore> ClaimOwner<St> {
+    async fn finalize(&self, write: Write<'_>) -> Finalized {
+        finalize(&self.shared, &self.key, self.generation, write).await
+    }
+
+    //= specs/idempotency-middleware.md#M9
+    //# A non-2xx response passes through untouched and its row is recorded failed.
+    async fn finish_non_success(self, parts: http::response::Parts, body: BoxBody) -> Response<LiveBody> {
+        self.finalize(Write::Failure(parts.status.as_u16())).await;
+        Response::from_parts(parts, LiveBody::passthrough(body))
+    }
+
+    //= specs/idempotency-middleware.md#M3
+    //# After a 2xx the row ends succeeded with the full body or the sentinel; never failed, never left processing.
+    async fn finish_success(self, mut parts: http::response::Parts, body: BoxBody) -> Response<LiveBody> {
+        // insert, not append: a handler-set marker must not survive to confuse the client.
+        parts.headers.insert(REPLAYED_HEADER, HeaderValue::from_static("false"));
+        let headers = stored_headers(&parts.headers);
+        let status = parts.status.as_u16();
+        // Armed before the first await after the 2xx: if the client goes away while we capture
+        // or finalize, the guard still finalizes the sentinel.
+        let guard = FinalizeGuard::arm(&self, status, headers.clone());
+        let capture = capture_up_to_cap(body, self.shared.config.body_bytes_max).await;
+        //= specs/idempotency-middleware.md#M2
+        //# A cached success holds the complete body, at most the cap, or the too-large sentinel.
+        let cached = match &capture {
+            Capture::Within { data, .. } => CachedBody::Full(data),
+            Capture::Overflow { .. } => {
+                tracing::info!(event = "idempotency.overflow", key = %self.key.key, cap = self.shared.config.body_bytes_max);
+                CachedBody::TooLarge
+            }
+            Capture::Failed { error, .. } => {
+                tracing::warn!(event = "idempotency.body_stream_error", key = %self.key.key, %error);
+                CachedBody::TooLarge
+            }
+        };
+        // Awaited before the response returns: whatever the tail does later, the row is terminal.
+        self.finalize(Write::Success(SuccessRecord { status, headers: &headers, body: cached })).await;
+        guard.disarm();
+        //= specs/idempotency-middleware.md#M7
+        //# The first client receives exactly the frames the handler produced, over-cap tail and trailers included.
+        Response::from_parts(parts, LiveBody::after_capture(capture))
+    }
+
+    /// Seed 003's code before the fix, reproduced for tests: a capped `to_bytes` that turns any
+    /// error into an empty body, a finalize error that empties the live body, a rebuilt response.
+    async fn finish_pre_fix(self, parts: http::response::Parts, body: BoxBody, success: bool) -> Response<LiveBody> {
+        let cap = self.shared.config.body_bytes_max;
+        let bytes = match collect_limited(body, cap + 1).await {
+            Ok(bytes) => bytes,
+            Err(_) => Bytes::new(),
+        };
+        let live = if success {
+            let cached = if bytes.len() > cap { CachedBody::TooLarge } else { CachedBody::Full(&bytes) };
+            let headers = stored_headers(&parts.headers);
+            let record = SuccessRecord { status: parts.status.as_u16(), headers: &headers, body: cached };
+            match self.finalize(Write::Success(record)).await {
+                Finalized::Unknown => Bytes::new(),
+                _ => bytes.clone(),
+            }
+        } else {
+            self.finalize(Write::Failure(parts.status.as_u16())).await;
+            bytes
+        };
+        let mut builder = Response::builder().status(parts.status);
+        for (name, value) in &parts.headers {
+            builder = builder.header(name, value);
+        }
+        if success {
+            builder = builder.header(REPLAYED_HEADER, "false");
+        }
+        builder.body(LiveBody::full(live)).unwrap_or_else(|_| Response::new(LiveBody::empty()))
+    }
+}
+
+/// Finalizes the sentinel if dropped while armed: the client went away after a 2xx, while the
+/// body was being captured or finalized. The handler's effects are committed by then, so the
+/// row must become a terminal success, never stay `processing` (which a lease would hand to a
+/// second execution).
+struct FinalizeGuard<St: CacheStore> {
+    armed: Option<ArmedGuard<St>>,
+}
+
+struct ArmedGuard<St> {
+    shared: Arc<Shared<St>>,
+    key: CacheKey,
+    generation: i64,
+    status: u16,
+    headers: Vec<(String, String)>,
+}
+
+impl<St: CacheStore> FinalizeGuard<St> {
+    fn arm(owner: &ClaimOwner<St>, status: u16, headers: Vec<(String, String)>) -> Self {
+        FinalizeGuard {
+            armed: Some(ArmedGuard {
+                shared: owner.shared.clone(),
+                key: owner.key.clone(),
+                generation: owner.generation,
+                status,
+                headers,
+            }),
+        }
+    }
+
+    fn disarm(mut self) {
+        self.armed = None;
+    }
+}
+
+impl<St: CacheStore> Drop for FinalizeGuard<St> {
+    fn drop(&mut self) {
+        let Some(armed) = self.armed.take() else { return };
+        armed.shared.stats.guard_fired.fetch_add(1, Ordering::SeqCst);
+        tracing::warn!(event = "idempotency.cancel_guard_fired", key = %armed.key.key, generation = armed.generation);
+        let key = armed.key.key.clone();
+        let spawned = sync::spawn_detached(async move {
+            let record = SuccessRecord { status: armed.status, headers: &armed.headers, body: CachedBody::TooLarge };
+            finalize(&armed.shared, &armed.key, armed.generation, Write::Success(record)).await;
+        });
+        if !spawned {
+            tracing::error!(event = "idempotency.cancel_guard_no_runtime", key = %key, "row stays processing until its lease expires");
+        }
+    }
+}

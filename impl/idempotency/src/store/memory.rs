@@ -1,0 +1,138 @@
+//! An in-memory store for unit and schedule (shuttle) tests only: one mutex around a BTreeMap,
+//! so every operation is trivially atomic. It follows the SQL stores' rules exactly, including
+//! expiry at read time and fencing, and can inject finalize faults.
+
+use super::*;
+use crate::sync::{self, Arc, AtomicU64, AtomicUsize, Mutex, Ordering};
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryRow {
+    pub fingerprint: Fingerprint,
+    pub status: &'static str,
+    pub generation: i64,
+    pub lease_expires_at: i64,
+    pub expires_at: i64,
+    pub response: Option<StoredResponse>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    rows: Arc<Mutex<BTreeMap<CacheKey, MemoryRow>>>,
+    round_trips: Arc<AtomicU64>,
+    finalize_faults: Arc<AtomicUsize>,
+}
+
+impl MemoryStore {
+    pub fn new() -> Self {
+        MemoryStore::default()
+    }
+
+    /// The next `count` finalizes fail without applying (an unknown outcome that did not commit).
+    pub fn fail_next_finalizes(&self, count: usize) {
+        self.finalize_faults.store(count, Ordering::SeqCst);
+    }
+
+    pub fn row(&self, key: &CacheKey) -> Option<MemoryRow> {
+        sync::lock(&self.rows).get(key).cloned()
+    }
+
+    pub fn rows(&self) -> Vec<(CacheKey, MemoryRow)> {
+        sync::lock(&self.rows).iter().map(|(key, row)| (key.clone(), row.clone())).collect()
+    }
+
+    fn take_fault(&self) -> bool {
+        self.finalize_faults
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| left.checked_sub(1))
+            .is_ok()
+    }
+
+    fn finalize(
+        &self,
+        key: &CacheKey,
+        generation: i64,
+        fencing: Fencing,
+        status: &'static str,
+        response: Option<StoredResponse>,
+    ) -> Result<FinalizeOutcome, StoreError> {
+        self.round_trips.fetch_add(1, Ordering::SeqCst);
+        if self.take_fault() {
+            return Err(StoreError::Injected("finalize"));
+        }
+        let mut rows = sync::lock(&self.rows);
+        let Some(row) = rows.get_mut(key) else { return Ok(FinalizeOutcome::Lost) };
+        if fencing == Fencing::Generation && (row.generation != generation || row.status != "processing") {
+            return Ok(FinalizeOutcome::Lost);
+        }
+        row.status = status;
+        row.response = response;
+        Ok(FinalizeOutcome::Applied)
+    }
+}
+
+impl CacheStore for MemoryStore {
+    async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        self.round_trips.fetch_add(1, Ordering::SeqCst);
+        let mut rows = sync::lock(&self.rows);
+        let now = request.now_millis;
+        let fresh = |generation| MemoryRow {
+            fingerprint: *request.fingerprint,
+            status: "processing",
+            generation,
+            lease_expires_at: now + request.lease_millis,
+            expires_at: now + request.row_ttl_millis,
+            response: None,
+        };
+        let Some(row) = rows.get(request.key) else {
+            rows.insert(request.key.clone(), fresh(1));
+            return Ok(ClaimOutcome::Claimed { generation: 1 });
+        };
+        let same_fingerprint = row.fingerprint == *request.fingerprint;
+        let claimable = row.expires_at <= now
+            || (same_fingerprint
+                && ((row.status == "processing" && row.lease_expires_at <= now) || row.status == "failed"));
+        if claimable {
+            let generation = row.generation + 1;
+            rows.insert(request.key.clone(), fresh(generation));
+            return Ok(ClaimOutcome::Claimed { generation });
+        }
+        if !same_fingerprint {
+            return Ok(ClaimOutcome::FingerprintMismatch);
+        }
+        match (&row.response, row.status) {
+            (Some(response), "succeeded") => Ok(ClaimOutcome::Replay(response.clone())),
+            _ => Ok(ClaimOutcome::InFlight),
+        }
+    }
+
+    async fn finalize_succeeded(
+        &self,
+        key: &CacheKey,
+        generation: i64,
+        fencing: Fencing,
+        record: SuccessRecord<'_>,
+        _now_millis: i64,
+    ) -> Result<FinalizeOutcome, StoreError> {
+        let body = match record.body {
+            CachedBody::Full(data) => StoredBody::Full(Bytes::copy_from_slice(data)),
+            CachedBody::TooLarge => StoredBody::TooLarge,
+        };
+        let response = StoredResponse { status: record.status, headers: record.headers.to_vec(), body };
+        self.finalize(key, generation, fencing, "succeeded", Some(response))
+    }
+
+    async fn finalize_failed(
+        &self,
+        key: &CacheKey,
+        generation: i64,
+        fencing: Fencing,
+        _status: u16,
+        _now_millis: i64,
+    ) -> Result<FinalizeOutcome, StoreError> {
+        self.finalize(key, generation, fencing, "failed", None)
+    }
+
+    fn round_trips(&self) -> u64 {
+        self.round_trips.load(Ordering::SeqCst)
+    }
+}

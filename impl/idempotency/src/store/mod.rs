@@ -1,0 +1,199 @@
+//! The cache-store contract the layer is generic over, and its three implementations.
+//!
+//! Invariants every store keeps (the integration tests run the same scenarios on each):
+//! - `claim` is atomic: of concurrent claims for one key exactly one gets `Claimed`; every
+//!   `Claimed` carries a generation larger than any earlier claim of that key.
+//! - A row's status is `processing`, `succeeded` or `failed`; `succeeded` rows hold either the
+//!   complete captured body or the too-large sentinel, nothing else.
+//! - Expiry is decided from stored timestamps against the caller's `now` at read time: a row
+//!   whose `expires_at` has passed is treated as absent, whether or not cleanup has deleted it.
+//! - With [`Fencing::Generation`] a finalize applies only to the row of its own generation while
+//!   it is still `processing` (M8); otherwise it reports `Lost`.
+
+use crate::fingerprint::Fingerprint;
+use bytes::Bytes;
+use std::future::Future;
+
+pub mod memory;
+pub mod sql;
+
+pub use memory::MemoryStore;
+pub use sql::{PostgresStore, SqliteStore};
+
+/// What a cached response is stored under: the principal's scope, the method, the path and the
+/// client's key. Two tenants sending the same key never share a row.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct CacheKey {
+    pub scope: String,
+    pub method: String,
+    pub path: String,
+    pub key: String,
+}
+
+/// The inputs of a claim.
+#[derive(Debug, Clone, Copy)]
+pub struct ClaimRequest<'a> {
+    pub key: &'a CacheKey,
+    pub fingerprint: &'a Fingerprint,
+    pub now_millis: i64,
+    pub lease_millis: i64,
+    pub row_ttl_millis: i64,
+}
+
+/// The answer to a claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ClaimOutcome {
+    /// This request owns the key: run the handler, then finalize with this generation.
+    Claimed { generation: i64 },
+    /// Another request with this key holds a live lease (409).
+    InFlight,
+    /// The key is live with another request's fingerprint (422).
+    FingerprintMismatch,
+    /// The key already succeeded: serve the stored response.
+    Replay(StoredResponse),
+}
+
+/// A stored success, as replayed.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StoredResponse {
+    pub status: u16,
+    pub headers: Vec<(String, String)>,
+    pub body: StoredBody,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StoredBody {
+    /// The complete body, at most the cap.
+    Full(Bytes),
+    /// The sentinel: the request succeeded but its body was over the cap, failed mid-stream, or
+    /// the client went away; the response cannot be replayed, and the handler must not run again.
+    TooLarge,
+}
+
+/// The body a success is finalized with; borrowed so a finalize error never costs the live body.
+#[derive(Debug, Clone, Copy)]
+pub enum CachedBody<'a> {
+    Full(&'a [u8]),
+    TooLarge,
+}
+
+/// Everything a success row records.
+#[derive(Debug, Clone, Copy)]
+pub struct SuccessRecord<'a> {
+    pub status: u16,
+    pub headers: &'a [(String, String)],
+    pub body: CachedBody<'a>,
+}
+
+/// The typed result of a finalize that reached the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FinalizeOutcome {
+    /// The row now records this outcome.
+    Applied,
+    /// No row matched: it expired and was deleted, or (fenced) a newer claim owns it.
+    Lost,
+}
+
+/// What a finalize is conditional on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fencing {
+    /// The row must still be `processing` at the finalizer's generation (M8).
+    Generation,
+    /// Only the key must match: seed 003's unfenced finalize, kept for tests that show why
+    /// fencing is needed.
+    KeyOnly,
+}
+
+/// A store failure: the outcome of the operation is unknown (it may or may not have committed).
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Database(#[from] sqlx::Error),
+    #[error("stored row is malformed: {0}")]
+    Malformed(String),
+    #[error("injected fault: {0}")]
+    Injected(&'static str),
+}
+
+/// A response cache with atomic claims and conditional finalizes.
+pub trait CacheStore: Clone + Send + Sync + 'static {
+    fn claim(
+        &self,
+        request: ClaimRequest<'_>,
+    ) -> impl Future<Output = Result<ClaimOutcome, StoreError>> + Send;
+
+    fn finalize_succeeded(
+        &self,
+        key: &CacheKey,
+        generation: i64,
+        fencing: Fencing,
+        record: SuccessRecord<'_>,
+        now_millis: i64,
+    ) -> impl Future<Output = Result<FinalizeOutcome, StoreError>> + Send;
+
+    fn finalize_failed(
+        &self,
+        key: &CacheKey,
+        generation: i64,
+        fencing: Fencing,
+        status: u16,
+        now_millis: i64,
+    ) -> impl Future<Output = Result<FinalizeOutcome, StoreError>> + Send;
+
+    /// Statements sent to the database so far (the benchmark's round-trip count).
+    fn round_trips(&self) -> u64;
+}
+
+/// A row as read back for classification after a claim did not apply.
+#[derive(Debug, Clone)]
+pub(crate) struct ExistingRow {
+    pub fingerprint: Vec<u8>,
+    pub status: String,
+    pub lease_expires_at: i64,
+    pub expires_at: i64,
+    pub response_status: Option<i32>,
+    pub response_headers: Option<String>,
+    pub response_body: Option<Vec<u8>>,
+    pub body_too_large: bool,
+}
+
+/// How a claim that did not apply reads: the same decision for every store.
+pub(crate) enum Classified {
+    Outcome(ClaimOutcome),
+    /// The row became claimable between the two statements (it expired): claim again.
+    Retry,
+}
+
+pub(crate) fn classify(row: ExistingRow, fingerprint: &Fingerprint, now_millis: i64) -> Result<Classified, StoreError> {
+    if row.expires_at <= now_millis {
+        return Ok(Classified::Retry);
+    }
+    if row.fingerprint != fingerprint.0 {
+        return Ok(Classified::Outcome(ClaimOutcome::FingerprintMismatch));
+    }
+    match row.status.as_str() {
+        "processing" if row.lease_expires_at > now_millis => Ok(Classified::Outcome(ClaimOutcome::InFlight)),
+        "processing" | "failed" => Ok(Classified::Retry),
+        "succeeded" => {
+            let status = row
+                .response_status
+                .and_then(|status| u16::try_from(status).ok())
+                .ok_or_else(|| StoreError::Malformed("succeeded row without a status".into()))?;
+            let headers: Vec<(String, String)> = match row.response_headers.as_deref() {
+                Some(text) => serde_json::from_str(text)
+                    .map_err(|error| StoreError::Malformed(format!("response headers: {error}")))?,
+                None => Vec::new(),
+            };
+            let body = if row.body_too_large {
+                StoredBody::TooLarge
+            } else {
+                StoredBody::Full(Bytes::from(row.response_body.unwrap_or_default()))
+            };
+            Ok(Classified::Outcome(ClaimOutcome::Replay(StoredResponse { status, headers, body })))
+        }
+        other => Err(StoreError::Malformed(format!("unknown status {other}"))),
+    }
+}
+
+/// How many times a claim re-reads a row that expired between its two statements.
+pub(crate) const CLAIM_ATTEMPTS_MAX: usize = 3;

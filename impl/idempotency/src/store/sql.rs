@@ -1,0 +1,245 @@
+//! The PostgreSQL and SQLite stores: one SQL text for both (numbered `$n` parameters, which
+//! sqlx binds by number on SQLite too), generated for each pool type by one macro so the two
+//! cannot drift apart.
+//!
+//! Round trips: a first request costs one statement to claim and one to finalize; a replay, a
+//! conflict or a mismatch costs the claim statement plus one read of the row.
+//! These stores use std atomics for their counters, not `crate::sync`: they never run under shuttle.
+
+use super::*;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+/// Claims a key in one atomic statement: insert a processing row, or take over a row that is
+/// expired, or whose lease expired, or that failed, with the same fingerprint. The generation
+/// only ever grows, so every claim of a key is distinguishable from every other (M8).
+const CLAIM_SQL: &str = "
+INSERT INTO idempotency_keys AS existing
+    (scope, method, path, idempotency_key, fingerprint, status, generation,
+     lease_expires_at, expires_at, created_at, updated_at)
+VALUES ($1, $2, $3, $4, $5, 'processing', 1, $6, $7, $8, $8)
+ON CONFLICT (scope, method, path, idempotency_key) DO UPDATE SET
+    fingerprint = excluded.fingerprint,
+    status = 'processing',
+    generation = existing.generation + 1,
+    lease_expires_at = excluded.lease_expires_at,
+    expires_at = excluded.expires_at,
+    created_at = excluded.created_at,
+    updated_at = excluded.updated_at,
+    response_status = NULL,
+    response_headers = NULL,
+    response_body = NULL,
+    body_too_large = FALSE
+WHERE existing.expires_at <= $8
+   OR (existing.fingerprint = excluded.fingerprint
+       AND ((existing.status = 'processing' AND existing.lease_expires_at <= $8)
+            OR existing.status = 'failed'))
+RETURNING generation";
+
+const READ_SQL: &str = "
+SELECT fingerprint, status, lease_expires_at, expires_at, response_status, response_headers,
+       response_body, body_too_large
+FROM idempotency_keys
+WHERE scope = $1 AND method = $2 AND path = $3 AND idempotency_key = $4";
+
+const SUCCEED_FENCED_SQL: &str = "
+UPDATE idempotency_keys
+SET status = 'succeeded', response_status = $6, response_headers = $7, response_body = $8,
+    body_too_large = $9, updated_at = $10
+WHERE scope = $1 AND method = $2 AND path = $3 AND idempotency_key = $4
+  AND generation = $5 AND status = 'processing'";
+
+/// Seed 003's finalize: conditional on the key only (a stale finalizer overwrites a newer claim).
+const SUCCEED_KEY_ONLY_SQL: &str = "
+UPDATE idempotency_keys
+SET status = 'succeeded', response_status = $6, response_headers = $7, response_body = $8,
+    body_too_large = $9, updated_at = $10
+WHERE scope = $1 AND method = $2 AND path = $3 AND idempotency_key = $4 AND $5 = $5";
+
+const FAIL_FENCED_SQL: &str = "
+UPDATE idempotency_keys
+SET status = 'failed', response_status = $6, updated_at = $7
+WHERE scope = $1 AND method = $2 AND path = $3 AND idempotency_key = $4
+  AND generation = $5 AND status = 'processing'";
+
+const FAIL_KEY_ONLY_SQL: &str = "
+UPDATE idempotency_keys
+SET status = 'failed', response_status = $6, updated_at = $7
+WHERE scope = $1 AND method = $2 AND path = $3 AND idempotency_key = $4 AND $5 = $5";
+
+/// Deletes rows that expired before `now`; optional housekeeping (expiry never waits for it).
+const PURGE_SQL: &str = "DELETE FROM idempotency_keys WHERE expires_at <= $1";
+
+macro_rules! sql_store {
+    ($(#[$doc:meta])* $store:ident, $database:ty, $pool:ty, $migration:literal) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone)]
+        pub struct $store {
+            pool: $pool,
+            round_trips: Arc<AtomicU64>,
+        }
+
+        impl $store {
+            /// Wraps a pool; call [`Self::migrate`] once before use.
+            pub fn new(pool: $pool) -> Self {
+                $store { pool, round_trips: Arc::new(AtomicU64::new(0)) }
+            }
+
+            pub fn pool(&self) -> &$pool {
+                &self.pool
+            }
+
+            /// Creates the table if it does not exist. Plain embedded SQL, not `sqlx::migrate!`,
+            /// so the layer never touches the application's own migration history table.
+            pub async fn migrate(&self) -> Result<(), StoreError> {
+                sqlx::raw_sql(include_str!($migration)).execute(&self.pool).await?;
+                Ok(())
+            }
+
+            /// Deletes expired rows; returns how many.
+            pub async fn purge_expired(&self, now_millis: i64) -> Result<u64, StoreError> {
+                self.round_trips.fetch_add(1, Ordering::Relaxed);
+                let done = sqlx::query(PURGE_SQL).bind(now_millis).execute(&self.pool).await?;
+                Ok(done.rows_affected())
+            }
+
+            async fn read(&self, key: &CacheKey) -> Result<Option<ExistingRow>, StoreError> {
+                use sqlx::Row;
+                self.round_trips.fetch_add(1, Ordering::Relaxed);
+                let row = sqlx::query(READ_SQL)
+                    .bind(&key.scope)
+                    .bind(&key.method)
+                    .bind(&key.path)
+                    .bind(&key.key)
+                    .fetch_optional(&self.pool)
+                    .await?;
+                let Some(row) = row else { return Ok(None) };
+                Ok(Some(ExistingRow {
+                    fingerprint: row.try_get("fingerprint")?,
+                    status: row.try_get("status")?,
+                    lease_expires_at: row.try_get("lease_expires_at")?,
+                    expires_at: row.try_get("expires_at")?,
+                    response_status: row.try_get("response_status")?,
+                    response_headers: row.try_get("response_headers")?,
+                    response_body: row.try_get("response_body")?,
+                    body_too_large: row.try_get("body_too_large")?,
+                }))
+            }
+        }
+
+        impl CacheStore for $store {
+            async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+                use sqlx::Row;
+                let key = request.key;
+                for _ in 0..CLAIM_ATTEMPTS_MAX {
+                    self.round_trips.fetch_add(1, Ordering::Relaxed);
+                    let claimed = sqlx::query(CLAIM_SQL)
+                        .bind(&key.scope)
+                        .bind(&key.method)
+                        .bind(&key.path)
+                        .bind(&key.key)
+                        .bind(&request.fingerprint.0[..])
+                        .bind(request.now_millis + request.lease_millis)
+                        .bind(request.now_millis + request.row_ttl_millis)
+                        .bind(request.now_millis)
+                        .fetch_optional(&self.pool)
+                        .await?;
+                    if let Some(row) = claimed {
+                        return Ok(ClaimOutcome::Claimed { generation: row.try_get("generation")? });
+                    }
+                    // The row exists and is not claimable: read it to say why. If it was deleted
+                    // or became claimable in between, the claim is simply tried again.
+                    let Some(existing) = self.read(key).await? else { continue };
+                    match classify(existing, request.fingerprint, request.now_millis)? {
+                        Classified::Outcome(outcome) => return Ok(outcome),
+                        Classified::Retry => continue,
+                    }
+                }
+                // A row that flips between claimable and not three times is being claimed by
+                // others right now: report it in flight rather than spin.
+                Ok(ClaimOutcome::InFlight)
+            }
+
+            async fn finalize_succeeded(
+                &self,
+                key: &CacheKey,
+                generation: i64,
+                fencing: Fencing,
+                record: SuccessRecord<'_>,
+                now_millis: i64,
+            ) -> Result<FinalizeOutcome, StoreError> {
+                self.round_trips.fetch_add(1, Ordering::Relaxed);
+                let headers = serde_json::to_string(record.headers)
+                    .map_err(|error| StoreError::Malformed(format!("response headers: {error}")))?;
+                let (body, too_large): (Option<&[u8]>, bool) = match record.body {
+                    CachedBody::Full(data) => (Some(data), false),
+                    CachedBody::TooLarge => (None, true),
+                };
+                let sql = match fencing {
+                    Fencing::Generation => SUCCEED_FENCED_SQL,
+                    Fencing::KeyOnly => SUCCEED_KEY_ONLY_SQL,
+                };
+                let done = sqlx::query(sql)
+                    .bind(&key.scope)
+                    .bind(&key.method)
+                    .bind(&key.path)
+                    .bind(&key.key)
+                    .bind(generation)
+                    .bind(i32::from(record.status))
+                    .bind(headers)
+                    .bind(body)
+                    .bind(too_large)
+                    .bind(now_millis)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(if done.rows_affected() == 0 { FinalizeOutcome::Lost } else { FinalizeOutcome::Applied })
+            }
+
+            async fn finalize_failed(
+                &self,
+                key: &CacheKey,
+                generation: i64,
+                fencing: Fencing,
+                status: u16,
+                now_millis: i64,
+            ) -> Result<FinalizeOutcome, StoreError> {
+                self.round_trips.fetch_add(1, Ordering::Relaxed);
+                let sql = match fencing {
+                    Fencing::Generation => FAIL_FENCED_SQL,
+                    Fencing::KeyOnly => FAIL_KEY_ONLY_SQL,
+                };
+                let done = sqlx::query(sql)
+                    .bind(&key.scope)
+                    .bind(&key.method)
+                    .bind(&key.path)
+                    .bind(&key.key)
+                    .bind(generation)
+                    .bind(i32::from(status))
+                    .bind(now_millis)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(if done.rows_affected() == 0 { FinalizeOutcome::Lost } else { FinalizeOutcome::Applied })
+            }
+
+            fn round_trips(&self) -> u64 {
+                self.round_trips.load(Ordering::Relaxed)
+            }
+        }
+    };
+}
+
+sql_store!(
+    /// The PostgreSQL cache store (the claim is one `INSERT .. ON CONFLICT .. DO UPDATE .. WHERE`).
+    PostgresStore,
+    sqlx::Postgres,
+    sqlx::PgPool,
+    "../../migrations/postgres/0001_idempotency_keys.sql"
+);
+
+sql_store!(
+    /// The SQLite cache store, the embedded default (use WAL and a busy timeout for concurrency).
+    SqliteStore,
+    sqlx::Sqlite,
+    sqlx::SqlitePool,
+    "../../migrations/sqlite/0001_idempotency_keys.sql"
+);

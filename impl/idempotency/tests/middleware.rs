@@ -1,0 +1,391 @@
+//! Seed 003's scenario matrix, fencing and tenant scoping, against real SQLite and PostgreSQL.
+//!
+//! Every scenario is one generic function run on both stores. Each test that pins a fix says
+//! which behaviour (IDEM_BEHAVIOUR=pre-fix or fixed, with --features test-seams) makes it fail.
+
+mod common;
+
+use common::*;
+use http::StatusCode;
+use oncecheck_idempotency::{ManualClock, Principal};
+use std::time::Duration;
+
+fn clock() -> ManualClock {
+    ManualClock::new(START_MILLIS)
+}
+
+/// A 2xx streamed in frames far over the cap: the client gets every byte, the row the sentinel.
+//= specs/idempotency-middleware.md#M2
+//# A cached success holds the complete body, at most the cap, or the too-large sentinel.
+//= specs/idempotency-middleware.md#M7
+//# The first client receives exactly the frames the handler produced, over-cap tail and trailers included.
+async fn oversized_streamed<St: TestStore>(store: St) {
+    let handler = Handler::new(vec![Script::ok(vec![Step::Data(CAP), Step::Data(CAP), Step::Data(CAP)])]);
+    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let first = send(&app, post(Some("k1"), "{\"amount\":5}")).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(first.data, pattern(0, 3 * CAP), "the live body is the handler's, complete");
+    assert_eq!(first.replayed(), Some("false"));
+    let row = store.sole_row().await.expect("a row");
+    assert_eq!(row.status, "succeeded");
+    assert!(row.body_too_large, "an over-cap body stores the sentinel");
+    let replay = send(&app, post(Some("k1"), "{\"amount\":5}")).await;
+    assert_eq!(replay.status, StatusCode::OK);
+    assert_eq!(replay.replayed(), Some("true"));
+    assert_eq!(replay.headers["content-type"], "application/problem+json");
+    assert_eq!(handler.runs(), 1, "the replay did not run the handler");
+}
+
+/// A body of exactly the cap is cached whole and replayed byte for byte.
+async fn exact_cap<St: TestStore>(store: St) {
+    let handler = Handler::new(vec![Script::ok(vec![Step::Data(CAP / 2), Step::Data(CAP / 2)])]);
+    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let first = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(first.data, pattern(0, CAP));
+    let row = store.sole_row().await.expect("a row");
+    assert_eq!(row.status, "succeeded");
+    assert!(!row.body_too_large);
+    assert_eq!(row.body.as_deref(), Some(&pattern(0, CAP)[..]));
+    let replay = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(replay.data, pattern(0, CAP));
+    assert_eq!(replay.replayed(), Some("true"));
+    assert_eq!(replay.headers["x-handler"], "scripted", "stored headers are replayed");
+    assert_eq!(handler.runs(), 1);
+}
+
+/// One byte over the cap: the sentinel, and the client still gets cap + 1 bytes.
+async fn one_byte_over<St: TestStore>(store: St) {
+    let handler = Handler::new(vec![Script::ok(vec![Step::Data(CAP), Step::Data(1)])]);
+    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let first = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(first.data, pattern(0, CAP + 1));
+    let row = store.sole_row().await.expect("a row");
+    assert!(row.body_too_large);
+    assert_eq!(row.body, None);
+}
+
+/// One frame ten times the cap: split at the cap, its tail streamed.
+async fn giant_single_frame<St: TestStore>(store: St) {
+    let handler = Handler::new(vec![Script::ok(vec![Step::Data(10 * CAP)])]);
+    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let first = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(first.data.len(), 10 * CAP);
+    assert_eq!(first.data, pattern(0, 10 * CAP));
+    let row = store.sole_row().await.expect("a row");
+    assert_eq!(row.status, "succeeded");
+    assert!(row.body_too_large);
+}
+
+/// The database refuses the finalize: the client still gets the handler's complete body.
+async fn finalize_failure<St: TestStore>(store: St) {
+    store.break_success_finalize().await;
+    let handler = Handler::new(vec![Script::ok(vec![Step::Data(100)])]);
+    let layer = layer_builder(store.clone(), &clock()).build();
+    let app = app(layer.clone(), handler.clone());
+    let first = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(first.status, StatusCode::OK);
+    assert_eq!(first.data, pattern(0, 100), "a finalize error never empties the live body");
+    assert_eq!(layer.stats().finalize_unknown, 1, "the outcome is reported unknown");
+    let row = store.sole_row().await.expect("a row");
+    assert_eq!(row.status, "processing", "the database refused every attempt");
+}
+
+/// The database refuses the sentinel finalize of an over-cap body: the body is still complete.
+async fn finalize_failure_on_overflow<St: TestStore>(store: St) {
+    store.break_success_finalize().await;
+    let handler = Handler::new(vec![Script::ok(vec![Step::Data(2 * CAP), Step::Data(CAP)])]);
+    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let first = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(first.data, pattern(0, 3 * CAP));
+}
+
+/// A non-2xx over the cap passes through untouched and is recorded failed.
+//= specs/idempotency-middleware.md#M9
+//# A non-2xx response passes through untouched and its row is recorded failed.
+async fn oversized_non_2xx<St: TestStore>(store: St) {
+    let mut script = Script::ok(vec![Step::Data(2 * CAP), Step::Data(CAP)]);
+    script.status = StatusCode::BAD_GATEWAY;
+    let handler = Handler::new(vec![script, Script::ok(vec![Step::Data(10)])]);
+    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let first = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(first.status, StatusCode::BAD_GATEWAY);
+    assert_eq!(first.data, pattern(0, 3 * CAP));
+    assert_eq!(first.replayed(), None, "a non-2xx is not marked");
+    let row = store.sole_row().await.expect("a row");
+    assert_eq!(row.status, "failed");
+    let retry = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(retry.status, StatusCode::OK, "a failed key may be retried");
+    assert_eq!(handler.runs(), 2);
+}
+
+/// A 2xx whose body fails before the cap: the client sees the prefix and the error; the row is
+/// the sentinel (terminal), so a retry does not run the handler again.
+//= specs/idempotency-middleware.md#M3
+//# After a 2xx the row ends succeeded with the full body or the sentinel; never failed, never left processing.
+async fn body_error_before_cap<St: TestStore>(store: St) {
+    let handler = Handler::new(vec![Script::ok(vec![Step::Data(CAP / 2), Step::Error])]);
+    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let first = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(first.data, pattern(0, CAP / 2));
+    assert!(first.body_error, "the client sees the body fail, not a clean short body");
+    let row = store.sole_row().await.expect("a row");
+    assert_eq!(row.status, "succeeded");
+    assert!(row.body_too_large, "never a truncated or empty cached body");
+    let retry = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(retry.replayed(), Some("true"));
+    assert_eq!(handler.runs(), 1);
+}
+
+/// A 2xx whose body fails after the cap: everything before the error is delivered.
+async fn body_error_after_cap<St: TestStore>(store: St) {
+    let handler = Handler::new(vec![Script::ok(vec![Step::Data(2 * CAP), Step::Error])]);
+    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let first = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(first.data, pattern(0, 2 * CAP));
+    assert!(first.body_error);
+    let row = store.sole_row().await.expect("a row");
+    assert_eq!(row.status, "succeeded");
+    assert!(row.body_too_large);
+}
+
+/// The key reused with another body: 422 problem, the handler does not run.
+//= specs/idempotency-middleware.md#M5
+//# A key reused with another fingerprint gets 422 and never runs the handler.
+async fn different_fingerprint<St: TestStore>(store: St) {
+    let handler = Handler::new(vec![Script::ok(vec![Step::Data(10)])]);
+    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    send(&app, post(Some("k1"), "{\"amount\":5}")).await;
+    let reuse = send(&app, post(Some("k1"), "{\"amount\":6}")).await;
+    assert_eq!(reuse.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(reuse.headers["content-type"], "application/problem+json");
+    let problem: serde_json::Value = serde_json::from_slice(&reuse.data).unwrap();
+    assert_eq!(problem["status"], 422);
+    assert_eq!(handler.runs(), 1);
+}
+
+/// While the winner is still streaming an over-cap tail, a duplicate gets the sentinel replay
+/// (the sentinel was finalized before the winner's response was returned), not a second run.
+async fn loser_replays_while_winner_streams<St: TestStore>(store: St) {
+    let handler = Handler::new(vec![Script::ok(vec![Step::Data(2 * CAP), Step::Gate(0), Step::Data(CAP)])]);
+    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let response = tower::ServiceExt::oneshot(app.clone(), post(Some("k1"), "x")).await.unwrap();
+    let loser = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(loser.replayed(), Some("true"));
+    assert_eq!(handler.runs(), 1);
+    handler.release(0);
+    let winner = receive(response).await;
+    assert_eq!(winner.data, pattern(0, 3 * CAP));
+}
+
+/// The client goes away after the 2xx while the layer is still capturing: the drop guard
+/// finalizes the sentinel, so a retry replays instead of running the handler again.
+async fn cancellation<St: TestStore>(store: St) {
+    let handler = Handler::new(vec![Script::ok(vec![Step::Data(10), Step::Gate(0), Step::Data(10)])]);
+    let layer = layer_builder(store.clone(), &clock()).build();
+    let app = app(layer.clone(), handler.clone());
+    let call = tokio::spawn(tower::ServiceExt::oneshot(app.clone(), post(Some("k1"), "x")));
+    while handler.frames_sent.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    call.abort();
+    let _ = call.await;
+    let row = wait_terminal(&store).await.expect("a row");
+    assert_eq!(row.status, "succeeded", "the guard finalized after the client went away");
+    assert!(row.body_too_large);
+    let retry = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(retry.replayed(), Some("true"));
+    assert_eq!(handler.runs(), 1, "the handler did not run a second time");
+}
+
+/// The handler's version, extensions and headers (repeated ones included) survive; the marker
+/// it set is replaced by the layer's.
+async fn marker_extensions_version<St: TestStore>(store: St) {
+    let mut script = Script::ok(vec![Step::Data(10)]);
+    script.decorate = true;
+    let handler = Handler::new(vec![script]);
+    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let first = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(first.version, http::Version::HTTP_10);
+    assert_eq!(first.extension, Some(7));
+    assert_eq!(first.replayed(), Some("false"));
+    assert_eq!(first.headers.get_all("set-cookie").iter().count(), 2);
+    let replay = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(replay.replayed(), Some("true"));
+    assert_eq!(replay.headers.get_all("set-cookie").iter().count(), 2, "repeated headers are replayed");
+}
+
+/// Trailers reach the live client and are not cached.
+async fn trailers_live_only<St: TestStore>(store: St) {
+    let handler = Handler::new(vec![Script::ok(vec![Step::Data(10), Step::Trailers])]);
+    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let first = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(first.data, pattern(0, 10));
+    assert_eq!(first.trailers.as_ref().map(|trailers| trailers["x-checksum"].clone()), Some("abc".parse().unwrap()));
+    let row = store.sole_row().await.expect("a row");
+    assert_eq!(row.body.as_deref(), Some(&pattern(0, 10)[..]), "the cache holds data bytes only");
+    let replay = send(&app, post(Some("k1"), "x")).await;
+    assert!(replay.trailers.is_none());
+}
+
+/// With one pooled connection the layer never waits on itself: claim, finalize, a loser's
+/// replay and the winner's tail all get the connection in turn.
+async fn one_connection_pool<St: TestStore>(store: St) {
+    let gated = Script::ok(vec![Step::Data(2 * CAP), Step::Gate(0), Step::Data(CAP)]);
+    let handler = Handler::new(vec![gated, Script::ok(vec![Step::Data(10)])]);
+    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let response = tower::ServiceExt::oneshot(app.clone(), post(Some("k1"), "x")).await.unwrap();
+    let loser = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(loser.replayed(), Some("true"));
+    let other = send(&app, post(Some("k2"), "x")).await;
+    assert_eq!(other.status, StatusCode::OK);
+    handler.release(0);
+    let winner = receive(response).await;
+    assert_eq!(winner.data.len(), 3 * CAP);
+}
+
+/// The lease crossing: the first claim outlives its lease, a duplicate takes the key over
+/// (generation 2) and finishes; then the stale first finalizer runs. Fenced, it is Lost and
+/// the newer row stands (M8); unfenced (IDEM_BEHAVIOUR=fixed) it overwrites it.
+//= specs/idempotency-middleware.md#M8
+//# Every finalize is conditional on its claim's generation and on the row still processing.
+async fn lease_crossing<St: TestStore>(store: St) {
+    let clock = clock();
+    let mut slow = Script::ok(vec![Step::Data(3)]);
+    slow.gate_before_response = Some(0);
+    let fast = Script::ok(vec![Step::Data(7)]);
+    let handler = Handler::new(vec![slow, fast]);
+    let layer = layer_builder(store.clone(), &clock).build();
+    let app = app(layer.clone(), handler.clone());
+    let stale = tokio::spawn(send_owned(app.clone(), "k1"));
+    while handler.runs() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    let in_flight = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(in_flight.status, StatusCode::CONFLICT, "a live lease answers 409");
+    clock.advance_secs(31);
+    let newer = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(newer.data, pattern(0, 7));
+    assert_eq!(handler.runs(), 2, "the lease crossing ran the handler twice (the documented cost)");
+    handler.release(0);
+    let stale = stale.await.unwrap();
+    assert_eq!(stale.data, pattern(0, 3), "the stale client still gets its own response");
+    let row = store.sole_row().await.expect("a row");
+    assert_eq!(row.generation, 2);
+    assert_eq!(row.body.as_deref(), Some(&pattern(0, 7)[..]), "the stale finalizer did not overwrite");
+    assert_eq!(layer.stats().finalize_lost, 1);
+}
+
+async fn send_owned(app: axum::Router, key: &'static str) -> Received {
+    send(&app, post(Some(key), "x")).await
+}
+
+/// Two tenants using the same key never share a row or a replay.
+async fn tenant_scoping<St: TestStore>(store: St) {
+    let handler = Handler::new(vec![Script::ok(vec![Step::Data(5)])]);
+    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    for tenant in ["alice", "bob"] {
+        let mut request = post(Some("shared-key"), "x");
+        request.extensions_mut().insert(Principal(tenant.to_string()));
+        let received = send(&app, request).await;
+        assert_eq!(received.replayed(), Some("false"), "{tenant} runs its own request");
+    }
+    assert_eq!(handler.runs(), 2);
+    assert_eq!(store.row_count().await, 2);
+    let mut again = post(Some("shared-key"), "x");
+    again.extensions_mut().insert(Principal("bob".into()));
+    assert_eq!(send(&app, again).await.replayed(), Some("true"));
+}
+
+/// Keys: missing, empty, too long, non-visible → 400 problem; quoted and bare are one key.
+async fn key_validation<St: TestStore>(store: St) {
+    let handler = Handler::new(vec![Script::ok(vec![Step::Data(5)])]);
+    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let long = "k".repeat(256);
+    for key in [None, Some(""), Some(long.as_str()), Some("a b"), Some("\"unterminated")] {
+        let received = send(&app, post(key, "x")).await;
+        assert_eq!(received.status, StatusCode::BAD_REQUEST, "key {key:?}");
+        assert_eq!(received.headers["content-type"], "application/problem+json");
+    }
+    assert_eq!(handler.runs(), 0);
+    send(&app, post(Some("\"k-1\""), "x")).await;
+    let bare = send(&app, post(Some("k-1"), "x")).await;
+    assert_eq!(bare.replayed(), Some("true"), "the quoted and the bare form name one key");
+}
+
+/// An expired row never blocks: after the TTL the key is new, even with another fingerprint.
+async fn row_expiry<St: TestStore>(store: St) {
+    let clock = clock();
+    let handler = Handler::new(vec![Script::ok(vec![Step::Data(5)])]);
+    let app = app(layer_builder(store.clone(), &clock).build(), handler.clone());
+    send(&app, post(Some("k1"), "a")).await;
+    assert_eq!(send(&app, post(Some("k1"), "b")).await.status, StatusCode::UNPROCESSABLE_ENTITY);
+    clock.advance_secs(3601);
+    let after = send(&app, post(Some("k1"), "b")).await;
+    assert_eq!(after.replayed(), Some("false"));
+    assert_eq!(handler.runs(), 2);
+    assert_eq!(store.sole_row().await.expect("a row").generation, 2);
+}
+
+/// Concurrent duplicates: exactly one runs the handler; the others get 409 or the replay.
+//= specs/idempotency-middleware.md#M6
+//# A request whose key is held by a live claim gets 409 and never runs the handler.
+async fn concurrent_duplicates<St: TestStore>(store: St) {
+    let handler = Handler::new(vec![Script::ok(vec![Step::Data(5)])]);
+    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let calls: Vec<_> = (0..8).map(|_| tokio::spawn(send_owned(app.clone(), "k1"))).collect();
+    let mut fresh = 0;
+    for call in calls {
+        let received = call.await.unwrap();
+        match (received.status, received.replayed()) {
+            (StatusCode::OK, Some("false")) => fresh += 1,
+            (StatusCode::OK, Some("true")) | (StatusCode::CONFLICT, None) => {}
+            other => panic!("unexpected answer {other:?}"),
+        }
+    }
+    assert_eq!(fresh, 1);
+    assert_eq!(handler.runs(), 1);
+}
+
+macro_rules! on_both_stores {
+    ($($name:ident: $connections:expr),* $(,)?) => {
+        mod sqlite {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::sqlite_store($connections).await).await
+                }
+            )*
+        }
+        mod postgres {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $name() {
+                    super::$name(super::postgres_store($connections).await).await
+                }
+            )*
+        }
+    };
+}
+
+on_both_stores! {
+    oversized_streamed: 4,
+    exact_cap: 4,
+    one_byte_over: 4,
+    giant_single_frame: 4,
+    finalize_failure: 4,
+    finalize_failure_on_overflow: 4,
+    oversized_non_2xx: 4,
+    body_error_before_cap: 4,
+    body_error_after_cap: 4,
+    different_fingerprint: 4,
+    loser_replays_while_winner_streams: 4,
+    cancellation: 4,
+    marker_extensions_version: 4,
+    trailers_live_only: 4,
+    one_connection_pool: 1,
+    lease_crossing: 4,
+    tenant_scoping: 4,
+    key_validation: 4,
+    row_expiry: 4,
+    concurrent_duplicates: 4,
+}
