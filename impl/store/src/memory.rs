@@ -1,0 +1,132 @@
+//! The in-memory backend: one mutex over every stream.
+//!
+//! Invariants: an append runs entirely under the lock, so a pull sees an op either not at all or
+//! complete (R1), the claim map stores an op_id once (R3), and a seq is taken as counter + 1, or,
+//! when legacy ops occupy that seq, as the top occupied seq + 1 (R2, R5). Nothing here waits, so
+//! the push deadline is only the per-op check of [`OpStore::append_batch`].
+
+use std::collections::{BTreeMap, HashMap};
+
+use tokio::time::Instant;
+
+use crate::sync::{lock, Arc, Mutex};
+use crate::{
+    next_seq, validate_append, validate_pull, Appended, NewOp, OpStore, PushContext, Seq,
+    StoreError, StoreFuture, StoredOp,
+};
+
+#[derive(Debug, Default)]
+struct StreamLog {
+    /// The last seq this build allocated; legacy ops may sit above it.
+    counter: Seq,
+    ops: BTreeMap<Seq, StoredOp>,
+    claims: HashMap<String, Seq>,
+}
+
+/// The in-memory store. Cloning shares the same streams.
+#[derive(Debug, Clone, Default)]
+pub struct MemoryStore {
+    streams: Arc<Mutex<HashMap<String, StreamLog>>>,
+}
+
+impl MemoryStore {
+    pub fn new() -> MemoryStore {
+        MemoryStore::default()
+    }
+
+    fn append_locked(&self, stream: &str, op: &NewOp) -> Result<Appended, StoreError> {
+        validate_append(stream, op)?;
+        let mut streams = lock(&self.streams);
+        let log = streams.entry(stream.to_owned()).or_default();
+        if let Some(&seq) = log.claims.get(&op.op_id) {
+            return Ok(Appended {
+                seq,
+                existing: true,
+            });
+        }
+        let mut seq = next_seq(log.counter)?;
+        if log.ops.contains_key(&seq) {
+            // Floor step: legacy ops occupy the seq above the counter; land above the top one.
+            let top = *log.ops.keys().next_back().expect("the map holds seq");
+            seq = next_seq(top)?;
+        }
+        assert!(!log.ops.contains_key(&seq), "R2: seq {seq} is occupied");
+        log.ops.insert(
+            seq,
+            StoredOp {
+                seq,
+                op_id: op.op_id.clone(),
+                payload: op.payload.clone(),
+            },
+        );
+        log.claims.insert(op.op_id.clone(), seq);
+        log.counter = seq;
+        Ok(Appended {
+            seq,
+            existing: false,
+        })
+    }
+}
+
+impl OpStore for MemoryStore {
+    fn append_op<'a>(
+        &'a self,
+        stream: &'a str,
+        op: &'a NewOp,
+        _deadline: Instant,
+        _push: &'a mut PushContext,
+    ) -> StoreFuture<'a, Result<Appended, StoreError>> {
+        Box::pin(async move { self.append_locked(stream, op) })
+    }
+
+    fn pull<'a>(
+        &'a self,
+        stream: &'a str,
+        after: Seq,
+        limit: usize,
+    ) -> StoreFuture<'a, Result<Vec<StoredOp>, StoreError>> {
+        Box::pin(async move {
+            validate_pull(stream, after)?;
+            let streams = lock(&self.streams);
+            let Some(log) = streams.get(stream) else {
+                return Ok(Vec::new());
+            };
+            let start = after.saturating_add(1);
+            Ok(log
+                .ops
+                .range(start..)
+                .take(limit)
+                .map(|(_, op)| op.clone())
+                .collect())
+        })
+    }
+
+    #[cfg(feature = "test-seams")]
+    fn put_legacy_op<'a>(
+        &'a self,
+        stream: &'a str,
+        seq: Seq,
+        op: &'a NewOp,
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            validate_append(stream, op)?;
+            let mut streams = lock(&self.streams);
+            let log = streams.entry(stream.to_owned()).or_default();
+            if log.ops.contains_key(&seq) || log.claims.contains_key(&op.op_id) {
+                return Err(StoreError::InvalidInput {
+                    reason: format!("legacy op at {seq} collides with a stored op or claim"),
+                });
+            }
+            log.ops.insert(
+                seq,
+                StoredOp {
+                    seq,
+                    op_id: op.op_id.clone(),
+                    payload: op.payload.clone(),
+                },
+            );
+            log.claims.insert(op.op_id.clone(), seq);
+            Ok(())
+        })
+    }
+}

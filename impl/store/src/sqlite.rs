@@ -1,0 +1,223 @@
+//! The SQLite backend, the embedded default: a file path, one write transaction per append.
+//!
+//! Invariants: an append is one `BEGIN IMMEDIATE` transaction that reads the claim, the counter
+//! and (on a floor step) the top occupied seq, and writes the op and the counter together; SQLite
+//! serialises writers and a reader sees a committed snapshot, so a pull never sees an op half
+//! written and never a seq above one still being written (R1). The unique index on
+//! (stream_id, op_id) is the claim (R3); the primary key (stream_id, seq) refuses a second op at a
+//! seq (R2); seqs are counter + 1, or top + 1 over legacy ops (R5).
+//!
+//! The push deadline is raced against the whole transaction: a transaction cut short is rolled
+//! back when its future is dropped, so nothing half-done survives.
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+use sqlx::{Row, SqlitePool};
+use tokio::time::Instant;
+
+use crate::{
+    next_seq, validate_append, validate_pull, Appended, NewOp, OpStore, PushContext, Seq,
+    StoreError, StoreFuture, StoredOp,
+};
+
+/// How long a writer waits for SQLite's write lock before the append fails; the push deadline
+/// usually cuts in first.
+const BUSY_TIMEOUT_SECS: u64 = 30;
+/// Connections in the pool: one writer at a time holds the lock, the rest serve pulls.
+const CONNECTIONS_MAX: u32 = 8;
+
+const SCHEMA: &[&str] = &[
+    "CREATE TABLE IF NOT EXISTS stream_counters (
+        stream_id TEXT PRIMARY KEY NOT NULL,
+        next_seq INTEGER NOT NULL
+    )",
+    "CREATE TABLE IF NOT EXISTS ops (
+        stream_id TEXT NOT NULL,
+        seq INTEGER NOT NULL,
+        op_id TEXT NOT NULL,
+        payload BLOB NOT NULL,
+        PRIMARY KEY (stream_id, seq)
+    )",
+    "CREATE UNIQUE INDEX IF NOT EXISTS ops_claim ON ops (stream_id, op_id)",
+];
+
+/// The SQLite store. Cloning shares the pool.
+#[derive(Debug, Clone)]
+pub struct SqliteStore {
+    pool: SqlitePool,
+}
+
+fn backend(error: sqlx::Error) -> StoreError {
+    StoreError::backend(format!("sqlite: {error}"))
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database file at `path` and its schema.
+    pub async fn open(path: &str) -> Result<SqliteStore, StoreError> {
+        let options = SqliteConnectOptions::from_str(&format!("sqlite://{path}"))
+            .map_err(backend)?
+            .create_if_missing(true)
+            // WAL lets pulls read while an append writes.
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .busy_timeout(Duration::from_secs(BUSY_TIMEOUT_SECS));
+        let pool = SqlitePoolOptions::new()
+            .max_connections(CONNECTIONS_MAX)
+            .connect_with(options)
+            .await
+            .map_err(backend)?;
+        for statement in SCHEMA {
+            sqlx::query(statement)
+                .execute(&pool)
+                .await
+                .map_err(backend)?;
+        }
+        Ok(SqliteStore { pool })
+    }
+
+    async fn append_in_transaction(
+        &self,
+        stream: &str,
+        op: &NewOp,
+    ) -> Result<Appended, StoreError> {
+        // IMMEDIATE takes the write lock up front: a deferred transaction that reads and then
+        // writes can fail with SQLITE_BUSY instead of waiting when another writer got in first.
+        let mut transaction = self
+            .pool
+            .begin_with("BEGIN IMMEDIATE")
+            .await
+            .map_err(backend)?;
+        let claimed: Option<i64> =
+            sqlx::query_scalar("SELECT seq FROM ops WHERE stream_id = ? AND op_id = ?")
+                .bind(stream)
+                .bind(&op.op_id)
+                .fetch_optional(&mut *transaction)
+                .await
+                .map_err(backend)?;
+        if let Some(seq) = claimed {
+            return Ok(Appended {
+                seq,
+                existing: true,
+            });
+        }
+        let counter: i64 =
+            sqlx::query_scalar("SELECT next_seq FROM stream_counters WHERE stream_id = ?")
+                .bind(stream)
+                .fetch_optional(&mut *transaction)
+                .await
+                .map_err(backend)?
+                .unwrap_or(0);
+        let mut seq = next_seq(counter)?;
+        let occupied: Option<i64> =
+            sqlx::query_scalar("SELECT seq FROM ops WHERE stream_id = ? AND seq = ?")
+                .bind(stream)
+                .bind(seq)
+                .fetch_optional(&mut *transaction)
+                .await
+                .map_err(backend)?;
+        if occupied.is_some() {
+            // Floor step over legacy ops: one query for the top occupied seq.
+            let top: i64 = sqlx::query_scalar("SELECT MAX(seq) FROM ops WHERE stream_id = ?")
+                .bind(stream)
+                .fetch_one(&mut *transaction)
+                .await
+                .map_err(backend)?;
+            seq = next_seq(top)?;
+        }
+        sqlx::query("INSERT INTO ops (stream_id, seq, op_id, payload) VALUES (?, ?, ?, ?)")
+            .bind(stream)
+            .bind(seq)
+            .bind(&op.op_id)
+            .bind(&op.payload)
+            .execute(&mut *transaction)
+            .await
+            .map_err(backend)?;
+        sqlx::query(
+            "INSERT INTO stream_counters (stream_id, next_seq) VALUES (?, ?)
+             ON CONFLICT (stream_id) DO UPDATE SET next_seq = excluded.next_seq",
+        )
+        .bind(stream)
+        .bind(seq)
+        .execute(&mut *transaction)
+        .await
+        .map_err(backend)?;
+        transaction.commit().await.map_err(backend)?;
+        Ok(Appended {
+            seq,
+            existing: false,
+        })
+    }
+}
+
+impl OpStore for SqliteStore {
+    fn append_op<'a>(
+        &'a self,
+        stream: &'a str,
+        op: &'a NewOp,
+        deadline: Instant,
+        _push: &'a mut PushContext,
+    ) -> StoreFuture<'a, Result<Appended, StoreError>> {
+        Box::pin(async move {
+            validate_append(stream, op)?;
+            match tokio::time::timeout_at(deadline, self.append_in_transaction(stream, op)).await
+            {
+                Ok(result) => result,
+                Err(_elapsed) => Err(StoreError::DeadlineExceeded),
+            }
+        })
+    }
+
+    fn pull<'a>(
+        &'a self,
+        stream: &'a str,
+        after: Seq,
+        limit: usize,
+    ) -> StoreFuture<'a, Result<Vec<StoredOp>, StoreError>> {
+        Box::pin(async move {
+            validate_pull(stream, after)?;
+            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+            let rows = sqlx::query(
+                "SELECT seq, op_id, payload FROM ops
+                 WHERE stream_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+            )
+            .bind(stream)
+            .bind(after)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await
+            .map_err(backend)?;
+            rows.into_iter()
+                .map(|row| {
+                    Ok(StoredOp {
+                        seq: row.try_get("seq").map_err(backend)?,
+                        op_id: row.try_get("op_id").map_err(backend)?,
+                        payload: row.try_get("payload").map_err(backend)?,
+                    })
+                })
+                .collect()
+        })
+    }
+
+    #[cfg(feature = "test-seams")]
+    fn put_legacy_op<'a>(
+        &'a self,
+        stream: &'a str,
+        seq: Seq,
+        op: &'a NewOp,
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            validate_append(stream, op)?;
+            sqlx::query("INSERT INTO ops (stream_id, seq, op_id, payload) VALUES (?, ?, ?, ?)")
+                .bind(stream)
+                .bind(seq)
+                .bind(&op.op_id)
+                .bind(&op.payload)
+                .execute(&self.pool)
+                .await
+                .map_err(backend)?;
+            Ok(())
+        })
+    }
+}

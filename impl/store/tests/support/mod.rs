@@ -1,0 +1,186 @@
+//! Shared test support: the three backends, unique names, a deadline-forcing wrapper.
+//!
+//! DynamoDB tests read ONCECHECK_DDB_ENDPOINT and fail (never skip) when it is unset.
+#![allow(dead_code)]
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use oncecheck_store::dynamodb::AppendTuning;
+use oncecheck_store::{
+    Appended, DynamoDbStore, MemoryStore, NewOp, OpStore, PushContext, Seq, SqliteStore,
+    StoreError, StoreFuture, StoredOp,
+};
+use tokio::time::Instant;
+
+pub const ENDPOINT_ENV: &str = "ONCECHECK_DDB_ENDPOINT";
+
+/// The moto (or DynamoDB) endpoint; panics with the way to get one when it is unset.
+pub fn ddb_endpoint() -> String {
+    match std::env::var(ENDPOINT_ENV) {
+        Ok(url) if !url.is_empty() => url,
+        _ => panic!(
+            "{ENDPOINT_ENV} is unset: the DynamoDB tests need a DynamoDB-compatible endpoint and never \
+             skip. Start moto with `source scripts/services.sh; start_moto` (it exports \
+             {ENDPOINT_ENV}), then rerun."
+        ),
+    }
+}
+
+/// A name unique to this process and call: tests share one moto server and run in parallel.
+pub fn unique(prefix: &str) -> String {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_nanos();
+    format!(
+        "{prefix}-{}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed),
+        nanos % 1_000_000_000
+    )
+}
+
+/// Fast retries for tests: the budget semantics are the same, the pauses shorter.
+pub fn test_tuning() -> AppendTuning {
+    AppendTuning {
+        lost_rounds_max: 32,
+        backoff_base: Duration::from_millis(1),
+        backoff_max: Duration::from_millis(20),
+    }
+}
+
+/// A DynamoDB store on a fresh table of the endpoint, counting its requests.
+pub async fn ddb_store() -> DynamoDbStore {
+    let endpoint = ddb_endpoint();
+    let store = DynamoDbStore::connect(unique("ops"), Some(&endpoint))
+        .await
+        .with_tuning(test_tuning());
+    store
+        .create_table()
+        .await
+        .unwrap_or_else(|error| panic!("creating a table at {endpoint}: {error}"));
+    store
+}
+
+pub async fn sqlite_store() -> (SqliteStore, tempfile::TempDir) {
+    let directory = tempfile::tempdir().expect("a temp dir");
+    let path = directory.path().join("ops.sqlite");
+    let store = SqliteStore::open(path.to_str().expect("utf-8 path"))
+        .await
+        .expect("opening sqlite");
+    (store, directory)
+}
+
+/// A backend under test, kept alive with whatever it needs (the SQLite temp dir).
+pub struct Backend {
+    pub name: &'static str,
+    pub store: Arc<dyn OpStore>,
+    _keep: Option<tempfile::TempDir>,
+}
+
+pub async fn backend(name: &'static str) -> Backend {
+    match name {
+        "memory" => Backend {
+            name,
+            store: Arc::new(MemoryStore::new()),
+            _keep: None,
+        },
+        "sqlite" => {
+            let (store, directory) = sqlite_store().await;
+            Backend {
+                name,
+                store: Arc::new(store),
+                _keep: Some(directory),
+            }
+        }
+        "dynamodb" => Backend {
+            name,
+            store: Arc::new(ddb_store().await),
+            _keep: None,
+        },
+        other => panic!("unknown backend {other}"),
+    }
+}
+
+pub fn ops(prefix: &str, count: usize) -> Vec<NewOp> {
+    (1..=count)
+        .map(|index| NewOp::new(format!("{prefix}{index}"), format!("payload of {prefix}{index}")))
+        .collect()
+}
+
+pub fn far_deadline() -> Instant {
+    Instant::now() + Duration::from_secs(60)
+}
+
+pub fn seqs(appended: &[Appended]) -> Vec<Seq> {
+    appended.iter().map(|one| one.seq).collect()
+}
+
+pub fn op_ids(stored: &[StoredOp]) -> Vec<String> {
+    stored.iter().map(|op| op.op_id.clone()).collect()
+}
+
+pub fn stored_seqs(stored: &[StoredOp]) -> Vec<Seq> {
+    stored.iter().map(|op| op.seq).collect()
+}
+
+/// Pulls a whole stream, page by page, as a puller would.
+pub async fn pull_all(store: &dyn OpStore, stream: &str) -> Vec<StoredOp> {
+    let mut all = Vec::new();
+    let mut cursor = 0;
+    loop {
+        let page = store.pull(stream, cursor, 7).await.expect("pull");
+        let Some(last) = page.last() else { return all };
+        cursor = last.seq;
+        all.extend(page);
+    }
+}
+
+/// Wraps a store so that the `ops_before_stall`-th append returns only after the push deadline
+/// has passed: the batch then stops before the next op (deterministically, on any backend).
+pub struct StallAfter<S> {
+    pub inner: S,
+    pub ops_before_stall: usize,
+    pub appended: AtomicU64,
+}
+
+impl<S: OpStore> OpStore for StallAfter<S> {
+    fn append_op<'a>(
+        &'a self,
+        stream: &'a str,
+        op: &'a NewOp,
+        deadline: Instant,
+        push: &'a mut PushContext,
+    ) -> StoreFuture<'a, Result<Appended, StoreError>> {
+        Box::pin(async move {
+            let result = self.inner.append_op(stream, op, deadline, push).await;
+            let done = self.appended.fetch_add(1, Ordering::SeqCst) + 1;
+            if done == self.ops_before_stall as u64 {
+                // Stall between ops: the batch's own deadline check before the next op stops it.
+                tokio::time::sleep_until(deadline + Duration::from_millis(10)).await;
+            }
+            result
+        })
+    }
+
+    fn pull<'a>(
+        &'a self,
+        stream: &'a str,
+        after: Seq,
+        limit: usize,
+    ) -> StoreFuture<'a, Result<Vec<StoredOp>, StoreError>> {
+        self.inner.pull(stream, after, limit)
+    }
+
+    fn put_legacy_op<'a>(
+        &'a self,
+        stream: &'a str,
+        seq: Seq,
+        op: &'a NewOp,
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
+        self.inner.put_legacy_op(stream, seq, op)
+    }
+}
