@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use oncecheck_store::dynamodb::AppendTuning;
+use oncecheck_store::dynamodb::{AppendTuning, Mutation};
 use oncecheck_store::{
     Appended, DynamoDbStore, MemoryStore, NewOp, OpStore, PushContext, Seq, SqliteStore,
     StoreError, StoreFuture, StoredOp,
@@ -26,6 +26,20 @@ pub fn ddb_endpoint() -> String {
              {ENDPOINT_ENV}), then rerun."
         ),
     }
+}
+
+/// Mutation checks: set to a `Mutation` name to run every DynamoDB test with that defect.
+pub const MUTATION_ENV: &str = "ONCECHECK_TEST_MUTATION";
+
+fn mutation_from_env() -> Option<Mutation> {
+    let name = std::env::var(MUTATION_ENV).ok()?;
+    Some(match name.as_str() {
+        "NoPredecessorCheck" => Mutation::NoPredecessorCheck,
+        "UnconditionalCounterSet" => Mutation::UnconditionalCounterSet,
+        "ReadCounterEveryOp" => Mutation::ReadCounterEveryOp,
+        "" => return None,
+        other => panic!("{MUTATION_ENV}={other} names no mutation"),
+    })
 }
 
 /// A name unique to this process and call: tests share one moto server and run in parallel.
@@ -55,9 +69,13 @@ pub fn test_tuning() -> AppendTuning {
 /// A DynamoDB store on a fresh table of the endpoint, counting its requests.
 pub async fn ddb_store() -> DynamoDbStore {
     let endpoint = ddb_endpoint();
-    let store = DynamoDbStore::connect(unique("ops"), Some(&endpoint))
+    let mut store = DynamoDbStore::connect(unique("ops"), Some(&endpoint))
         .await
         .with_tuning(test_tuning());
+    if let Some(mutation) = mutation_from_env() {
+        eprintln!("mutation check: {mutation:?} switched on by {MUTATION_ENV}");
+        store = store.with_mutation(mutation);
+    }
     store
         .create_table()
         .await
