@@ -24,10 +24,14 @@
 //!   running, accounts locked) and `ServerCommits` (all items and the token's completion time in
 //!   one atomic step). The gap is what makes TransactionInProgress and TransactionConflict
 //!   reachable; the clock does not tick while a transaction runs.
-//! - Only a committed transaction leaves a token record; an expired record behaves as absent and
-//!   is deleted when the clock passes it (semantic expiry, so deleting it changes nothing).
+//! - A token record is written as running when its transaction begins and completed when it
+//!   commits; a transaction that began always commits, and a request refused before beginning
+//!   leaves no record, so only committed work leaves a completed token. An expired record behaves
+//!   as absent and is deleted when the clock passes it (semantic expiry, so deleting it changes
+//!   nothing).
 //! - Clients are interchangeable, so initial states assign patterns in non-decreasing order
-//!   (symmetry reduction by construction).
+//!   (symmetry reduction by construction), and all clients send before the first tick: a client
+//!   starting later behaves the same relative to its own token, only with less clock left.
 //!
 //! Invariants (the properties, checked exhaustively): T1 a transaction intent is applied at most
 //! once and a success answer means it was applied; T2 a request meeting a live token of other
@@ -248,6 +252,7 @@ pub struct Limits {
     pub items: u8,
 }
 
+#[derive(Clone, Debug)]
 pub struct TokenModel {
     variant: &'static str,
     kind: Variant,
