@@ -37,6 +37,8 @@ async fn oversized_streamed<St: TestStore>(store: St) {
 }
 
 /// A body of exactly the cap is cached whole and replayed byte for byte.
+//= specs/idempotency-middleware.md#M4
+//# A replay returns the stored status and body, or the sentinel response, marked as a replay.
 async fn exact_cap<St: TestStore>(store: St) {
     let handler = Handler::new(vec![Script::ok(vec![Step::Data(CAP / 2), Step::Data(CAP / 2)])]);
     let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
@@ -179,6 +181,8 @@ async fn loser_replays_while_winner_streams<St: TestStore>(store: St) {
 
 /// The client goes away after the 2xx while the layer is still capturing: the drop guard
 /// finalizes the sentinel, so a retry replays instead of running the handler again.
+//= specs/idempotency-middleware.md#M1
+//# The handler runs only for the request that won the atomic claim of its key.
 async fn cancellation<St: TestStore>(store: St) {
     let handler = Handler::new(vec![Script::ok(vec![Step::Data(10), Step::Gate(0), Step::Data(10)])]);
     let layer = layer_builder(store.clone(), &clock()).build();
