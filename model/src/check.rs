@@ -9,8 +9,8 @@
 //! - Nothing here does I/O: progress goes to a caller-supplied callback.
 
 use serde::Serialize;
-use stateright::{Checker, HasDiscoveries, Model, Path, Property};
-use std::collections::BTreeMap;
+use stateright::{Checker, HasDiscoveries, Model, Property};
+use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::time::{Duration, Instant};
@@ -165,6 +165,20 @@ where
     const NAME: &'static str;
     const VARIANTS: &'static [&'static str];
     const BOUNDS: &'static [BoundSpec];
+    /// CI bounds that differ per variant: (variant, key, value). Overrides still win.
+    const VARIANT_DEFAULTS: &'static [(&'static str, &'static str, u32)] = &[];
+
+    /// Resolves a variant's bounds: the table's defaults, the variant's own, then `overrides`.
+    fn resolve_bounds(variant: &str, overrides: &[(String, u32)]) -> Result<Bounds, SpecError> {
+        let variant = Self::resolve_variant(variant)?;
+        let mut merged: Vec<(String, u32)> = Self::VARIANT_DEFAULTS
+            .iter()
+            .filter(|(name, _, _)| *name == variant)
+            .map(|(_, key, value)| (key.to_string(), *value))
+            .collect();
+        merged.extend(overrides.iter().cloned());
+        Bounds::resolve(Self::BOUNDS, &merged)
+    }
 
     /// Builds the model for a variant at the given bounds.
     fn build(variant: &str, bounds: &Bounds) -> Result<Self, SpecError>;
@@ -272,36 +286,98 @@ impl CheckReport {
     }
 }
 
-/// Turns a stateright path into printable steps.
-pub fn trace_steps<M>(model: &M, path: &Path<M::State, M::Action>) -> Vec<TraceStep>
+/// The shortest path (fewest actions) to a state satisfying each named condition, found by a
+/// deterministic level-by-level BFS that stops once every name has a path.
+///
+/// Why not stateright's own discovery: its BFS re-evaluates properties after a discovery and
+/// keeps the last match, so its path is a counterexample but not the shortest one. The verdict
+/// pass stays stateright's; this pass only runs for properties that have a discovery, and only
+/// as deep as the deepest shortest path.
+///
+/// `wanted` lists (name, condition, the condition's value that counts as a match).
+pub fn shortest_paths<M>(model: &M, wanted: &[(&'static str, fn(&M, &M::State) -> bool, bool)]) -> HashMap<&'static str, Vec<(M::State, Option<M::Action>)>>
+where
+    M: Model,
+    M::State: Clone + Hash + Eq,
+    M::Action: Clone,
+{
+    let mut found: HashMap<&'static str, Vec<(M::State, Option<M::Action>)>> = HashMap::new();
+    if wanted.is_empty() {
+        return found;
+    }
+    // Parent links by state: enough to rebuild a path once a state matches.
+    let mut parents: HashMap<M::State, Option<(M::State, M::Action)>> = HashMap::new();
+    let mut frontier: VecDeque<M::State> = VecDeque::new();
+    for state in model.init_states() {
+        if !parents.contains_key(&state) {
+            parents.insert(state.clone(), None);
+            frontier.push_back(state);
+        }
+    }
+    let rebuild = |parents: &HashMap<M::State, Option<(M::State, M::Action)>>, last: &M::State| {
+        let mut path = vec![(last.clone(), None)];
+        let mut cursor = last.clone();
+        while let Some(Some((parent, action))) = parents.get(&cursor) {
+            path.push((parent.clone(), Some(action.clone())));
+            cursor = parent.clone();
+        }
+        path.reverse();
+        path
+    };
+    let mut actions = Vec::new();
+    let mut seen_names: HashSet<&'static str> = HashSet::new();
+    while let Some(state) = frontier.pop_front() {
+        for (name, condition, matching) in wanted {
+            if !seen_names.contains(name) && condition(model, &state) == *matching {
+                seen_names.insert(name);
+                found.insert(name, rebuild(&parents, &state));
+            }
+        }
+        if seen_names.len() == wanted.len() {
+            break;
+        }
+        actions.clear();
+        model.actions(&state, &mut actions);
+        for action in actions.drain(..) {
+            if let Some(next) = model.next_state(&state, action.clone()) {
+                if !model.within_boundary(&next) || parents.contains_key(&next) {
+                    continue;
+                }
+                parents.insert(next.clone(), Some((state.clone(), action)));
+                frontier.push_back(next);
+            }
+        }
+    }
+    found
+}
+
+/// Turns a path of (state, action taken from it) pairs into printable steps.
+pub fn steps_of<M>(model: &M, pairs: &[(M::State, Option<M::Action>)]) -> Vec<TraceStep>
 where
     M: ModelSpec,
     M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
     M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
 {
-    let pairs = path.clone().into_vec();
-    let mut steps = Vec::with_capacity(pairs.len());
-    for (index, window) in pairs.windows(2).enumerate() {
-        let (before, action) = (&window[0].0, window[0].1.as_ref());
-        let after = &window[1].0;
-        let action = action.expect("every state of a path but the last has an action");
-        steps.push(TraceStep {
-            step: index + 1,
-            action: format!("{action:?}"),
-            words: model.step_words(before, action, after),
-        });
-    }
-    steps
+    pairs
+        .windows(2)
+        .enumerate()
+        .map(|(index, window)| {
+            let action = window[0].1.as_ref().expect("every state of a path but the last has an action");
+            TraceStep {
+                step: index + 1,
+                action: format!("{action:?}"),
+                words: model.step_words(&window[0].0, action, &window[1].0),
+            }
+        })
+        .collect()
 }
 
-/// Runs an exhaustive BFS and compares every verdict with its expectation.
-///
-/// With one thread, BFS visits states in depth order, so every trace is a shortest one; tests
-/// that pin exact counterexamples run single-threaded.
+/// Runs an exhaustive BFS and compares every verdict with its expectation; every trace in the
+/// report is a shortest one (see [`shortest_paths`]).
 pub fn run<M>(model: M, options: &CheckOptions, progress: &mut dyn FnMut(Progress)) -> CheckReport
 where
     M: ModelSpec,
-    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
     M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
 {
     let started = Instant::now();
@@ -326,6 +402,11 @@ where
         handle.join().expect("a checker thread panicked");
     }
     let discoveries = checker.discoveries();
+    let violated_or_reached: Vec<(&'static str, fn(&M, &M::State) -> bool, bool)> = definitions
+        .iter()
+        .filter(|def| discoveries.contains_key(def.name))
+        .map(|def| (def.name, def.condition, def.kind == Kind::Sometimes))
+        .collect();
     // Without a timeout the checker stops only when the reachable state space is exhausted or
     // every property has a discovery; either way every verdict is definite. A timeout that fired
     // before all properties were decided leaves the run incomplete.
@@ -335,6 +416,7 @@ where
         .is_some_and(|seconds| started.elapsed() >= Duration::from_secs(seconds));
     let complete = all_decided || !timed_out;
     let model = checker.model();
+    let shortest = shortest_paths(model, &violated_or_reached);
     let properties = definitions
         .iter()
         .zip(expectations)
@@ -353,7 +435,7 @@ where
                 kind: def.kind,
                 expected,
                 verdict,
-                trace: found.map(|path| trace_steps(model, path)),
+                trace: shortest.get(def.name).map(|pairs| steps_of(model, pairs)),
             }
         })
         .collect();

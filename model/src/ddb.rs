@@ -1,0 +1,377 @@
+//! DynamoDB semantics shared by the models (DESIGN.md section 2), at the granularity the relay
+//! protocol needs: one table of items keyed by [`Key`], conditional single-item writes,
+//! TransactWriteItems with per-item cancellation reasons, and read-committed queries.
+//!
+//! The visibility window: a committed transaction does not become visible at one instant.
+//! Its writes enter `pending`, one entry per item, and each is applied by its own step
+//! ([`Table::apply`]). While an item is pending it is locked: a transaction, or a single-item
+//! write, that touches it is cancelled with TransactionConflict. Queries and reads see only
+//! `applied`. Conditions are evaluated against `applied`, which is exact because a condition on a
+//! pending item never gets evaluated (the conflict comes first).
+//!
+//! Invariants:
+//! - `applied` and `pending` hold one value per key; a key is in `pending` at most once because a
+//!   transaction touching a pending key is cancelled.
+//! - A transaction is all or nothing: either every write enters `pending` (or `applied` with the
+//!   window closed) or none does.
+//! - Overwrites and counter regressions are not prevented here (the protocol's conditions do
+//!   that); they are recorded in [`Anomalies`] so properties can see them.
+
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+/// A stream's seq. Small on purpose: state stays small and hashing cheap.
+pub type Seq = u8;
+/// A client-chosen op id; printed as a letter (`a`, `b`, ...).
+pub type OpId = u8;
+
+/// The largest seq the model's arithmetic allows; a counter at this value makes the next
+/// allocation a loud error instead of a wrap (the implementation does the same at i64::MAX).
+pub const SEQ_MAX: Seq = 250;
+
+pub fn op_name(op: OpId) -> char {
+    (b'a' + op) as char
+}
+
+/// The items of one stream: the counter (seq 0), one claim per op id, one item per stored op.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Key {
+    Counter,
+    Claim(OpId),
+    Op(Seq),
+}
+
+impl std::fmt::Display for Key {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Key::Counter => write!(f, "counter"),
+            Key::Claim(op) => write!(f, "claim {}", op_name(*op)),
+            Key::Op(seq) => write!(f, "op {seq}"),
+        }
+    }
+}
+
+/// The attributes of an item that the protocol reads.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+pub enum Value {
+    Counter { next_seq: Seq },
+    Claim { seq: Seq },
+    Op { op_id: OpId },
+}
+
+impl std::fmt::Display for Value {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Value::Counter { next_seq } => write!(f, "next_seq {next_seq}"),
+            Value::Claim { seq } => write!(f, "claimed seq {seq}"),
+            Value::Op { op_id } => write!(f, "op_id {}", op_name(*op_id)),
+        }
+    }
+}
+
+/// The condition expressions the protocol uses.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Condition {
+    Always,
+    AttributeExists,
+    AttributeNotExists,
+    /// `next_seq = :expected`; for 0 the OR form `attribute_not_exists(next_seq) OR next_seq = :expected`.
+    NextSeqEquals(Seq),
+}
+
+impl Condition {
+    fn holds(self, current: Option<Value>) -> bool {
+        match self {
+            Condition::Always => true,
+            Condition::AttributeExists => current.is_some(),
+            Condition::AttributeNotExists => current.is_none(),
+            Condition::NextSeqEquals(expected) => match current {
+                None => expected == 0,
+                Some(Value::Counter { next_seq }) => next_seq == expected,
+                Some(_) => false,
+            },
+        }
+    }
+}
+
+/// What one item of a TransactWriteItems does.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Operation {
+    /// Put or Update to this value.
+    Write(Value),
+    /// ConditionCheck: reads, writes nothing, but still locks the item for the transaction.
+    ConditionCheck,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub struct TransactItem {
+    pub key: Key,
+    pub condition: Condition,
+    pub operation: Operation,
+    /// ReturnValuesOnConditionCheckFailure = ALL_OLD.
+    pub return_old_on_failure: bool,
+}
+
+/// A cancellation reason, one per item, in request order.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum Reason {
+    None,
+    /// With ALL_OLD, `old` is the item's image (or `None` when the item is absent).
+    ConditionalCheckFailed { old: Option<Value> },
+    TransactionConflict,
+}
+
+impl std::fmt::Display for Reason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Reason::None => write!(f, "None"),
+            Reason::ConditionalCheckFailed { old: Some(old) } => {
+                write!(f, "ConditionalCheckFailed(old {old})")
+            }
+            Reason::ConditionalCheckFailed { old: None } => write!(f, "ConditionalCheckFailed"),
+            Reason::TransactionConflict => write!(f, "TransactionConflict"),
+        }
+    }
+}
+
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+pub enum TransactOutcome {
+    Committed,
+    Cancelled(Vec<Reason>),
+}
+
+/// Things that must never happen, recorded when they do so that properties can see them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct Anomalies {
+    /// An op item was written over an existing op item (R2).
+    pub op_overwritten: bool,
+    /// The counter was set to a value below its current one (R4).
+    pub counter_went_back: bool,
+}
+
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+pub struct Table {
+    /// Items visible to reads.
+    pub applied: BTreeMap<Key, Value>,
+    /// Items of committed transactions not yet visible: the visibility window. Locked.
+    pub pending: BTreeMap<Key, Value>,
+    pub anomalies: Anomalies,
+}
+
+impl Table {
+    /// TransactWriteItems. With `window` false every write is applied at commit.
+    pub fn transact(&mut self, items: &[TransactItem], window: bool) -> TransactOutcome {
+        let reasons: Vec<Reason> = items
+            .iter()
+            .map(|item| {
+                if self.pending.contains_key(&item.key) {
+                    return Reason::TransactionConflict;
+                }
+                let current = self.applied.get(&item.key).copied();
+                if item.condition.holds(current) {
+                    Reason::None
+                } else {
+                    let old = if item.return_old_on_failure { current } else { None };
+                    Reason::ConditionalCheckFailed { old }
+                }
+            })
+            .collect();
+        if reasons.iter().any(|reason| *reason != Reason::None) {
+            return TransactOutcome::Cancelled(reasons);
+        }
+        for item in items {
+            if let Operation::Write(value) = item.operation {
+                if window {
+                    let previous = self.pending.insert(item.key, value);
+                    assert!(previous.is_none(), "a transaction wrote {} twice", item.key);
+                } else {
+                    self.write_visible(item.key, value);
+                }
+            }
+        }
+        TransactOutcome::Committed
+    }
+
+    /// One pending item of a committed transaction becomes visible.
+    pub fn apply(&mut self, key: Key) {
+        let value = self.pending.remove(&key).expect("only pending items are applied");
+        self.write_visible(key, value);
+    }
+
+    fn write_visible(&mut self, key: Key, value: Value) {
+        let previous = self.applied.insert(key, value);
+        match (key, previous, value) {
+            (Key::Op(_), Some(old), new) if old != new => self.anomalies.op_overwritten = true,
+            (Key::Counter, Some(Value::Counter { next_seq: old }), Value::Counter { next_seq: new })
+                if new < old =>
+            {
+                self.anomalies.counter_went_back = true
+            }
+            _ => {}
+        }
+    }
+
+    /// UpdateItem `ADD next_seq 1` on the counter: a single-item write, so a transaction holding
+    /// the counter cancels it (TransactionConflictException). Answers the new value.
+    pub fn add_to_counter(&mut self) -> Result<Seq, Reason> {
+        if self.pending.contains_key(&Key::Counter) {
+            return Err(Reason::TransactionConflict);
+        }
+        let next = self.counter().checked_add(1).filter(|next| *next <= SEQ_MAX);
+        let Some(next) = next else {
+            return Err(Reason::ConditionalCheckFailed { old: self.applied.get(&Key::Counter).copied() });
+        };
+        self.write_visible(Key::Counter, Value::Counter { next_seq: next });
+        Ok(next)
+    }
+
+    /// A read-committed read of one item (GetItem, or the Query of seq = 0 for the counter).
+    pub fn read(&self, key: Key) -> Option<Value> {
+        self.applied.get(&key).copied()
+    }
+
+    /// The counter as a read sees it; an absent counter reads as 0.
+    pub fn counter(&self) -> Seq {
+        match self.applied.get(&Key::Counter) {
+            Some(Value::Counter { next_seq }) => *next_seq,
+            _ => 0,
+        }
+    }
+
+    /// Query seq > after, ascending, Limit `limit`: visible op items only (read-committed).
+    pub fn query_after(&self, after: Seq, limit: usize) -> Vec<(Seq, OpId)> {
+        self.applied
+            .range(Key::Op(after.saturating_add(1))..)
+            .filter_map(|(key, value)| match (key, value) {
+                (Key::Op(seq), Value::Op { op_id }) if *seq > after => Some((*seq, *op_id)),
+                _ => None,
+            })
+            .take(limit)
+            .collect()
+    }
+
+    /// Query seq > 0, ScanIndexForward = false, Limit 1: the top visible op seq.
+    pub fn query_top(&self) -> Option<Seq> {
+        self.applied.keys().rev().find_map(|key| match key {
+            Key::Op(seq) if *seq > 0 => Some(*seq),
+            _ => None,
+        })
+    }
+
+    /// Every op a transaction has committed, visible or still pending, by seq.
+    pub fn committed_ops(&self) -> BTreeMap<Seq, OpId> {
+        self.applied
+            .iter()
+            .chain(self.pending.iter())
+            .filter_map(|(key, value)| match (key, value) {
+                (Key::Op(seq), Value::Op { op_id }) => Some((*seq, *op_id)),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(key: Key, value: Value) -> TransactItem {
+        TransactItem {
+            key,
+            condition: Condition::AttributeNotExists,
+            operation: Operation::Write(value),
+            return_old_on_failure: false,
+        }
+    }
+
+    #[test]
+    fn a_committed_transaction_is_invisible_and_locked_until_each_item_applies() {
+        let mut table = Table::default();
+        let outcome = table.transact(
+            &[put(Key::Op(1), Value::Op { op_id: 0 }), put(Key::Claim(0), Value::Claim { seq: 1 })],
+            true,
+        );
+        assert_eq!(outcome, TransactOutcome::Committed);
+        assert!(table.query_after(0, 10).is_empty());
+        assert_eq!(table.committed_ops().len(), 1);
+        let conflicting = table.transact(&[put(Key::Op(1), Value::Op { op_id: 1 })], true);
+        assert_eq!(conflicting, TransactOutcome::Cancelled(vec![Reason::TransactionConflict]));
+        table.apply(Key::Op(1));
+        assert_eq!(table.query_after(0, 10), vec![(1, 0)]);
+        assert!(table.pending.contains_key(&Key::Claim(0)));
+    }
+
+    #[test]
+    fn cancellation_reasons_come_one_per_item_in_request_order_with_the_old_image() {
+        let mut table = Table::default();
+        table.applied.insert(Key::Counter, Value::Counter { next_seq: 3 });
+        table.pending.insert(Key::Op(4), Value::Op { op_id: 9 });
+        let items = [
+            TransactItem {
+                key: Key::Counter,
+                condition: Condition::NextSeqEquals(2),
+                operation: Operation::Write(Value::Counter { next_seq: 3 }),
+                return_old_on_failure: true,
+            },
+            put(Key::Claim(1), Value::Claim { seq: 3 }),
+            put(Key::Op(4), Value::Op { op_id: 1 }),
+        ];
+        assert_eq!(
+            table.transact(&items, true),
+            TransactOutcome::Cancelled(vec![
+                Reason::ConditionalCheckFailed { old: Some(Value::Counter { next_seq: 3 }) },
+                Reason::None,
+                Reason::TransactionConflict,
+            ])
+        );
+        assert!(!table.applied.contains_key(&Key::Claim(1)), "a cancelled transaction writes nothing");
+    }
+
+    #[test]
+    fn the_or_form_accepts_an_absent_counter_only_for_zero() {
+        assert!(Condition::NextSeqEquals(0).holds(None));
+        assert!(!Condition::NextSeqEquals(1).holds(None));
+        assert!(Condition::NextSeqEquals(1).holds(Some(Value::Counter { next_seq: 1 })));
+    }
+
+    #[test]
+    fn add_conflicts_with_a_transaction_holding_the_counter() {
+        let mut table = Table::default();
+        assert_eq!(table.add_to_counter(), Ok(1));
+        table.pending.insert(Key::Counter, Value::Counter { next_seq: 2 });
+        assert_eq!(table.add_to_counter(), Err(Reason::TransactionConflict));
+    }
+
+    #[test]
+    fn overwrites_and_counter_regressions_are_recorded() {
+        let mut table = Table::default();
+        table.transact(&[put(Key::Op(1), Value::Op { op_id: 0 })], false);
+        let mut blind = put(Key::Op(1), Value::Op { op_id: 1 });
+        blind.condition = Condition::Always;
+        table.transact(&[blind], false);
+        assert!(table.anomalies.op_overwritten);
+        let set = |next_seq| TransactItem {
+            key: Key::Counter,
+            condition: Condition::Always,
+            operation: Operation::Write(Value::Counter { next_seq }),
+            return_old_on_failure: false,
+        };
+        table.transact(&[set(5)], false);
+        assert!(!table.anomalies.counter_went_back);
+        table.transact(&[set(4)], false);
+        assert!(table.anomalies.counter_went_back);
+    }
+
+    #[test]
+    fn queries_page_ascending_and_the_reverse_query_finds_the_top() {
+        let mut table = Table::default();
+        for seq in [1, 2, 5] {
+            table.applied.insert(Key::Op(seq), Value::Op { op_id: seq });
+        }
+        table.applied.insert(Key::Counter, Value::Counter { next_seq: 2 });
+        table.applied.insert(Key::Claim(7), Value::Claim { seq: 9 });
+        assert_eq!(table.query_after(0, 2), vec![(1, 1), (2, 2)]);
+        assert_eq!(table.query_after(2, 2), vec![(5, 5)]);
+        assert_eq!(table.query_top(), Some(5));
+    }
+}

@@ -1,0 +1,129 @@
+//! The registry of models `oncecheck` knows, and the `check` / `explore` commands over them.
+//!
+//! Invariants: a model is named in exactly one place (the `for_each_model!` list); every command
+//! resolves names through [`resolve`], so an unknown model, variant or bound gets one error
+//! shape that lists the valid choices.
+
+use oncecheck_model::check::{self, CheckOptions, CheckReport, Kind, ModelSpec, Progress, SpecError, Verdict};
+use oncecheck_model::relay::RelayModel;
+use std::io::Write;
+
+/// Calls `$body` with `$model` bound to each model type's name. The one list of models.
+macro_rules! with_model {
+    ($name:expr, |$model:ident| $body:expr, $unknown:expr) => {
+        match $name {
+            "relay" => {
+                type $model = RelayModel;
+                $body
+            }
+            _ => $unknown,
+        }
+    };
+}
+
+pub const MODEL_NAMES: &[&str] = &["relay"];
+
+fn unknown_model(name: &str) -> SpecError {
+    SpecError::UnknownModel {
+        name: name.to_string(),
+        valid: MODEL_NAMES.iter().map(|name| name.to_string()).collect(),
+    }
+}
+
+/// One (model, variant, bounds) to check.
+#[derive(Debug, Clone)]
+pub struct Job {
+    pub model: &'static str,
+    pub variant: &'static str,
+    pub overrides: Vec<(String, u32)>,
+}
+
+/// Resolves what `check [MODEL] [--variant V] [--bound K=N]` names into jobs, validating every
+/// name and bound before any checking starts.
+pub fn resolve(model: Option<&str>, variant: Option<&str>, overrides: &[(String, u32)]) -> Result<Vec<Job>, SpecError> {
+    let models: Vec<&'static str> = match model {
+        None => MODEL_NAMES.to_vec(),
+        Some(name) => vec![*MODEL_NAMES.iter().find(|known| **known == name).ok_or_else(|| unknown_model(name))?],
+    };
+    if model.is_none() && variant.is_some() {
+        // A variant only makes sense for one model: say which models have it.
+        let name = variant.unwrap_or_default();
+        return Err(SpecError::UnknownVariant {
+            model: "(all)".to_string(),
+            name: name.to_string(),
+            valid: vec!["name a model to choose one of its variants".to_string()],
+        });
+    }
+    let mut jobs = Vec::new();
+    for model in models {
+        let variants: Vec<&'static str> = with_model!(model, |M| {
+            match variant {
+                Some(name) => vec![M::resolve_variant(name)?],
+                None => M::VARIANTS.to_vec(),
+            }
+        }, return Err(unknown_model(model)));
+        for variant in variants {
+            // Resolve now so a bad bound is reported before hours of checking.
+            with_model!(model, |M| { M::resolve_bounds(variant, overrides)?; }, return Err(unknown_model(model)));
+            jobs.push(Job { model, variant, overrides: overrides.to_vec() });
+        }
+    }
+    Ok(jobs)
+}
+
+/// Runs one job; `progress` is called while the checker runs.
+pub fn run_job(job: &Job, options: &CheckOptions, progress: &mut dyn FnMut(Progress)) -> Result<CheckReport, SpecError> {
+    with_model!(job.model, |M| {
+        let bounds = M::resolve_bounds(job.variant, &job.overrides)?;
+        let model = M::build(job.variant, &bounds)?;
+        Ok(check::run(model, options, progress))
+    }, Err(unknown_model(job.model)))
+}
+
+/// Serves the stateright Explorer for one model on `address` (blocks).
+pub fn explore(job: &Job, address: &str) -> Result<(), SpecError> {
+    with_model!(job.model, |M| {
+        let bounds = M::resolve_bounds(job.variant, &job.overrides)?;
+        let model = M::build(job.variant, &bounds)?;
+        use stateright::Model;
+        // `serve` blocks until the web server stops.
+        let _checker = model.checker().serve(address);
+        Ok(())
+    }, Err(unknown_model(job.model)))
+}
+
+/// The human report of one job: verdicts, and the shortest trace of every violation.
+pub fn write_human(report: &CheckReport, out: &mut dyn Write) -> std::io::Result<()> {
+    let status = if report.matches_expectations() { "ok" } else { "MISMATCH" };
+    writeln!(out, "{}/{} [{}]  {}", report.model, report.variant, report.bounds, status)?;
+    writeln!(
+        out,
+        "  {} unique states ({} generated), depth {}, {:.2}s, {}",
+        report.unique_states,
+        report.states,
+        report.max_depth,
+        report.seconds,
+        if report.complete { "complete" } else { "INCOMPLETE" }
+    )?;
+    for property in &report.properties {
+        let mark = if property.matches() { "ok  " } else { "FAIL" };
+        let kind = match property.kind {
+            Kind::Always => "always",
+            Kind::Sometimes => "sometimes",
+        };
+        writeln!(
+            out,
+            "  {mark} {:<9} {:<74} {:<9} (expected {})",
+            kind, property.name, property.verdict.to_string(), property.expected
+        )?;
+    }
+    for property in &report.properties {
+        let show = property.verdict == Verdict::Violated || (!property.matches() && property.trace.is_some());
+        let Some(trace) = property.trace.as_ref().filter(|_| show) else { continue };
+        writeln!(out, "  shortest trace for {} ({}):", property.name, property.verdict)?;
+        for step in trace {
+            writeln!(out, "    {:>3}. {}", step.step, step.words)?;
+        }
+    }
+    Ok(())
+}
