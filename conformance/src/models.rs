@@ -5,7 +5,9 @@
 //! shape that lists the valid choices.
 
 use oncecheck_model::check::{self, CheckOptions, CheckReport, Kind, ModelSpec, Progress, SpecError, Verdict};
+use oncecheck_model::idempotency::IdempotencyModel;
 use oncecheck_model::relay::RelayModel;
+use oncecheck_model::token::TokenModel;
 use std::io::Write;
 
 /// Calls `$body` with `$model` bound to each model type's name. The one list of models.
@@ -16,12 +18,20 @@ macro_rules! with_model {
                 type $model = RelayModel;
                 $body
             }
+            "idempotency" => {
+                type $model = IdempotencyModel;
+                $body
+            }
+            "token" => {
+                type $model = TokenModel;
+                $body
+            }
             _ => $unknown,
         }
     };
 }
 
-pub const MODEL_NAMES: &[&str] = &["relay"];
+pub const MODEL_NAMES: &[&str] = &["relay", "idempotency", "token"];
 
 fn unknown_model(name: &str) -> SpecError {
     SpecError::UnknownModel {

@@ -22,7 +22,7 @@ struct Cli {
 enum Command {
     /// Exhaustive BFS of a model (all models and variants at the CI bounds by default).
     Check {
-        /// relay (all models when omitted)
+        /// relay, idempotency or token (all models when omitted)
         model: Option<String>,
         #[arg(long)]
         variant: Option<String>,
