@@ -73,7 +73,10 @@
 //! op expects the seq the previous op was written at, so an uncontended n-op push costs n
 //! transactions and one read (R7). A wrong guess costs one lost round, which hands back the real
 //! counter via ALL_OLD. The contention budget counts lost rounds *in a row*, reset by any other
-//! outcome; between lost rounds the writer sleeps a jittered, exponentially growing backoff. The
+//! outcome. After the first lost round in a row the writer retries at once with the hint (it is
+//! as fresh as the answer that carried it); after a second and later one it sleeps a jittered,
+//! exponentially growing backoff and then reads the counter, because a hint goes stale while
+//! others keep committing (retrying on a stale hint after every pause starves a writer). The
 //! push deadline is checked before every round and raced against the round in flight
 //! (`tokio::time::timeout_at`); a round cut short may still commit, which the re-push finds
 //! through its claim. The store owns retries: the SDK is configured for one attempt per request,
@@ -416,13 +419,21 @@ impl LoopState {
             RoundOutcome::Lost { hint } => {
                 self.lost_in_a_row += 1;
                 self.flipped_at = None;
-                self.counter = hint.map(|value| (value, CounterSource::Hint));
                 if self.lost_in_a_row > lost_rounds_max {
                     return Next::Fail(StoreError::ContentionBudgetExhausted {
                         lost_rounds: self.lost_in_a_row,
                     });
                 }
-                Next::Again { backoff: true }
+                if self.lost_in_a_row == 1 {
+                    // The hint is as fresh as the answer that carried it: use it at once.
+                    self.counter = hint.map(|value| (value, CounterSource::Hint));
+                    Next::Again { backoff: false }
+                } else {
+                    // Lost again: back off. A hint gets stale while sleeping (the others keep
+                    // committing), so the round after the pause reads the counter instead.
+                    self.counter = None;
+                    Next::Again { backoff: true }
+                }
             }
             RoundOutcome::SeqTaken => {
                 // The counter held: it stays known; only the seq moves up past the occupied run.
@@ -872,7 +883,11 @@ impl DynamoDbStore {
                             .collect();
                         settle_cancellation(layout, predecessor, expected, &op.op_id, &reasons)
                     }
-                    other if is_retryable_code(other.code()) => Ok(RoundOutcome::Lost { hint: None }),
+                    // A 5xx or a throttle: the outcome is unknown (or nothing happened); the
+                    // claim makes the retry safe.
+                    other if is_retryable_code(other.code()) || service.raw().status().is_server_error() => {
+                        Ok(RoundOutcome::Lost { hint: None })
+                    }
                     _ => Err(sdk_error("TransactWriteItems", SdkError::ServiceError(service))),
                 }
             }

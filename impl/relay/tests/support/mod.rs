@@ -9,8 +9,12 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use oncecheck_relay::{router, Limits};
+use oncecheck_store::dynamodb::AppendTuning;
 use oncecheck_store::{Appended, DynamoDbStore, MemoryStore, NewOp, OpStore, PushContext, Seq, SqliteStore, StoreError, StoreFuture, StoredOp};
 use tokio::time::Instant;
+
+#[path = "../../../store/tests/support/serial_proxy.rs"]
+pub mod serial_proxy;
 
 pub fn ddb_endpoint() -> String {
     match std::env::var("ONCECHECK_DDB_ENDPOINT") {
@@ -43,8 +47,11 @@ pub async fn backend(name: &str) -> Backend {
             Backend { store: Arc::new(store), _keep: Some(directory) }
         }
         "dynamodb" => {
-            let endpoint = ddb_endpoint();
-            let store = DynamoDbStore::connect(unique("relay"), Some(&endpoint)).await;
+            // Concurrent writers: moto gets one request at a time (see serial_proxy).
+            let endpoint = serial_proxy::serialize_endpoint(ddb_endpoint()).await;
+            // Short backoffs keep the soak quick; the budget (lost rounds in a row) is unchanged.
+            let tuning = AppendTuning { backoff_base: Duration::from_millis(1), backoff_max: Duration::from_millis(20), ..AppendTuning::default() };
+            let store = DynamoDbStore::connect(unique("relay"), Some(&endpoint)).await.with_tuning(tuning);
             store.create_table().await.unwrap_or_else(|error| panic!("creating a table at {endpoint}: {error}"));
             Backend { store: Arc::new(store), _keep: None }
         }

@@ -142,18 +142,27 @@ fn the_flip_applies_only_to_its_seq_and_any_other_outcome_clears_it() {
 #[test]
 fn the_contention_budget_counts_lost_rounds_in_a_row() {
     let mut state = LoopState::default();
-    for _ in 0..3 {
-        assert_eq!(state.after(RoundOutcome::Lost { hint: None }, 0, 1, 3), Next::Again { backoff: true });
+    for round in 1..=3 {
+        assert_eq!(state.after(RoundOutcome::Lost { hint: None }, 0, 1, 3), Next::Again { backoff: round > 1 });
     }
     assert_eq!(state.after(RoundOutcome::PredecessorMissing, 4, 5, 3), Next::Again { backoff: false });
     assert_eq!(state.lost_in_a_row, 0);
-    for _ in 0..3 {
-        assert_eq!(state.after(RoundOutcome::Lost { hint: None }, 0, 1, 3), Next::Again { backoff: true });
+    for round in 1..=3 {
+        assert_eq!(state.after(RoundOutcome::Lost { hint: None }, 0, 1, 3), Next::Again { backoff: round > 1 });
     }
     assert_eq!(
         state.after(RoundOutcome::Lost { hint: None }, 0, 1, 3),
         Next::Fail(StoreError::ContentionBudgetExhausted { lost_rounds: 4 })
     );
+}
+
+#[test]
+fn the_first_lost_round_uses_its_hint_at_once_and_later_ones_back_off_and_re_read() {
+    let mut state = LoopState::default();
+    assert_eq!(state.after(RoundOutcome::Lost { hint: Some(7) }, 4, 5, 3), Next::Again { backoff: false });
+    assert_eq!(state.counter, Some((7, CounterSource::Hint)));
+    assert_eq!(state.after(RoundOutcome::Lost { hint: Some(9) }, 7, 8, 3), Next::Again { backoff: true });
+    assert_eq!(state.counter, None, "a hint goes stale during the pause");
 }
 
 #[test]
