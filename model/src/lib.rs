@@ -9,3 +9,4 @@ pub mod ddb;
 pub mod idempotency;
 pub mod relay;
 pub mod token;
+pub mod trace;

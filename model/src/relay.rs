@@ -132,6 +132,9 @@ pub enum AppendError {
     SeqOverflow,
     /// The claim read-back found a claim of another op id or none at all.
     ClaimUnreadable,
+    /// ADD-era: the allocation or the write was refused (conflict, seq taken); the old build
+    /// failed the push.
+    AddEraWriteRefused,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
@@ -410,7 +413,7 @@ impl RelayModel {
                 key: Key::Claim(op),
                 condition: Condition::AttributeNotExists,
                 operation: Operation::Write(Value::Claim { seq }),
-                return_old_on_failure: false,
+                return_old_on_failure: true,
             });
         }
         let mut predecessor = None;
@@ -454,7 +457,7 @@ impl RelayModel {
                 key: Key::Claim(op),
                 condition: Condition::AttributeNotExists,
                 operation: Operation::Write(Value::Claim { seq }),
-                return_old_on_failure: false,
+                return_old_on_failure: true,
             },
             TransactItem {
                 key: Key::Op(seq),
@@ -504,15 +507,20 @@ impl RelayModel {
         }
     }
 
-    /// A round that ended without progress; over the budget, the append gives up.
-    fn lose_round(&self, writer: &mut Writer, counter: Counter) {
-        writer.counter = counter;
+    /// A round that ended without progress; over the budget, the append gives up. A hint is
+    /// used only after the first lost round in a row: after a backoff it is stale, and the next
+    /// round reads the counter instead.
+    fn lose_round(&self, writer: &mut Writer, hint: Option<Seq>) {
         writer.floor = None;
         writer.flip = None;
         writer.mark_contended();
         //= specs/relay-append.md#R6
         //# The contention budget counts lost rounds in a row; over it the append ends with a typed error.
         writer.lost_in_a_row += 1;
+        writer.counter = match hint {
+            Some(value) if writer.lost_in_a_row == 1 => Counter::Known(value),
+            _ => Counter::Unknown,
+        };
         writer.phase = if writer.lost_in_a_row > self.bounds.lost_rounds_max {
             Phase::Failed(AppendError::ContentionExhausted)
         } else {
@@ -520,25 +528,38 @@ impl RelayModel {
         };
     }
 
-    /// What a new-build writer does with a cancelled round (the seed's ranking of reasons).
-    fn settle_new_build(&self, writer: &mut Writer, round: Round, reasons: &[Reason], anomalies: &mut WriterAnomalies) {
+    /// What a new-build writer does with a cancelled round: the store's ranking of reasons
+    /// (claim, counter, conflict, seq taken, predecessor). Answers the op's seq when the claim's
+    /// ALL_OLD image names it.
+    fn settle_new_build(
+        &self,
+        writer: &mut Writer,
+        round: Round,
+        reasons: &[Reason],
+        anomalies: &mut WriterAnomalies,
+    ) -> Option<Seq> {
         let layout = self.layout(Build::New, &round);
         let reason_at = |index: Option<usize>| index.map(|index| reasons[index]).unwrap_or(Reason::None);
         writer.mark_contended();
-        // The claim outranks every other reason: the op id is already stored somewhere.
-        if let Reason::ConditionalCheckFailed { .. } = reason_at(layout.claim) {
-            if let Reason::ConditionalCheckFailed { old: Some(Value::Counter { next_seq }) } =
-                reason_at(layout.counter)
-            {
-                writer.counter = Counter::Known(next_seq);
-            }
-            writer.phase = Phase::ReadingClaim { op: round.op };
-            return;
-        }
-        if reasons.contains(&Reason::TransactionConflict) {
-            // Another transaction holds one of our items: no hint, re-read the counter.
-            self.lose_round(writer, Counter::Unknown);
-            return;
+        if let Reason::ConditionalCheckFailed { old } = reason_at(layout.claim) {
+            //= specs/relay-append.md#R3
+            //# Every append of an op id answers the seq it is stored at.
+            // The claim outranks every other reason: the op id is stored already. What the next
+            // op of the push may assume about the counter follows from the counter's reason.
+            writer.counter = match reason_at(layout.counter) {
+                Reason::None => Counter::Known(round.expected),
+                Reason::ConditionalCheckFailed { old: Some(Value::Counter { next_seq }) } => Counter::Known(next_seq),
+                Reason::ConditionalCheckFailed { .. } => Counter::Known(0),
+                Reason::TransactionConflict => Counter::Unknown,
+            };
+            return match old {
+                Some(Value::Claim { seq }) => Some(seq),
+                // No image: read the claim back.
+                _ => {
+                    writer.phase = Phase::ReadingClaim { op: round.op };
+                    None
+                }
+            };
         }
         if let Reason::ConditionalCheckFailed { old } = reason_at(layout.counter) {
             //= specs/relay-append.md#R7
@@ -547,16 +568,29 @@ impl RelayModel {
                 Some(Value::Counter { next_seq }) => next_seq,
                 _ => 0,
             };
-            self.lose_round(writer, Counter::Known(hint));
-            return;
+            self.lose_round(writer, Some(hint));
+            return None;
+        }
+        if reasons.contains(&Reason::TransactionConflict) {
+            // Another transaction holds one of our items: no hint, re-read the counter.
+            self.lose_round(writer, None);
+            return None;
+        }
+        // The counter held: it stands at `expected` and stays known.
+        writer.lost_in_a_row = 0;
+        writer.phase = Phase::Ready;
+        if let Reason::ConditionalCheckFailed { .. } = reasons[layout.op] {
+            // Seq taken while the counter held: occupied seqs above the counter.
+            writer.flip = None;
+            writer.phase = Phase::QueryingTop;
+            return None;
         }
         if let Reason::ConditionalCheckFailed { .. } = reason_at(layout.predecessor) {
-            // The counter stands at `expected` and nothing is writing op seq - 1.
             if round.predecessor == Some(Condition::AttributeNotExists) {
-                // The gap filled meanwhile (an ADD-era writer stored it): a lost round, and the
-                // round after goes back to attribute_exists with the counter still known.
-                self.lose_round(writer, Counter::Known(round.expected));
-                return;
+                // The gap filled meanwhile (an ADD-era writer stored it): the next round goes
+                // back to attribute_exists.
+                writer.flip = None;
+                return None;
             }
             if writer.flip == Some(round.seq) {
                 anomalies.gap_paid_twice = true;
@@ -564,29 +598,20 @@ impl RelayModel {
             //= specs/relay-append.md#R6
             //# A failed attribute_exists while the counter held proves a legacy gap: the next
             //# round, for that seq only, checks attribute_not_exists instead.
-            writer.lost_in_a_row = 0;
             writer.flip = Some(round.seq);
-            writer.phase = Phase::Ready;
-            return;
-        }
-        if let Reason::ConditionalCheckFailed { .. } = reasons[layout.op] {
-            // Seq taken while the counter held: occupied seqs above the counter.
-            writer.lost_in_a_row = 0;
-            writer.flip = None;
-            writer.phase = Phase::QueryingTop;
-            return;
+            return None;
         }
         unreachable!("a cancelled round has a failing reason: {reasons:?}");
     }
 
+    /// The legacy build: a claim that exists is read back; any other cancellation fails the
+    /// push (the old build answered it with a 500), burning the allocated seq.
     fn settle_add_era(&self, writer: &mut Writer, round: Round, reasons: &[Reason]) {
         writer.mark_contended();
-        if let Reason::ConditionalCheckFailed { .. } = reasons[0] {
-            writer.phase = Phase::ReadingClaim { op: round.op };
-            return;
-        }
-        // A conflict or a taken seq: the legacy code allocates again, burning the seq.
-        self.lose_round(writer, Counter::Unknown);
+        writer.phase = match reasons[0] {
+            Reason::ConditionalCheckFailed { .. } => Phase::ReadingClaim { op: round.op },
+            _ => Phase::Failed(AppendError::AddEraWriteRefused),
+        };
     }
 }
 
@@ -675,7 +700,10 @@ impl Model for RelayModel {
                 let writer = &mut state.writers[index];
                 match outcome {
                     Ok(seq) => writer.phase = Phase::Allocated { seq },
-                    Err(Reason::TransactionConflict) => self.lose_round(writer, Counter::Unknown),
+                    Err(Reason::TransactionConflict) => {
+                        writer.mark_contended();
+                        writer.phase = Phase::Failed(AppendError::AddEraWriteRefused);
+                    }
                     Err(_) => writer.phase = Phase::Failed(AppendError::SeqOverflow),
                 }
             }
@@ -718,13 +746,16 @@ impl Model for RelayModel {
                         };
                         self.op_done(index, writer, &mut state.anomalies);
                     }
-                    TransactOutcome::Cancelled(reasons) => {
-                        let writer = &mut state.writers[index];
-                        match self.build_of(index) {
-                            Build::New => self.settle_new_build(writer, round, &reasons, &mut state.anomalies),
-                            Build::AddEra => self.settle_add_era(writer, round, &reasons),
+                    TransactOutcome::Cancelled(reasons) => match self.build_of(index) {
+                        Build::New => {
+                            let writer = &mut state.writers[index];
+                            if let Some(seq) = self.settle_new_build(writer, round, &reasons, &mut state.anomalies) {
+                                Self::answer(&mut state, round.op, seq);
+                                self.op_done(index, &mut state.writers[index], &mut state.anomalies);
+                            }
                         }
-                    }
+                        Build::AddEra => self.settle_add_era(&mut state.writers[index], round, &reasons),
+                    },
                 }
             }
             Action::ResponseLost { writer } => {
@@ -876,10 +907,15 @@ fn reach_round_lost_to_stale_counter(_: &RelayModel, state: &RelayState) -> bool
     })
 }
 
-fn reach_repush_reads_its_claim(_: &RelayModel, state: &RelayState) -> bool {
-    state.writers.iter().any(|writer| {
-        matches!(writer.phase, Phase::ReadingClaim { op } if state.table.read(Key::Claim(op)).is_some())
-    }) && state.answers.values().all(|seqs| seqs.len() == 1)
+fn reach_repush_finds_its_claim(_: &RelayModel, state: &RelayState) -> bool {
+    let image_names_seq = in_flight(state).any(|(_, outcome)| match outcome {
+        TransactOutcome::Cancelled(reasons) => reasons
+            .iter()
+            .any(|reason| matches!(reason, Reason::ConditionalCheckFailed { old: Some(Value::Claim { .. }) })),
+        _ => false,
+    });
+    let reading_back = state.writers.iter().any(|writer| matches!(writer.phase, Phase::ReadingClaim { .. }));
+    image_names_seq || reading_back
 }
 
 fn reach_round_lost_to_conflict(_: &RelayModel, state: &RelayState) -> bool {
@@ -938,7 +974,7 @@ const SOMETIMES: &[(&str, &str, fn(&RelayModel, &RelayState) -> bool)] = &[
     ("R1", "R1 reach: a puller receives a new op", reach_puller_receives_new_op),
     ("R1", "R1 reach: an op becomes visible after a later op's transaction was sent", reach_op_visible_after_later_round_sent),
     ("R2", "R2 reach: a round is lost to a stale counter", reach_round_lost_to_stale_counter),
-    ("R3", "R3 reach: a re-push reads back its own claim", reach_repush_reads_its_claim),
+    ("R3", "R3 reach: a re-push finds its own claim", reach_repush_finds_its_claim),
     ("R4", "R4 reach: a floor step over occupied seqs commits", reach_floor_step_commits),
     ("R5", "R5 reach: a legacy gap is crossed by a flip", reach_gap_crossed_by_flip),
     ("R6", "R6 reach: a round is lost to a conflict", reach_round_lost_to_conflict),
@@ -1043,7 +1079,7 @@ impl RelayModel {
             Variant::AddEra => &[
                 "R1 reach: an op becomes visible after a later op's transaction was sent",
                 "R2 reach: a round is lost to a stale counter",
-                "R3 reach: a re-push reads back its own claim",
+                "R3 reach: a re-push finds its own claim",
                 "R6 reach: a round is lost to a conflict",
                 "R4 reach: a floor step over occupied seqs commits",
                 "R5 reach: a legacy gap is crossed by a flip",
@@ -1055,7 +1091,7 @@ impl RelayModel {
             ],
             // An ADD-era writer's burned seq is a legacy gap to the new writer: it is crossed.
             Variant::Mixed => &[
-                "R3 reach: a re-push reads back its own claim",
+                "R3 reach: a re-push finds its own claim",
                 "R4 reach: a floor step over occupied seqs commits",
                 "R8 reach: a puller folds three ops",
             ],
@@ -1126,8 +1162,14 @@ pub fn describe(model: &RelayModel, before: &RelayState, action: &Action, after:
             let Phase::Sent { round, outcome } = &before.writers[writer as usize].phase else {
                 return format!("{name} receives a response");
             };
+            let answered = after.writers[writer as usize].next_op > before.writers[writer as usize].next_op
+                || after.writers[writer as usize].phase == Phase::Done;
             let next = match &after.writers[writer as usize].phase {
                 Phase::Failed(error) => format!("append fails: {error:?}"),
+                _ if answered && *outcome != TransactOutcome::Committed => {
+                    let seq = after.answers.get(&round.op).and_then(|seqs| seqs.iter().next()).copied().unwrap_or(0);
+                    format!("claim exists: {} answered with its seq {seq}", op_name(round.op))
+                }
                 Phase::ReadingClaim { .. } => "claim exists: read it back".to_string(),
                 Phase::QueryingTop => "seq taken: find the top".to_string(),
                 _ if *outcome == TransactOutcome::Committed => {
@@ -1152,7 +1194,7 @@ pub fn describe(model: &RelayModel, before: &RelayState, action: &Action, after:
                 Some(value) => value.to_string(),
                 None => "nothing".to_string(),
             };
-            format!("{} GetItem claim {} -> {found}", writer_name(model, writer), op_name(op))
+            format!("{} Query claim {} -> {found}", writer_name(model, writer), op_name(op))
         }
         Action::WriterQueriesTop { writer } => format!(
             "{} Query seq>0 reverse limit 1 -> {}",
@@ -1178,6 +1220,8 @@ pub fn describe(model: &RelayModel, before: &RelayState, action: &Action, after:
         }
     }
 }
+
+pub mod encoding;
 
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,316 @@
+//! Model paths as trace files in the Informal Trace Format (ITF, Apalache/Quint), and back.
+//!
+//! A trace is data: `#meta` names the model, variant, bounds and the property the trace shows;
+//! `vars` lists the state variables; every state records its variables plus `mbt::actionTaken`
+//! (the action that led to it, `init` for the first) and `mbt::nondetPicks` (that action's
+//! parameters). Integers are written `{"#bigint": "n"}`, sets `{"#set": [...]}`, maps
+//! `{"#map": [[k, v], ...]}`, as the ITF specification requires.
+//!
+//! Loading is strict: the loader rebuilds the model from `#meta`, re-executes every action
+//! (which must be enabled in the state before it) and compares every variable of every state
+//! with what the model computes. A file that is malformed, truncated, of another model, or that
+//! no longer matches the model is rejected with the step and the field named.
+//!
+//! Nothing here does I/O: callers read and write the files.
+
+use crate::check::{Bounds, ModelSpec};
+use serde_json::{json, Map, Value as Json};
+use std::fmt::Debug;
+use std::hash::Hash;
+
+/// How a model's states and actions are written to and read from ITF.
+pub trait TraceEncoding: ModelSpec
+where
+    Self::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
+    Self::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    /// The state variables, in the order of `vars`.
+    const VARS: &'static [&'static str];
+    /// The variables of one state, keyed by the names in `VARS`.
+    fn encode_state(&self, state: &Self::State) -> Map<String, Json>;
+    /// The action's name and its parameters (`mbt::nondetPicks`).
+    fn encode_action(&self, action: &Self::Action) -> (String, Map<String, Json>);
+    /// The inverse of `encode_action`; the error names the offending parameter.
+    fn decode_action(&self, name: &str, picks: &Map<String, Json>) -> Result<Self::Action, String>;
+}
+
+/// Why a trace file was rejected. `step` is the index of the state (0 = initial).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceError {
+    pub step: Option<usize>,
+    pub field: String,
+    pub message: String,
+}
+
+impl std::fmt::Display for TraceError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self.step {
+            Some(step) => write!(f, "step {step}, field `{}`: {}", self.field, self.message),
+            None => write!(f, "field `{}`: {}", self.field, self.message),
+        }
+    }
+}
+
+impl std::error::Error for TraceError {}
+
+fn error(step: Option<usize>, field: &str, message: impl Into<String>) -> TraceError {
+    TraceError { step, field: field.to_string(), message: message.into() }
+}
+
+/// An ITF integer.
+pub fn int(value: i64) -> Json {
+    json!({ "#bigint": value.to_string() })
+}
+
+/// Reads an ITF integer (`#bigint`, or a plain JSON number, which ITF readers also accept).
+pub fn read_int(value: &Json) -> Option<i64> {
+    match value {
+        Json::Number(number) => number.as_i64(),
+        Json::Object(object) => object.get("#bigint")?.as_str()?.parse().ok(),
+        _ => None,
+    }
+}
+
+pub fn set(values: impl IntoIterator<Item = Json>) -> Json {
+    json!({ "#set": values.into_iter().collect::<Vec<_>>() })
+}
+
+pub fn map(pairs: impl IntoIterator<Item = (Json, Json)>) -> Json {
+    json!({ "#map": pairs.into_iter().map(|(key, value)| json!([key, value])).collect::<Vec<_>>() })
+}
+
+/// What a trace shows, written into `#meta`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TraceMeta {
+    /// `counterexample` (of an `always`), `example` (of a `sometimes`) or `path` (covering set).
+    pub kind: String,
+    /// The property a counterexample or example demonstrates.
+    pub property: Option<String>,
+    pub description: String,
+}
+
+/// Writes a path as an ITF trace.
+pub fn to_itf<M>(model: &M, path: &[(M::State, Option<M::Action>)], meta: &TraceMeta) -> Json
+where
+    M: TraceEncoding,
+    M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let mut states = Vec::with_capacity(path.len());
+    let mut taken: Option<&M::Action> = None;
+    for (index, (state, next_action)) in path.iter().enumerate() {
+        let mut vars = model.encode_state(state);
+        let (name, picks) = match taken {
+            None => ("init".to_string(), Map::new()),
+            Some(action) => model.encode_action(action),
+        };
+        vars.insert("mbt::actionTaken".to_string(), Json::String(name));
+        vars.insert("mbt::nondetPicks".to_string(), Json::Object(picks));
+        let mut object = Map::new();
+        object.insert("#meta".to_string(), json!({ "index": index }));
+        object.extend(vars);
+        states.push(Json::Object(object));
+        taken = next_action.as_ref();
+    }
+    let bounds: Map<String, Json> =
+        model.bounds().0.iter().map(|(key, value)| (key.clone(), json!(value))).collect();
+    let mut vars: Vec<&str> = M::VARS.to_vec();
+    vars.extend(["mbt::actionTaken", "mbt::nondetPicks"]);
+    json!({
+        "#meta": {
+            "format": "ITF",
+            "format-description": "https://apalache-mc.org/docs/adr/015adr-trace.html",
+            "source": "oncecheck",
+            "model": M::NAME,
+            "variant": model.variant(),
+            "bounds": bounds,
+            "kind": meta.kind,
+            "property": meta.property,
+            "description": meta.description,
+        },
+        "vars": vars,
+        "states": states,
+    })
+}
+
+/// A trace read back and re-executed against the model.
+pub struct LoadedTrace<M: stateright::Model> {
+    pub model: M,
+    pub meta: TraceMeta,
+    /// The model's path: every state, with the action taken from it (none for the last).
+    pub path: Vec<(M::State, Option<M::Action>)>,
+}
+
+/// The `#meta` header alone: enough to pick the model before decoding the rest.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Header {
+    pub model: String,
+    pub variant: String,
+    pub bounds: Vec<(String, u32)>,
+}
+
+pub fn read_header(document: &Json) -> Result<Header, TraceError> {
+    let meta = document.get("#meta").and_then(Json::as_object).ok_or_else(|| error(None, "#meta", "missing or not an object"))?;
+    let text = |field: &str| -> Result<String, TraceError> {
+        meta.get(field)
+            .and_then(Json::as_str)
+            .map(str::to_string)
+            .ok_or_else(|| error(None, &format!("#meta.{field}"), "missing or not a string"))
+    };
+    if text("format")? != "ITF" {
+        return Err(error(None, "#meta.format", "not an ITF trace"));
+    }
+    let bounds_object = meta
+        .get("bounds")
+        .and_then(Json::as_object)
+        .ok_or_else(|| error(None, "#meta.bounds", "missing or not an object"))?;
+    let mut bounds = Vec::new();
+    for (key, value) in bounds_object {
+        let value = read_int(value)
+            .and_then(|value| u32::try_from(value).ok())
+            .ok_or_else(|| error(None, &format!("#meta.bounds.{key}"), "not a non-negative integer"))?;
+        bounds.push((key.clone(), value));
+    }
+    Ok(Header { model: text("model")?, variant: text("variant")?, bounds })
+}
+
+/// Reads and re-executes a trace of model `M`. Every error names the step and the field.
+pub fn from_itf<M>(document: &Json) -> Result<LoadedTrace<M>, TraceError>
+where
+    M: TraceEncoding,
+    M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let header = read_header(document)?;
+    if header.model != M::NAME {
+        return Err(error(None, "#meta.model", format!("a trace of model `{}`, expected `{}`", header.model, M::NAME)));
+    }
+    let variant = M::resolve_variant(&header.variant).map_err(|e| error(None, "#meta.variant", e.to_string()))?;
+    let bounds = Bounds::resolve(M::BOUNDS, &header.bounds).map_err(|e| error(None, "#meta.bounds", e.to_string()))?;
+    if let Some(missing) = M::BOUNDS.iter().find(|spec| !header.bounds.iter().any(|(key, _)| key == spec.key)) {
+        return Err(error(None, &format!("#meta.bounds.{}", missing.key), "missing"));
+    }
+    let model = M::build(variant, &bounds).map_err(|e| error(None, "#meta", e.to_string()))?;
+    let meta_object = document.get("#meta").and_then(Json::as_object).expect("read_header checked #meta");
+    let meta = TraceMeta {
+        kind: meta_object.get("kind").and_then(Json::as_str).unwrap_or("path").to_string(),
+        property: meta_object.get("property").and_then(Json::as_str).map(str::to_string),
+        description: meta_object.get("description").and_then(Json::as_str).unwrap_or_default().to_string(),
+    };
+    let states = document.get("states").and_then(Json::as_array).ok_or_else(|| error(None, "states", "missing or not a list"))?;
+    if states.is_empty() {
+        return Err(error(None, "states", "empty: a trace has at least its initial state"));
+    }
+    let mut path: Vec<(M::State, Option<M::Action>)> = Vec::with_capacity(states.len());
+    for (index, recorded) in states.iter().enumerate() {
+        let step = Some(index);
+        let recorded = recorded.as_object().ok_or_else(|| error(step, "(state)", "not an object"))?;
+        let taken = recorded
+            .get("mbt::actionTaken")
+            .and_then(Json::as_str)
+            .ok_or_else(|| error(step, "mbt::actionTaken", "missing or not a string"))?;
+        let picks = recorded
+            .get("mbt::nondetPicks")
+            .and_then(Json::as_object)
+            .ok_or_else(|| error(step, "mbt::nondetPicks", "missing or not an object"))?;
+        let state = if index == 0 {
+            if taken != "init" {
+                return Err(error(step, "mbt::actionTaken", format!("the first state must be `init`, found `{taken}`")));
+            }
+            let encoded: Vec<(M::State, Map<String, Json>)> =
+                model.init_states().into_iter().map(|state| { let vars = model.encode_state(&state); (state, vars) }).collect();
+            encoded
+                .into_iter()
+                .find(|(_, vars)| vars.iter().all(|(name, value)| recorded.get(name) == Some(value)))
+                .map(|(state, _)| state)
+                .ok_or_else(|| error(step, "(state)", "matches none of the model's initial states at these bounds"))?
+        } else {
+            let action = model.decode_action(taken, picks).map_err(|message| error(step, "mbt::nondetPicks", message))?;
+            let before = &path.last().expect("a state before every step").0;
+            let mut enabled = Vec::new();
+            model.actions(before, &mut enabled);
+            if !enabled.contains(&action) {
+                return Err(error(step, "mbt::actionTaken", format!("{action:?} is not enabled in the state before it")));
+            }
+            let after = model
+                .next_state(before, action.clone())
+                .ok_or_else(|| error(step, "mbt::actionTaken", format!("{action:?} leads nowhere")))?;
+            path.last_mut().expect("a state before every step").1 = Some(action);
+            after
+        };
+        let computed = model.encode_state(&state);
+        for name in M::VARS {
+            let in_file = recorded.get(*name).ok_or_else(|| error(step, name, "missing"))?;
+            let expected = computed.get(*name).expect("encode_state writes every var");
+            if in_file != expected {
+                return Err(error(step, name, format!("the file says {in_file} but the model computes {expected}")));
+            }
+        }
+        path.push((state, None));
+    }
+    Ok(LoadedTrace { model, meta, path })
+}
+
+/// A small deterministic generator (SplitMix64) so sampled paths are reproducible from a seed
+/// without a dependency in the model crate.
+#[derive(Debug, Clone)]
+pub struct SplitMix64(u64);
+
+impl SplitMix64 {
+    pub fn new(seed: u64) -> SplitMix64 {
+        SplitMix64(seed)
+    }
+
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9E37_79B9_7F4A_7C15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+        z ^ (z >> 31)
+    }
+
+    pub fn below(&mut self, bound: usize) -> usize {
+        (self.next_u64() % bound as u64) as usize
+    }
+}
+
+/// Up to `count` distinct random walks, each run until no action is enabled or `depth_max`
+/// steps, starting from the initial states in turn. Reproducible from `seed`.
+pub fn random_paths<M>(model: &M, count: usize, seed: u64, depth_max: usize) -> Vec<Vec<(M::State, Option<M::Action>)>>
+where
+    M: ModelSpec,
+    M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let mut generator = SplitMix64::new(seed);
+    let initial = model.init_states();
+    let mut seen = std::collections::HashSet::new();
+    let mut paths = Vec::new();
+    let attempts_max = count.saturating_mul(20);
+    for attempt in 0..attempts_max {
+        if paths.len() == count {
+            break;
+        }
+        let mut state = initial[attempt % initial.len()].clone();
+        let mut path: Vec<(M::State, Option<M::Action>)> = Vec::new();
+        let mut actions = Vec::new();
+        let mut signature = vec![format!("init {}", attempt % initial.len())];
+        for _ in 0..depth_max {
+            actions.clear();
+            model.actions(&state, &mut actions);
+            if actions.is_empty() {
+                break;
+            }
+            let action = actions.swap_remove(generator.below(actions.len()));
+            let Some(next) = model.next_state(&state, action.clone()) else { break };
+            signature.push(format!("{action:?}"));
+            path.push((state, Some(action)));
+            state = next;
+        }
+        path.push((state, None));
+        if seen.insert(signature) {
+            paths.push(path);
+        }
+    }
+    paths
+}
