@@ -47,7 +47,7 @@ pub fn parse_value(raw: &[u8]) -> Result<String, KeyError> {
     let key = if trimmed.first() == Some(&b'"') { unquote(trimmed)? } else { trimmed.to_vec() };
     validate(&key)?;
     // Validation guarantees ASCII, so this conversion cannot fail.
-    Ok(String::from_utf8(key).map_err(|_| KeyError::NotVisibleAscii)?)
+    String::from_utf8(key).map_err(|_| KeyError::NotVisibleAscii)
 }
 
 fn trim_spaces(raw: &[u8]) -> &[u8] {

@@ -534,6 +534,16 @@ async fn finalize<St: CacheStore>(
     let behaviour = shared.config.behaviour;
     let fencing = fencing_of(behaviour);
     let attempts_max = if behaviour == Behaviour::PreFix { 1 } else { shared.config.finalize_attempts_max };
+    // Defensive: a full body over the cap is a caller bug; store the sentinel rather than a row
+    // the cap promises never exists.
+    let cap = shared.config.body_bytes_max;
+    let write = match write {
+        Write::Success(record @ SuccessRecord { body: CachedBody::Full(data), .. }) if data.len() > cap => {
+            tracing::warn!(event = "idempotency.oversize_full_body", key = %key.key, bytes = data.len(), cap);
+            Write::Success(SuccessRecord { body: CachedBody::TooLarge, ..record })
+        }
+        other => other,
+    };
     let mut last_error = None;
     for attempt in 1..=attempts_max {
         let now = shared.clock.now_millis();

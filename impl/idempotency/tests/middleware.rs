@@ -393,3 +393,26 @@ on_both_stores! {
     row_expiry: 4,
     concurrent_duplicates: 4,
 }
+
+/// Database round trips: a first request claims and finalizes (2 statements); a replay is one
+/// statement on PostgreSQL (the claim reads the row it found) and two on SQLite.
+async fn round_trips<St: TestStore>(store: St, replay_trips: u64) {
+    let handler = Handler::new(vec![Script::ok(vec![Step::Data(5)])]);
+    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let before = store.round_trips();
+    send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(store.round_trips() - before, 2, "claim + finalize");
+    let before = store.round_trips();
+    assert_eq!(send(&app, post(Some("k1"), "x")).await.replayed(), Some("true"));
+    assert_eq!(store.round_trips() - before, replay_trips);
+}
+
+#[tokio::test]
+async fn sqlite_round_trips() {
+    round_trips(sqlite_store(4).await, 2).await
+}
+
+#[tokio::test]
+async fn postgres_round_trips() {
+    round_trips(postgres_store(4).await, 1).await
+}

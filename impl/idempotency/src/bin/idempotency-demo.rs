@@ -2,7 +2,7 @@
 //! the Idempotency-Key layer whose cache lives in the same database. Try it with curl:
 //!
 //! ```text
-//! cargo run -p oncecheck-idempotency --bin idempotency-demo -- --listen 127.0.0.1:3000
+//! cargo run -p oncecheck-idempotency --features demo --bin idempotency-demo -- --listen 127.0.0.1:3000
 //! curl -i -X POST localhost:3000/transfers -H 'Idempotency-Key: t-1' -H 'Authorization: Bearer alice' \
 //!      -H 'content-type: application/json' -d '{"from":"alice","to":"bob","amount":5}'
 //! # the same again: a replay (idempotency-replayed: true), the money moved once

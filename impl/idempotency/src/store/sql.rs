@@ -2,8 +2,9 @@
 //! sqlx binds by number on SQLite too), generated for each pool type by one macro so the two
 //! cannot drift apart.
 //!
-//! Round trips: a first request costs one statement to claim and one to finalize; a replay, a
-//! conflict or a mismatch costs the claim statement plus one read of the row.
+//! Round trips: a first request costs one statement to claim and one to finalize. A replay, a
+//! conflict or a mismatch costs one statement on PostgreSQL (the claim reads the row it found in
+//! the same statement) and two on SQLite (which has no data-modifying CTEs; both are in-process).
 //! These stores use std atomics for their counters, not `crate::sync`: they never run under shuttle.
 
 use super::*;
@@ -13,7 +14,9 @@ use std::sync::Arc;
 /// Claims a key in one atomic statement: insert a processing row, or take over a row that is
 /// expired, or whose lease expired, or that failed, with the same fingerprint. The generation
 /// only ever grows, so every claim of a key is distinguishable from every other (M8).
-const CLAIM_SQL: &str = "
+macro_rules! claim_sql {
+    () => {
+        "
 INSERT INTO idempotency_keys AS existing
     (scope, method, path, idempotency_key, fingerprint, status, generation,
      lease_expires_at, expires_at, created_at, updated_at)
@@ -34,7 +37,26 @@ WHERE existing.expires_at <= $8
    OR (existing.fingerprint = excluded.fingerprint
        AND ((existing.status = 'processing' AND existing.lease_expires_at <= $8)
             OR existing.status = 'failed'))
-RETURNING generation";
+RETURNING generation"
+    };
+}
+const CLAIM_SQL: &str = claim_sql!();
+
+/// PostgreSQL: the claim and the read of the row as it was before it, in one round trip. A
+/// data-modifying CTE runs against the statement's snapshot, so `stored` is the row the claim
+/// found (absent if another transaction created it after the snapshot: then it is read again).
+const CLAIM_AND_READ_SQL: &str = concat!(
+    "WITH claimed AS (",
+    claim_sql!(),
+    ")
+SELECT claimed.generation AS claimed_generation, stored.fingerprint, stored.status,
+       stored.lease_expires_at, stored.expires_at, stored.response_status,
+       stored.response_headers, stored.response_body, stored.body_too_large
+FROM (SELECT 1) AS one
+LEFT JOIN claimed ON TRUE
+LEFT JOIN idempotency_keys AS stored
+  ON stored.scope = $1 AND stored.method = $2 AND stored.path = $3 AND stored.idempotency_key = $4"
+);
 
 const READ_SQL: &str = "
 SELECT fingerprint, status, lease_expires_at, expires_at, response_status, response_headers,
@@ -71,7 +93,7 @@ WHERE scope = $1 AND method = $2 AND path = $3 AND idempotency_key = $4 AND $5 =
 const PURGE_SQL: &str = "DELETE FROM idempotency_keys WHERE expires_at <= $1";
 
 macro_rules! sql_store {
-    ($(#[$doc:meta])* $store:ident, $database:ty, $pool:ty, $migration:literal) => {
+    ($(#[$doc:meta])* $store:ident, $database:ty, $pool:ty, $migration:literal, claim_reads_row: $combined:expr) => {
         $(#[$doc])*
         #[derive(Debug, Clone)]
         pub struct $store {
@@ -133,6 +155,41 @@ macro_rules! sql_store {
                 let key = request.key;
                 for _ in 0..CLAIM_ATTEMPTS_MAX {
                     self.round_trips.fetch_add(1, Ordering::Relaxed);
+                    if $combined {
+                        let row = sqlx::query(CLAIM_AND_READ_SQL)
+                            .bind(&key.scope)
+                            .bind(&key.method)
+                            .bind(&key.path)
+                            .bind(&key.key)
+                            .bind(&request.fingerprint.0[..])
+                            .bind(request.now_millis + request.lease_millis)
+                            .bind(request.now_millis + request.row_ttl_millis)
+                            .bind(request.now_millis)
+                            .fetch_one(&self.pool)
+                            .await?;
+                        if let Some(generation) = row.try_get::<Option<i64>, _>("claimed_generation")? {
+                            return Ok(ClaimOutcome::Claimed { generation });
+                        }
+                        let found = match row.try_get::<Option<Vec<u8>>, _>("fingerprint")? {
+                            Some(fingerprint) => Some(ExistingRow {
+                                fingerprint,
+                                status: row.try_get("status")?,
+                                lease_expires_at: row.try_get("lease_expires_at")?,
+                                expires_at: row.try_get("expires_at")?,
+                                response_status: row.try_get("response_status")?,
+                                response_headers: row.try_get("response_headers")?,
+                                response_body: row.try_get("response_body")?,
+                                body_too_large: row.try_get("body_too_large")?,
+                            }),
+                            // Created after this statement's snapshot: read it as it is now.
+                            None => self.read(key).await?,
+                        };
+                        let Some(existing) = found else { continue };
+                        match classify(existing, request.fingerprint, request.now_millis)? {
+                            Classified::Outcome(outcome) => return Ok(outcome),
+                            Classified::Retry => continue,
+                        }
+                    }
                     let claimed = sqlx::query(CLAIM_SQL)
                         .bind(&key.scope)
                         .bind(&key.method)
@@ -233,7 +290,8 @@ sql_store!(
     PostgresStore,
     sqlx::Postgres,
     sqlx::PgPool,
-    "../../migrations/postgres/0001_idempotency_keys.sql"
+    "../../migrations/postgres/0001_idempotency_keys.sql",
+    claim_reads_row: true
 );
 
 sql_store!(
@@ -241,5 +299,6 @@ sql_store!(
     SqliteStore,
     sqlx::Sqlite,
     sqlx::SqlitePool,
-    "../../migrations/sqlite/0001_idempotency_keys.sql"
+    "../../migrations/sqlite/0001_idempotency_keys.sql",
+    claim_reads_row: false
 );
