@@ -141,6 +141,12 @@ pub struct LoadedTrace<M: stateright::Model> {
     pub path: Vec<(M::State, Option<M::Action>)>,
 }
 
+impl<M: stateright::Model> std::fmt::Debug for LoadedTrace<M> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "LoadedTrace({:?}, {} states)", self.meta, self.path.len())
+    }
+}
+
 /// The `#meta` header alone: enough to pick the model before decoding the rest.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Header {
@@ -313,4 +319,99 @@ where
         }
     }
     paths
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::check::shortest_paths;
+    use crate::relay::RelayModel;
+    use stateright::Model;
+
+    fn counterexample() -> (RelayModel, Json) {
+        let bounds = RelayModel::resolve_bounds("add-era", &[]).unwrap();
+        let model = RelayModel::build("add-era", &bounds).unwrap();
+        let def = model.property_defs().into_iter().find(|def| def.id == "R1").unwrap();
+        let path = shortest_paths(&model, &[(def.name, def.condition, false)]).remove(def.name).unwrap();
+        let meta = TraceMeta { kind: "counterexample".into(), property: Some(def.name.into()), description: String::new() };
+        let document = to_itf(&model, &path, &meta);
+        (model, document)
+    }
+
+    #[test]
+    fn a_trace_loads_back_to_the_same_path() {
+        let (_, document) = counterexample();
+        let loaded = from_itf::<RelayModel>(&document).unwrap();
+        assert_eq!(loaded.path.len(), 6);
+        assert_eq!(loaded.meta.property.as_deref(), Some("R1 no-skip"));
+        let text = serde_json::to_string(&document).unwrap();
+        assert!(text.contains(r#""mbt::actionTaken":"WriterAddsToCounter""#));
+        assert!(text.contains(r##"{"#bigint":"2"}"##), "integers are ITF bigints");
+    }
+
+    #[test]
+    fn a_truncated_or_edited_trace_is_rejected_with_step_and_field() {
+        let (_, document) = counterexample();
+        let mut edited = document.clone();
+        edited["states"][3]["mbt::nondetPicks"]["writer"] = int(7);
+        let error = from_itf::<RelayModel>(&edited).unwrap_err();
+        assert_eq!(error.step, Some(3));
+        assert_eq!(error.field, "mbt::nondetPicks");
+        assert!(error.message.contains("names no actor"), "{error}");
+
+        let mut drifted = document.clone();
+        drifted["states"][2]["items"] = map([]);
+        let error = from_itf::<RelayModel>(&drifted).unwrap_err();
+        assert_eq!((error.step, error.field.as_str()), (Some(2), "items"));
+
+        let mut reordered = document.clone();
+        let states = reordered["states"].as_array_mut().unwrap();
+        states.swap(1, 2);
+        let error = from_itf::<RelayModel>(&reordered).unwrap_err();
+        assert_eq!(error.step, Some(1));
+
+        let mut empty = document.clone();
+        empty["states"] = Json::Array(vec![]);
+        assert_eq!(from_itf::<RelayModel>(&empty).unwrap_err().field, "states");
+    }
+
+    #[test]
+    fn a_trace_of_another_model_or_with_other_bounds_is_rejected() {
+        let (_, document) = counterexample();
+        let mut other = document.clone();
+        other["#meta"]["model"] = Json::String("idempotency".into());
+        let error = from_itf::<RelayModel>(&other).unwrap_err();
+        assert_eq!(error.field, "#meta.model");
+
+        let mut bounds = document.clone();
+        bounds["#meta"]["bounds"]["pullers"] = json!(9);
+        let error = from_itf::<RelayModel>(&bounds).unwrap_err();
+        assert_eq!(error.field, "#meta.bounds");
+        assert!(error.message.contains("out of range"), "{error}");
+
+        let mut missing = document.clone();
+        missing["#meta"]["bounds"].as_object_mut().unwrap().remove("window");
+        assert_eq!(from_itf::<RelayModel>(&missing).unwrap_err().field, "#meta.bounds.window");
+    }
+
+    #[test]
+    fn random_paths_are_distinct_and_reproducible_from_the_seed() {
+        let bounds = RelayModel::resolve_bounds("fixed", &[]).unwrap();
+        let model = RelayModel::build("fixed", &bounds).unwrap();
+        let first = random_paths(&model, 20, 7, 200);
+        let again = random_paths(&model, 20, 7, 200);
+        assert_eq!(first.len(), 20);
+        let actions = |paths: &Vec<Vec<(crate::relay::RelayState, Option<crate::relay::Action>)>>| -> Vec<Vec<Option<crate::relay::Action>>> {
+            paths.iter().map(|path| path.iter().map(|(_, action)| *action).collect()).collect()
+        };
+        assert_eq!(actions(&first), actions(&again));
+        let other = random_paths(&model, 20, 8, 200);
+        assert_ne!(actions(&first), actions(&other));
+        // Walks run until nothing is enabled: every writer finished, every pull used.
+        for path in &first {
+            let mut enabled = Vec::new();
+            model.actions(&path.last().unwrap().0, &mut enabled);
+            assert!(enabled.is_empty());
+        }
+    }
 }
