@@ -830,8 +830,11 @@ where
         Kind::Always => !(property.condition)(model, state),
         Kind::Sometimes => (property.condition)(model, state),
     };
-    // parent[state] = (previous state, action); the initial states have none.
-    let mut parent: HashMap<M::State, Option<(M::State, M::Action)>> = HashMap::new();
+    // parent[state] = (previous state, action); the initial states have none. The map is only
+    // looked up, never iterated, so the result does not depend on hash order: the queue's order
+    // (initial states, then actions in `actions` order) alone decides which shortest path wins.
+    type Parents<S, A> = HashMap<S, Option<(S, A)>>;
+    let mut parent: Parents<M::State, M::Action> = HashMap::new();
     let mut queue = VecDeque::new();
     for state in model.init_states() {
         parent.entry(state.clone()).or_insert(None);
