@@ -717,3 +717,77 @@ impl<St: CacheStore> Drop for FinalizeGuard<St> {
         }
     }
 }
+
+#[cfg(all(test, not(feature = "shuttle")))]
+mod tests {
+    use super::*;
+    use crate::clock::ManualClock;
+    use crate::store::MemoryStore;
+
+    fn key() -> CacheKey {
+        CacheKey { scope: String::new(), method: "POST".into(), path: "/transfers".into(), key: "k".into() }
+    }
+
+    #[test]
+    fn a_sentinel_replay_is_a_marked_problem_with_the_original_status() {
+        let stored = StoredResponse { status: 201, headers: vec![("x-a".into(), "1".into())], body: StoredBody::TooLarge };
+        let response = replay_response(stored, 1024);
+        assert_eq!(response.status(), StatusCode::CREATED);
+        assert_eq!(response.headers()[REPLAYED_HEADER], "true");
+        assert_eq!(response.headers()["content-type"], "application/problem+json");
+        assert!(response.headers().get("x-a").is_none(), "headers of a body not stored are not replayed");
+    }
+
+    #[test]
+    fn stored_headers_drop_framing_and_the_marker_but_keep_repeats() {
+        let mut headers = HeaderMap::new();
+        headers.insert("content-length", "3".parse().unwrap());
+        headers.insert(REPLAYED_HEADER, "false".parse().unwrap());
+        headers.append("set-cookie", "a=1".parse().unwrap());
+        headers.append("set-cookie", "b=2".parse().unwrap());
+        let stored = stored_headers(&headers);
+        assert_eq!(stored, vec![("set-cookie".to_string(), "a=1".to_string()), ("set-cookie".to_string(), "b=2".to_string())]);
+    }
+
+    #[tokio::test]
+    async fn a_full_body_over_the_cap_is_stored_as_the_sentinel() {
+        let store = MemoryStore::new();
+        let layer = IdempotencyLayer::builder(store.clone()).body_bytes_max(4).clock(ManualClock::new(0)).build();
+        let claim = ClaimRequest {
+            key: &key(),
+            fingerprint: &Fingerprint([0; 32]),
+            now_millis: 0,
+            lease_millis: 1000,
+            row_ttl_millis: 10_000,
+        };
+        let ClaimOutcome::Claimed { generation } = store.claim(claim).await.unwrap() else { panic!("claimed") };
+        let record = SuccessRecord { status: 200, headers: &[], body: CachedBody::Full(b"too long") };
+        let finalized = finalize(&layer.shared, &key(), generation, Write::Success(record)).await;
+        assert_eq!(finalized, Finalized::Applied);
+        let row = store.row(&key()).unwrap();
+        assert_eq!(row.response.unwrap().body, StoredBody::TooLarge);
+    }
+
+    #[tokio::test]
+    async fn a_finalize_without_a_row_is_lost_and_an_error_is_retried() {
+        let store = MemoryStore::new();
+        let layer = IdempotencyLayer::builder(store.clone()).clock(ManualClock::new(0)).build();
+        let finalized = finalize(&layer.shared, &key(), 1, Write::Failure(500)).await;
+        assert_eq!(finalized, Finalized::Lost);
+        let claim = ClaimRequest {
+            key: &key(),
+            fingerprint: &Fingerprint([0; 32]),
+            now_millis: 0,
+            lease_millis: 1000,
+            row_ttl_millis: 10_000,
+        };
+        store.claim(claim).await.unwrap();
+        store.fail_next_finalizes(2);
+        let finalized = finalize(&layer.shared, &key(), 1, Write::Failure(500)).await;
+        assert_eq!(finalized, Finalized::Applied, "the third attempt applies");
+        store.fail_next_finalizes(3);
+        let finalized = finalize(&layer.shared, &key(), 1, Write::Failure(500)).await;
+        assert_eq!(finalized, Finalized::Unknown);
+        assert_eq!(layer.stats().finalize_unknown, 1);
+    }
+}
