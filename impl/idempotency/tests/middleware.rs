@@ -356,7 +356,9 @@ macro_rules! on_both_stores {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name(super::sqlite_store($connections).await).await
+                    let store = super::sqlite_store($connections).await;
+                    super::$name(store.clone()).await;
+                    super::TestStore::teardown(store).await;
                 }
             )*
         }
@@ -364,7 +366,9 @@ macro_rules! on_both_stores {
             $(
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn $name() {
-                    super::$name(super::postgres_store($connections).await).await
+                    let store = super::postgres_store($connections).await;
+                    super::$name(store.clone()).await;
+                    super::TestStore::teardown(store).await;
                 }
             )*
         }

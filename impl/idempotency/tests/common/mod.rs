@@ -145,6 +145,9 @@ pub trait TestStore: CacheStore {
     async fn row_count(&self) -> i64;
     /// A BEFORE UPDATE trigger that raises when a row turns `succeeded` (seed 003's fault).
     async fn break_success_finalize(&self);
+    /// Closes the pool and removes the throwaway database (called after a passing test; a
+    /// failing one leaves its database behind for inspection).
+    async fn teardown(self);
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -173,6 +176,14 @@ macro_rules! row_view {
 }
 
 impl TestStore for SqliteStore {
+    async fn teardown(self) {
+        let path = self.pool().connect_options().get_filename().to_path_buf();
+        self.pool().close().await;
+        for suffix in ["", "-wal", "-shm"] {
+            let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+        }
+    }
+
     async fn sole_row(&self) -> Option<RowView> {
         let rows = sqlx::query(ROW_SQL).fetch_all(self.pool()).await.unwrap();
         assert!(rows.len() <= 1, "expected at most one row, found {}", rows.len());
@@ -196,6 +207,16 @@ impl TestStore for SqliteStore {
 }
 
 impl TestStore for PostgresStore {
+    async fn teardown(self) {
+        let name = self.pool().connect_options().get_database().map(str::to_string);
+        self.pool().close().await;
+        if let Some(name) = name {
+            let admin = sqlx::PgPool::connect(&postgres_url()).await.unwrap();
+            sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&admin).await.unwrap();
+            admin.close().await;
+        }
+    }
+
     async fn sole_row(&self) -> Option<RowView> {
         let rows = sqlx::query(ROW_SQL).fetch_all(self.pool()).await.unwrap();
         assert!(rows.len() <= 1, "expected at most one row, found {}", rows.len());
