@@ -413,10 +413,14 @@ async fn round_trips<St: TestStore>(store: St, replay_trips: u64) {
 
 #[tokio::test]
 async fn sqlite_round_trips() {
-    round_trips(sqlite_store(4).await, 2).await
+    let store = sqlite_store(4).await;
+    round_trips(store.clone(), 2).await;
+    store.teardown().await;
 }
 
 #[tokio::test]
 async fn postgres_round_trips() {
-    round_trips(postgres_store(4).await, 1).await
+    let store = postgres_store(4).await;
+    round_trips(store.clone(), 1).await;
+    store.teardown().await;
 }

@@ -42,10 +42,14 @@ async fn over_the_wire<St: TestStore>(store: St) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sqlite_over_the_wire() {
-    over_the_wire(sqlite_store(4).await).await
+    let store = sqlite_store(4).await;
+    over_the_wire(store.clone()).await;
+    store.teardown().await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn postgres_over_the_wire() {
-    over_the_wire(postgres_store(4).await).await
+    let store = postgres_store(4).await;
+    over_the_wire(store.clone()).await;
+    store.teardown().await;
 }
