@@ -799,7 +799,22 @@ impl ModelSpec for IdempotencyModel {
                 if *committed { "did" } else { "did not" }
             ),
             Action::TailStreams { client } => format!("{}: the over-cap tail streams; the client has every byte", name(client)),
-            Action::ClientCancels { client } => format!("{} cancels (drops the response future)", name(client)),
+            Action::ClientCancels { client } => {
+                let during = match before.clients[*client].stage {
+                    Stage::Claiming => "while the key is claimed",
+                    Stage::Running { .. } => "while the handler runs",
+                    Stage::Capturing { .. } => "while the middleware reads the body",
+                    Stage::Finalizing { .. } => "while the finalize is in flight",
+                    Stage::Streaming => "while the tail streams",
+                    _ => "",
+                };
+                let guard = if matches!(after.clients[*client].stage, Stage::Guarding { .. }) {
+                    "; the drop guard takes over"
+                } else {
+                    ""
+                };
+                format!("{} cancels (drops the response future) {during}{guard}", name(client))
+            }
             Action::GuardFinalizes { client } => format!(
                 "{}: drop guard finalizes succeeded(too_large), {}",
                 name(client),
@@ -941,7 +956,7 @@ mod tests {
                 "C1 POST /transfers Idempotency-Key k fp A",
                 "C1: claim k inserts a processing row, generation 1",
                 "C1: handler returns 200, body under the cap",
-                "C1 cancels (drops the response future)",
+                "C1 cancels (drops the response future) while the middleware reads the body",
             ]
         );
     }
