@@ -14,7 +14,8 @@
 //!   synthesise the TransactionCanceledException / TransactionConflictException DynamoDB answers
 //!   a write touching a pending item with;
 //! - **lost responses**: [`Proxy::lose`] closes the client's connection after the commit, without
-//!   an HTTP response, so the SDK sees an I/O error: an unknown outcome.
+//!   an HTTP response, so the SDK sees an I/O (dispatch) error: an unknown outcome;
+//!   [`Proxy::stall`] answers nothing until the client's own timeout gives up (a timeout error).
 //!
 //! # Invariants
 //!
@@ -23,7 +24,7 @@
 //!   commit of [`Proxy::forward_holding`]). moto has no concurrency control, and the window logic
 //!   reasons about one upstream state at a time.
 //! - **Answered exactly once**: a held request is answered by exactly one of [`Proxy::deliver`],
-//!   [`Proxy::lose`] (both take the [`HeldRequest`] by value, so the type system rules out a
+//!   [`Proxy::lose`], [`Proxy::stall`] (all take the [`HeldRequest`] by value, so the type system rules out a
 //!   second answer) or, when the replayer drops it unanswered or leaves it past
 //!   `request_wait_millis_max`, by the proxy itself (HTTP 500 naming the cause, or a closed
 //!   connection after the wait).
@@ -132,7 +133,10 @@ impl ItemKey {
     pub fn to_item(&self) -> Item {
         let mut key = Item::new();
         key.insert(ATTRIBUTE_STREAM_ID.to_owned(), json!({ "S": self.stream }));
-        key.insert(ATTRIBUTE_SEQ.to_owned(), json!({ "N": self.seq.to_string() }));
+        key.insert(
+            ATTRIBUTE_SEQ.to_owned(),
+            json!({ "N": self.seq.to_string() }),
+        );
         key
     }
 
@@ -142,12 +146,22 @@ impl ItemKey {
             .get(ATTRIBUTE_STREAM_ID)
             .and_then(|value| value.get("S"))
             .and_then(Value::as_str)
-            .ok_or_else(|| ProxyError::Malformed(format!("no {ATTRIBUTE_STREAM_ID} (S) in {}", Value::from(item.clone()))))?;
+            .ok_or_else(|| {
+                ProxyError::Malformed(format!(
+                    "no {ATTRIBUTE_STREAM_ID} (S) in {}",
+                    Value::from(item.clone())
+                ))
+            })?;
         let seq = item
             .get(ATTRIBUTE_SEQ)
             .and_then(|value| value.get("N"))
             .and_then(Value::as_str)
-            .ok_or_else(|| ProxyError::Malformed(format!("no {ATTRIBUTE_SEQ} (N) in {}", Value::from(item.clone()))))?;
+            .ok_or_else(|| {
+                ProxyError::Malformed(format!(
+                    "no {ATTRIBUTE_SEQ} (N) in {}",
+                    Value::from(item.clone())
+                ))
+            })?;
         let seq = seq
             .parse()
             .map_err(|_| ProxyError::Malformed(format!("{ATTRIBUTE_SEQ} {seq:?} is not an i64")))?;
@@ -240,7 +254,13 @@ impl Answer {
         Some(
             reasons
                 .iter()
-                .map(|reason| reason.get("Code").and_then(Value::as_str).unwrap_or("None").to_owned())
+                .map(|reason| {
+                    reason
+                        .get("Code")
+                        .and_then(Value::as_str)
+                        .unwrap_or("None")
+                        .to_owned()
+                })
                 .collect(),
         )
     }
@@ -270,7 +290,8 @@ impl Answer {
 fn plain_response(status: u16, message: &str) -> Response<Full<Bytes>> {
     let body = json!({ "__type": "com.amazon.coral.service#InternalFailure", "message": message });
     let mut response = Response::new(Full::new(Bytes::from(body.to_string())));
-    *response.status_mut() = http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
+    *response.status_mut() =
+        http::StatusCode::from_u16(status).unwrap_or(http::StatusCode::INTERNAL_SERVER_ERROR);
     response
         .headers_mut()
         .insert(CONTENT_TYPE, HeaderValue::from_static(JSON_CONTENT_TYPE));
@@ -281,6 +302,7 @@ fn plain_response(status: u16, message: &str) -> Response<Full<Bytes>> {
 enum Reply {
     Deliver(Answer),
     Lose,
+    Stall,
 }
 
 /// A request an actor sent, held until the replayer answers it.
@@ -439,20 +461,32 @@ impl HeldRequest {
     /// For TransactWriteItems: every item in request order.
     pub fn transact_items(&self) -> Result<Vec<TransactItemView>, ProxyError> {
         if self.operation != "TransactWriteItems" {
-            return Err(ProxyError::Malformed(format!("{} is not a TransactWriteItems", self.operation)));
+            return Err(ProxyError::Malformed(format!(
+                "{} is not a TransactWriteItems",
+                self.operation
+            )));
         }
         let items = self
             .body
             .get("TransactItems")
             .and_then(Value::as_array)
-            .ok_or_else(|| ProxyError::Malformed("TransactWriteItems without TransactItems".into()))?;
-        items.iter().enumerate().map(|(index, item)| transact_item(index, item)).collect()
+            .ok_or_else(|| {
+                ProxyError::Malformed("TransactWriteItems without TransactItems".into())
+            })?;
+        items
+            .iter()
+            .enumerate()
+            .map(|(index, item)| transact_item(index, item))
+            .collect()
     }
 
     /// For Query: the key condition, Limit, order and start key.
     pub fn query(&self) -> Result<QueryView, ProxyError> {
         if self.operation != "Query" {
-            return Err(ProxyError::Malformed(format!("{} is not a Query", self.operation)));
+            return Err(ProxyError::Malformed(format!(
+                "{} is not a Query",
+                self.operation
+            )));
         }
         query_view(&self.body)
     }
@@ -462,7 +496,11 @@ impl HeldRequest {
         let map = match self.operation.as_str() {
             "PutItem" => self.body.get("Item"),
             "GetItem" | "UpdateItem" | "DeleteItem" => self.body.get("Key"),
-            other => return Err(ProxyError::Malformed(format!("{other} has no single item key"))),
+            other => {
+                return Err(ProxyError::Malformed(format!(
+                    "{other} has no single item key"
+                )))
+            }
         };
         let map = map
             .and_then(Value::as_object)
@@ -479,9 +517,9 @@ impl HeldRequest {
                 .map(|item| (item.table, item.key))
                 .collect()),
             "PutItem" | "UpdateItem" | "DeleteItem" => {
-                let table = self
-                    .table()
-                    .ok_or_else(|| ProxyError::Malformed(format!("{} without TableName", self.operation)))?;
+                let table = self.table().ok_or_else(|| {
+                    ProxyError::Malformed(format!("{} without TableName", self.operation))
+                })?;
                 Ok(vec![(table, self.key()?)])
             }
             "BatchWriteItem" => batch_write_keys(&self.body),
@@ -526,8 +564,12 @@ fn transact_item(index: usize, item: &Value) -> Result<TransactItemView, ProxyEr
                 .ok_or_else(|| malformed("no Key"))?,
         )?,
     };
-    let names = inner.get("ExpressionAttributeNames").and_then(Value::as_object);
-    let values = inner.get("ExpressionAttributeValues").and_then(Value::as_object);
+    let names = inner
+        .get("ExpressionAttributeNames")
+        .and_then(Value::as_object);
+    let values = inner
+        .get("ExpressionAttributeValues")
+        .and_then(Value::as_object);
     let substitute = |field: &str| -> Result<Option<String>, ProxyError> {
         inner
             .get(field)
@@ -542,7 +584,9 @@ fn transact_item(index: usize, item: &Value) -> Result<TransactItemView, ProxyEr
         condition: substitute("ConditionExpression")?,
         update: substitute("UpdateExpression")?,
         put_item,
-        all_old_on_failure: inner.get("ReturnValuesOnConditionCheckFailure").and_then(Value::as_str)
+        all_old_on_failure: inner
+            .get("ReturnValuesOnConditionCheckFailure")
+            .and_then(Value::as_str)
             == Some("ALL_OLD"),
     })
 }
@@ -559,7 +603,9 @@ fn batch_write_keys(body: &Value) -> Result<Vec<(String, ItemKey)>, ProxyError> 
                 .pointer("/PutRequest/Item")
                 .or_else(|| request.pointer("/DeleteRequest/Key"))
                 .and_then(Value::as_object)
-                .ok_or_else(|| ProxyError::Malformed(format!("BatchWriteItem request {request}")))?;
+                .ok_or_else(|| {
+                    ProxyError::Malformed(format!("BatchWriteItem request {request}"))
+                })?;
             keys.push((table.clone(), ItemKey::from_item(map)?));
         }
     }
@@ -600,7 +646,9 @@ fn substitute_expression(
                     .and_then(Value::as_str)
                     .map(str::to_owned)
             } else {
-                values.and_then(|values| values.get(&placeholder)).map(render_value)
+                values
+                    .and_then(|values| values.get(&placeholder))
+                    .map(render_value)
             };
             let resolved = resolved.ok_or_else(|| {
                 ProxyError::Malformed(format!("{placeholder} is not defined for {expression:?}"))
@@ -641,7 +689,9 @@ fn key_condition_tokens(
     names: Option<&Map<String, Value>>,
     values: Option<&Map<String, Value>>,
 ) -> Result<Vec<Token>, ProxyError> {
-    let malformed = |what: String| ProxyError::Malformed(format!("KeyConditionExpression {expression:?}: {what}"));
+    let malformed = |what: String| {
+        ProxyError::Malformed(format!("KeyConditionExpression {expression:?}: {what}"))
+    };
     let chars: Vec<char> = expression.chars().collect();
     let mut tokens = Vec::new();
     let mut index = 0;
@@ -717,8 +767,13 @@ struct KeyComparison {
     operands: Vec<Value>,
 }
 
-fn parse_key_condition(tokens: &[Token], expression: &str) -> Result<Vec<KeyComparison>, ProxyError> {
-    let malformed = |what: &str| ProxyError::Malformed(format!("KeyConditionExpression {expression:?}: {what}"));
+fn parse_key_condition(
+    tokens: &[Token],
+    expression: &str,
+) -> Result<Vec<KeyComparison>, ProxyError> {
+    let malformed = |what: &str| {
+        ProxyError::Malformed(format!("KeyConditionExpression {expression:?}: {what}"))
+    };
     let mut comparisons = Vec::new();
     let mut rest = tokens;
     loop {
@@ -728,7 +783,8 @@ fn parse_key_condition(tokens: &[Token], expression: &str) -> Result<Vec<KeyComp
             rest = &rest[1..];
         }
         let comparison = match rest {
-            [Token::BeginsWith, Token::Open, Token::Name(name), Token::Comma, Token::Value(value), Token::Close, tail @ ..] => {
+            [Token::BeginsWith, Token::Open, Token::Name(name), Token::Comma, Token::Value(value), Token::Close, tail @ ..] =>
+            {
                 rest = tail;
                 KeyComparison {
                     name: name.clone(),
@@ -736,7 +792,8 @@ fn parse_key_condition(tokens: &[Token], expression: &str) -> Result<Vec<KeyComp
                     operands: vec![value.clone()],
                 }
             }
-            [Token::Name(name), Token::Between, Token::Value(low), Token::And, Token::Value(high), tail @ ..] => {
+            [Token::Name(name), Token::Between, Token::Value(low), Token::And, Token::Value(high), tail @ ..] =>
+            {
                 rest = tail;
                 KeyComparison {
                     name: name.clone(),
@@ -752,7 +809,11 @@ fn parse_key_condition(tokens: &[Token], expression: &str) -> Result<Vec<KeyComp
                     operands: vec![value.clone()],
                 }
             }
-            _ => return Err(malformed("expected `name op :value`, `name BETWEEN :a AND :b` or begins_with")),
+            _ => {
+                return Err(malformed(
+                    "expected `name op :value`, `name BETWEEN :a AND :b` or begins_with",
+                ))
+            }
         };
         if parenthesised {
             match rest.first() {
@@ -774,7 +835,9 @@ fn number_operand(value: &Value, expression: &str) -> Result<i64, ProxyError> {
         .get("N")
         .and_then(Value::as_str)
         .and_then(|text| text.parse().ok())
-        .ok_or_else(|| ProxyError::Malformed(format!("{expression:?}: {value} is not an integer N value")))
+        .ok_or_else(|| {
+            ProxyError::Malformed(format!("{expression:?}: {value} is not an integer N value"))
+        })
 }
 
 /// Fields of a Query whose effect on a pending item's pre-image the proxy does not evaluate.
@@ -798,8 +861,12 @@ fn query_view(body: &Value) -> Result<QueryView, ProxyError> {
         .get("KeyConditionExpression")
         .and_then(Value::as_str)
         .ok_or_else(|| ProxyError::Malformed("Query without KeyConditionExpression".into()))?;
-    let names = body.get("ExpressionAttributeNames").and_then(Value::as_object);
-    let values = body.get("ExpressionAttributeValues").and_then(Value::as_object);
+    let names = body
+        .get("ExpressionAttributeNames")
+        .and_then(Value::as_object);
+    let values = body
+        .get("ExpressionAttributeValues")
+        .and_then(Value::as_object);
     let tokens = key_condition_tokens(expression, names, values)?;
     let mut stream = None;
     let mut seq = SeqCondition::Any;
@@ -822,7 +889,10 @@ fn query_view(body: &Value) -> Result<QueryView, ProxyError> {
                 "<=" => SeqCondition::Le(first),
                 ">" => SeqCondition::Gt(first),
                 ">=" => SeqCondition::Ge(first),
-                "BETWEEN" => SeqCondition::Between(first, number_operand(&comparison.operands[1], expression)?),
+                "BETWEEN" => SeqCondition::Between(
+                    first,
+                    number_operand(&comparison.operands[1], expression)?,
+                ),
                 other => {
                     return Err(ProxyError::Malformed(format!(
                         "{expression:?}: {other} does not apply to the number sort key"
@@ -836,7 +906,9 @@ fn query_view(body: &Value) -> Result<QueryView, ProxyError> {
             )));
         }
     }
-    let stream = stream.ok_or_else(|| ProxyError::Malformed(format!("{expression:?}: no partition key condition")))?;
+    let stream = stream.ok_or_else(|| {
+        ProxyError::Malformed(format!("{expression:?}: no partition key condition"))
+    })?;
     let limit = match body.get("Limit") {
         None => None,
         Some(limit) => Some(
@@ -844,7 +916,9 @@ fn query_view(body: &Value) -> Result<QueryView, ProxyError> {
                 .as_u64()
                 .and_then(|limit| usize::try_from(limit).ok())
                 .filter(|limit| *limit > 0)
-                .ok_or_else(|| ProxyError::Malformed(format!("Limit {limit} is not a positive integer")))?,
+                .ok_or_else(|| {
+                    ProxyError::Malformed(format!("Limit {limit} is not a positive integer"))
+                })?,
         ),
     };
     let exclusive_start = body
@@ -857,8 +931,14 @@ fn query_view(body: &Value) -> Result<QueryView, ProxyError> {
         stream,
         seq,
         limit,
-        forward: body.get("ScanIndexForward").and_then(Value::as_bool).unwrap_or(true),
-        consistent: body.get("ConsistentRead").and_then(Value::as_bool).unwrap_or(false),
+        forward: body
+            .get("ScanIndexForward")
+            .and_then(Value::as_bool)
+            .unwrap_or(true),
+        consistent: body
+            .get("ConsistentRead")
+            .and_then(Value::as_bool)
+            .unwrap_or(false),
         exclusive_start,
     })
 }
@@ -930,13 +1010,19 @@ impl Proxy {
         Proxy::start_with(upstream, actors, ProxyLimits::default()).await
     }
 
-    pub async fn start_with(upstream: &str, actors: usize, limits: ProxyLimits) -> Result<Proxy, ProxyError> {
+    pub async fn start_with(
+        upstream: &str,
+        actors: usize,
+        limits: ProxyLimits,
+    ) -> Result<Proxy, ProxyError> {
         if actors == 0 || actors > ACTORS_MAX {
             return Err(ProxyError::ActorCount(actors));
         }
         let upstream_url = upstream.trim_end_matches('/').to_owned();
         if !upstream_url.starts_with("http://") && !upstream_url.starts_with("https://") {
-            return Err(ProxyError::Upstream(format!("{upstream:?} is not an http(s) URL")));
+            return Err(ProxyError::Upstream(format!(
+                "{upstream:?} is not an http(s) URL"
+            )));
         }
         // No proxy from the environment: the upstream is a named server, usually on loopback.
         let client = reqwest::Client::builder()
@@ -963,7 +1049,12 @@ impl Proxy {
                 .local_addr()
                 .map_err(|error| ProxyError::Listen(error.to_string()))?;
             let (sender, receiver) = mpsc::channel(shared.limits.held_requests_max.max(1));
-            servers.push(tokio::spawn(accept_loop(listener, actor, shared.clone(), sender.clone())));
+            servers.push(tokio::spawn(accept_loop(
+                listener,
+                actor,
+                shared.clone(),
+                sender.clone(),
+            )));
             ports.push(Port {
                 address,
                 sender,
@@ -985,7 +1076,11 @@ impl Proxy {
     ///
     /// Panics if `actor` is out of range (a bug in the caller: the actor count is its own choice).
     pub fn endpoint(&self, actor: usize) -> String {
-        assert!(actor < self.ports.len(), "actor {actor} of {}", self.ports.len());
+        assert!(
+            actor < self.ports.len(),
+            "actor {actor} of {}",
+            self.ports.len()
+        );
         format!("http://{}", self.ports[actor].address)
     }
 
@@ -997,7 +1092,11 @@ impl Proxy {
     }
 
     /// The next request `actor` sent that has not been taken, waiting up to `timeout`.
-    pub async fn next_request(&self, actor: usize, timeout: Duration) -> Result<HeldRequest, ProxyError> {
+    pub async fn next_request(
+        &self,
+        actor: usize,
+        timeout: Duration,
+    ) -> Result<HeldRequest, ProxyError> {
         let port = self.port(actor)?;
         let waited = async {
             let mut receiver = port.receiver.lock().await;
@@ -1006,8 +1105,13 @@ impl Proxy {
         match tokio::time::timeout(timeout, waited).await {
             Ok(Some(request)) => Ok(request),
             // The accept loop holds a sender for as long as the proxy lives.
-            Ok(None) => Err(ProxyError::Listen(format!("actor {actor}'s listener has stopped"))),
-            Err(_elapsed) => Err(ProxyError::Timeout { actor, waited: timeout }),
+            Ok(None) => Err(ProxyError::Listen(format!(
+                "actor {actor}'s listener has stopped"
+            ))),
+            Err(_elapsed) => Err(ProxyError::Timeout {
+                actor,
+                waited: timeout,
+            }),
         }
     }
 
@@ -1031,7 +1135,10 @@ impl Proxy {
     /// writes, forwards it, and on success holds those items pending, all in one upstream turn
     /// (so nothing can slip between the image read and the commit). Answers the upstream answer
     /// and the keys now pending (none if it did not commit).
-    pub async fn forward_holding(&self, request: &HeldRequest) -> Result<(Answer, Vec<ItemKey>), ProxyError> {
+    pub async fn forward_holding(
+        &self,
+        request: &HeldRequest,
+    ) -> Result<(Answer, Vec<ItemKey>), ProxyError> {
         let written: Vec<TransactItemView> = request
             .transact_items()?
             .into_iter()
@@ -1052,7 +1159,11 @@ impl Proxy {
     }
 
     /// Reads (GetItem, consistent, upstream) the current image of every key, in one turn.
-    pub async fn read_images(&self, table: &str, keys: &[ItemKey]) -> Result<Vec<PreImage>, ProxyError> {
+    pub async fn read_images(
+        &self,
+        table: &str,
+        keys: &[ItemKey],
+    ) -> Result<Vec<PreImage>, ProxyError> {
         let turn = self.turn().await?;
         let mut images = Vec::with_capacity(keys.len());
         for key in keys {
@@ -1066,7 +1177,9 @@ impl Proxy {
     pub fn hold_pending(&self, images: Vec<PreImage>) -> Result<(), ProxyError> {
         let mut window = lock(&self.shared.window);
         for (index, image) in images.iter().enumerate() {
-            let twice = images[..index].iter().any(|earlier| earlier.key == image.key);
+            let twice = images[..index]
+                .iter()
+                .any(|earlier| earlier.key == image.key);
             if twice || window.contains_key(&image.key) {
                 return Err(ProxyError::AlreadyPending(image.key.clone()));
             }
@@ -1101,13 +1214,7 @@ impl Proxy {
     /// a transaction is cancelled with TransactionConflict on each such item (None on the others),
     /// a single-item write gets TransactionConflictException.
     pub fn conflict_answer(&self, request: &HeldRequest) -> Result<Option<Answer>, ProxyError> {
-        let touched = request.touched_keys()?;
-        let window = lock(&self.shared.window);
-        let held: Vec<bool> = touched
-            .iter()
-            .map(|(table, key)| window.get(key).is_some_and(|pending| pending.table == *table))
-            .collect();
-        drop(window);
+        let held = self.held_among(&request.touched_keys()?);
         if !held.contains(&true) {
             return Ok(None);
         }
@@ -1115,7 +1222,11 @@ impl Proxy {
             let reasons: Vec<(ReasonCode, Option<Item>)> = held
                 .iter()
                 .map(|held| {
-                    let code = if *held { ReasonCode::TransactionConflict } else { ReasonCode::None };
+                    let code = if *held {
+                        ReasonCode::TransactionConflict
+                    } else {
+                        ReasonCode::None
+                    };
                     (code, None)
                 })
                 .collect();
@@ -1127,19 +1238,39 @@ impl Proxy {
 
     /// Delivers `answer` to the request's client.
     pub fn deliver(&self, request: HeldRequest, answer: Answer) -> Result<(), ProxyError> {
-        request.reply.send(Reply::Deliver(answer)).map_err(|_| ProxyError::ClientGone {
-            actor: request.actor,
-            operation: request.operation,
-        })
+        request
+            .reply
+            .send(Reply::Deliver(answer))
+            .map_err(|_| ProxyError::ClientGone {
+                actor: request.actor,
+                operation: request.operation,
+            })
     }
 
     /// Loses the response: closes the client's connection without an HTTP response, so its SDK
     /// sees an I/O error (an unknown outcome).
     pub fn lose(&self, request: HeldRequest) -> Result<(), ProxyError> {
-        request.reply.send(Reply::Lose).map_err(|_| ProxyError::ClientGone {
-            actor: request.actor,
-            operation: request.operation,
-        })
+        request
+            .reply
+            .send(Reply::Lose)
+            .map_err(|_| ProxyError::ClientGone {
+                actor: request.actor,
+                operation: request.operation,
+            })
+    }
+
+    /// Loses the response by silence: the connection stays open without an answer until the
+    /// client's own attempt timeout gives up on it (the proxy closes it after
+    /// `request_wait_millis_max` at the latest), so the SDK sees a timeout: an unknown outcome
+    /// that takes the client's timeout path rather than its I/O-error path.
+    pub fn stall(&self, request: HeldRequest) -> Result<(), ProxyError> {
+        request
+            .reply
+            .send(Reply::Stall)
+            .map_err(|_| ProxyError::ClientGone {
+                actor: request.actor,
+                operation: request.operation,
+            })
     }
 
     /// A TransactionCanceledException with `reasons`, one per item in request order, shaped as
@@ -1155,10 +1286,16 @@ impl Proxy {
                 match code {
                     ReasonCode::None => {}
                     ReasonCode::ConditionalCheckFailed => {
-                        reason.insert("Message".into(), Value::from("The conditional request failed"));
+                        reason.insert(
+                            "Message".into(),
+                            Value::from("The conditional request failed"),
+                        );
                     }
                     ReasonCode::TransactionConflict => {
-                        reason.insert("Message".into(), Value::from("Transaction is ongoing for the item"));
+                        reason.insert(
+                            "Message".into(),
+                            Value::from("Transaction is ongoing for the item"),
+                        );
                     }
                 }
                 if let Some(item) = item {
@@ -1212,11 +1349,16 @@ impl Proxy {
             }
             let answer = self.own_request(&turn, "Scan", &body).await?;
             if !answer.is_success() {
-                return Err(ProxyError::Upstream(format!("Scan of {table}: {} {}", answer.status, answer.body)));
+                return Err(ProxyError::Upstream(format!(
+                    "Scan of {table}: {} {}",
+                    answer.status, answer.body
+                )));
             }
             items.extend(page_items(&answer)?);
             match answer.body.get("LastEvaluatedKey") {
-                Some(last) if last.as_object().is_some_and(|last| !last.is_empty()) => start = Some(last.clone()),
+                Some(last) if last.as_object().is_some_and(|last| !last.is_empty()) => {
+                    start = Some(last.clone())
+                }
                 _ => {
                     items.sort_by_key(|item| ItemKey::from_item(item).ok());
                     return Ok(items);
@@ -1236,7 +1378,11 @@ impl Proxy {
             .map_err(|_| ProxyError::Upstream(format!("waited {wait:?} for the upstream turn")))
     }
 
-    async fn forward_in_turn(&self, turn: &Turn<'_>, request: &HeldRequest) -> Result<Answer, ProxyError> {
+    async fn forward_in_turn(
+        &self,
+        turn: &Turn<'_>,
+        request: &HeldRequest,
+    ) -> Result<Answer, ProxyError> {
         match request.operation.as_str() {
             "Query" => self.forward_query(turn, request).await,
             "GetItem" => self.forward_get(turn, request).await,
@@ -1251,12 +1397,12 @@ impl Proxy {
             }
             _ => {
                 let touched = request.touched_keys()?;
-                let window = lock(&self.shared.window);
-                let held = touched
+                let held = self.held_among(&touched);
+                if let Some((_, key)) = touched
                     .into_iter()
-                    .find(|(table, key)| window.get(key).is_some_and(|pending| pending.table == *table));
-                drop(window);
-                if let Some((_, key)) = held {
+                    .zip(held)
+                    .find_map(|(touched, held)| held.then_some(touched))
+                {
                     return Err(ProxyError::WritesPending {
                         operation: request.operation.clone(),
                         key,
@@ -1267,8 +1413,25 @@ impl Proxy {
         }
     }
 
+    /// For each (table, key): whether it is pending.
+    fn held_among(&self, touched: &[(String, ItemKey)]) -> Vec<bool> {
+        let window = lock(&self.shared.window);
+        touched
+            .iter()
+            .map(|(table, key)| {
+                window
+                    .get(key)
+                    .is_some_and(|pending| pending.table == *table)
+            })
+            .collect()
+    }
+
     /// The pending items of `table` whose key satisfies `covers`, with their pre-images.
-    fn pending_in(&self, table: &str, covers: impl Fn(&ItemKey) -> bool) -> BTreeMap<ItemKey, Option<Item>> {
+    fn pending_in(
+        &self,
+        table: &str,
+        covers: impl Fn(&ItemKey) -> bool,
+    ) -> BTreeMap<ItemKey, Option<Item>> {
         lock(&self.shared.window)
             .iter()
             .filter(|(key, pending)| pending.table == table && covers(key))
@@ -1280,20 +1443,40 @@ impl Proxy {
     /// sent. Otherwise it goes without its Limit (all pages from the client's start key), the
     /// pending items' new images are removed and their pre-images put in, and the client's order
     /// and Limit are applied again, with LastEvaluatedKey only when items were cut off.
-    async fn forward_query(&self, turn: &Turn<'_>, request: &HeldRequest) -> Result<Answer, ProxyError> {
+    async fn forward_query(
+        &self,
+        turn: &Turn<'_>,
+        request: &HeldRequest,
+    ) -> Result<Answer, ProxyError> {
         let view = request.query()?;
-        let hidden = self.pending_in(&view.table, |key| key.stream == view.stream && view.covers(key.seq));
+        let hidden = self.pending_in(&view.table, |key| {
+            key.stream == view.stream && view.covers(key.seq)
+        });
         if hidden.is_empty() {
             return self.pass_through(turn, request).await;
         }
-        if let Some(field) = QUERY_FIELDS_UNSUPPORTED.iter().find(|field| request.body.get(**field).is_some()) {
-            return Err(ProxyError::Unsupported(format!("a Query with {field} over pending items")));
+        if let Some(field) = QUERY_FIELDS_UNSUPPORTED
+            .iter()
+            .find(|field| request.body.get(**field).is_some())
+        {
+            return Err(ProxyError::Unsupported(format!(
+                "a Query with {field} over pending items"
+            )));
         }
-        if request.body.get("Select").and_then(Value::as_str).is_some_and(|select| select != "ALL_ATTRIBUTES") {
-            return Err(ProxyError::Unsupported("a Query with Select other than ALL_ATTRIBUTES over pending items".into()));
+        if request
+            .body
+            .get("Select")
+            .and_then(Value::as_str)
+            .is_some_and(|select| select != "ALL_ATTRIBUTES")
+        {
+            return Err(ProxyError::Unsupported(
+                "a Query with Select other than ALL_ATTRIBUTES over pending items".into(),
+            ));
         }
         let mut body = request.body.clone();
-        let object = body.as_object_mut().ok_or_else(|| ProxyError::Malformed("a Query body that is not an object".into()))?;
+        let object = body
+            .as_object_mut()
+            .ok_or_else(|| ProxyError::Malformed("a Query body that is not an object".into()))?;
         object.remove("Limit");
         let mut items: Vec<Item> = Vec::new();
         let mut pages = 0;
@@ -1305,7 +1488,9 @@ impl Proxy {
                     self.shared.limits.upstream_pages_max
                 )));
             }
-            let answer = self.exchange(turn, &request.path, &request.headers, "Query", &body).await?;
+            let answer = self
+                .exchange(turn, &request.path, &request.headers, "Query", &body)
+                .await?;
             if !answer.is_success() {
                 // The server refused the Query itself: that is the client's answer.
                 return Ok(answer);
@@ -1338,7 +1523,9 @@ impl Proxy {
         if let Some(limit) = view.limit {
             if visible.len() > limit {
                 visible.truncate(limit);
-                last_evaluated = visible.last().map(|(seq, _)| ItemKey::new(view.stream.clone(), *seq).to_item());
+                last_evaluated = visible
+                    .last()
+                    .map(|(seq, _)| ItemKey::new(view.stream.clone(), *seq).to_item());
             }
         }
         let count = visible.len();
@@ -1358,7 +1545,11 @@ impl Proxy {
     }
 
     /// A GetItem over the visible state: a pending item answers its pre-image (or no Item).
-    async fn forward_get(&self, turn: &Turn<'_>, request: &HeldRequest) -> Result<Answer, ProxyError> {
+    async fn forward_get(
+        &self,
+        turn: &Turn<'_>,
+        request: &HeldRequest,
+    ) -> Result<Answer, ProxyError> {
         let key = request.key()?;
         let table = request
             .table()
@@ -1372,8 +1563,12 @@ impl Proxy {
         if !answer.is_success() {
             return Ok(answer);
         }
-        if request.body.get("ProjectionExpression").is_some() || request.body.get("AttributesToGet").is_some() {
-            return Err(ProxyError::Unsupported(format!("a GetItem with a projection of pending item {key}")));
+        if request.body.get("ProjectionExpression").is_some()
+            || request.body.get("AttributesToGet").is_some()
+        {
+            return Err(ProxyError::Unsupported(format!(
+                "a GetItem with a projection of pending item {key}"
+            )));
         }
         let object = answer
             .body
@@ -1387,8 +1582,13 @@ impl Proxy {
     }
 
     /// The request as the client sent it, body bytes untouched.
-    async fn pass_through(&self, turn: &Turn<'_>, request: &HeldRequest) -> Result<Answer, ProxyError> {
-        self.send(turn, &request.path, &request.headers, request.raw.clone()).await
+    async fn pass_through(
+        &self,
+        turn: &Turn<'_>,
+        request: &HeldRequest,
+    ) -> Result<Answer, ProxyError> {
+        self.send(turn, &request.path, &request.headers, request.raw.clone())
+            .await
     }
 
     /// A client request with a rewritten body.
@@ -1400,12 +1600,18 @@ impl Proxy {
         operation: &str,
         body: &Value,
     ) -> Result<Answer, ProxyError> {
-        let bytes = serde_json::to_vec(body).map_err(|error| ProxyError::Malformed(format!("{operation}: {error}")))?;
+        let bytes = serde_json::to_vec(body)
+            .map_err(|error| ProxyError::Malformed(format!("{operation}: {error}")))?;
         self.send(turn, path, headers, Bytes::from(bytes)).await
     }
 
     /// A request of the proxy's own (image reads, scans), under the last client's signing headers.
-    async fn own_request(&self, turn: &Turn<'_>, operation: &str, body: &Value) -> Result<Answer, ProxyError> {
+    async fn own_request(
+        &self,
+        turn: &Turn<'_>,
+        operation: &str,
+        body: &Value,
+    ) -> Result<Answer, ProxyError> {
         let mut headers = HeaderMap::new();
         headers.insert(CONTENT_TYPE, HeaderValue::from_static(JSON_CONTENT_TYPE));
         let target = HeaderValue::from_str(&format!("{TARGET_PREFIX}{operation}"))
@@ -1424,11 +1630,19 @@ impl Proxy {
         self.exchange(turn, "/", &headers, operation, body).await
     }
 
-    async fn read_image(&self, turn: &Turn<'_>, table: &str, key: &ItemKey) -> Result<PreImage, ProxyError> {
+    async fn read_image(
+        &self,
+        turn: &Turn<'_>,
+        table: &str,
+        key: &ItemKey,
+    ) -> Result<PreImage, ProxyError> {
         let body = json!({ "TableName": table, "Key": key.to_item(), "ConsistentRead": true });
         let answer = self.own_request(turn, "GetItem", &body).await?;
         if !answer.is_success() {
-            return Err(ProxyError::Upstream(format!("GetItem {key} in {table}: {} {}", answer.status, answer.body)));
+            return Err(ProxyError::Upstream(format!(
+                "GetItem {key} in {table}: {} {}",
+                answer.status, answer.body
+            )));
         }
         Ok(PreImage {
             table: table.to_owned(),
@@ -1438,14 +1652,25 @@ impl Proxy {
     }
 
     /// One HTTP exchange with the server. `_turn` proves the caller holds the upstream turn.
-    async fn send(&self, _turn: &Turn<'_>, path: &str, headers: &HeaderMap, body: Bytes) -> Result<Answer, ProxyError> {
+    async fn send(
+        &self,
+        _turn: &Turn<'_>,
+        path: &str,
+        headers: &HeaderMap,
+        body: Bytes,
+    ) -> Result<Answer, ProxyError> {
         let mut outgoing = HeaderMap::new();
         for (name, value) in headers {
             // Host names the proxy; length and framing are the client library's; an encoding
             // the proxy cannot decode would hide the JSON it rewrites.
             let hop = matches!(
                 name.as_str(),
-                "host" | "content-length" | "transfer-encoding" | "connection" | "accept-encoding" | "expect"
+                "host"
+                    | "content-length"
+                    | "transfer-encoding"
+                    | "connection"
+                    | "accept-encoding"
+                    | "expect"
             );
             if !hop {
                 outgoing.append(name.clone(), value.clone());
@@ -1473,11 +1698,9 @@ impl Proxy {
             }
         }
         let mut bytes = Vec::new();
-        while let Some(chunk) = response
-            .chunk()
-            .await
-            .map_err(|error| ProxyError::Upstream(format!("reading the answer of {url}: {error}")))?
-        {
+        while let Some(chunk) = response.chunk().await.map_err(|error| {
+            ProxyError::Upstream(format!("reading the answer of {url}: {error}"))
+        })? {
             if bytes.len() + chunk.len() > self.shared.limits.body_bytes_max {
                 return Err(ProxyError::Upstream(format!(
                     "an answer larger than body_bytes_max = {}",
@@ -1491,7 +1714,9 @@ impl Proxy {
         } else {
             serde_json::from_slice(&bytes).map_err(|_| {
                 let text = String::from_utf8_lossy(&bytes[..bytes.len().min(300)]).into_owned();
-                ProxyError::Upstream(format!("HTTP {status} with a body that is not JSON: {text}"))
+                ProxyError::Upstream(format!(
+                    "HTTP {status} with a body that is not JSON: {text}"
+                ))
             })?
         };
         Ok(Answer {
@@ -1510,12 +1735,14 @@ fn page_items(answer: &Answer) -> Result<Vec<Item>, ProxyError> {
         Some(Value::Array(items)) => items
             .iter()
             .map(|item| {
-                item.as_object()
-                    .cloned()
-                    .ok_or_else(|| ProxyError::Upstream(format!("an item that is not an object: {item}")))
+                item.as_object().cloned().ok_or_else(|| {
+                    ProxyError::Upstream(format!("an item that is not an object: {item}"))
+                })
             })
             .collect(),
-        Some(other) => Err(ProxyError::Upstream(format!("Items is not a list: {other}"))),
+        Some(other) => Err(ProxyError::Upstream(format!(
+            "Items is not a list: {other}"
+        ))),
     }
 }
 
@@ -1536,7 +1763,10 @@ fn fallback_signing_headers() -> Vec<(HeaderName, HeaderValue)> {
     if let Ok(value) = HeaderValue::from_str(&authorization) {
         headers.push((HeaderName::from_static("authorization"), value));
     }
-    headers.push((HeaderName::from_static("x-amz-date"), HeaderValue::from_static("20260101T000000Z")));
+    headers.push((
+        HeaderName::from_static("x-amz-date"),
+        HeaderValue::from_static("20260101T000000Z"),
+    ));
     headers
 }
 
@@ -1589,16 +1819,20 @@ async fn handle(
 ) -> Result<Response<Full<Bytes>>, ResponseLost> {
     let (parts, body) = request.into_parts();
     let limit = shared.limits.body_bytes_max;
-    let raw = match Limited::new(body, limit).collect().await {
-        Ok(collected) => collected.to_bytes(),
-        Err(error) => {
-            return Ok(refusal(
+    let raw =
+        match Limited::new(body, limit).collect().await {
+            Ok(collected) => collected.to_bytes(),
+            Err(error) => return Ok(refusal(
                 "com.amazon.coral.service#SerializationException",
-                &format!("oncecheck proxy: unreadable body or over body_bytes_max = {limit}: {error}"),
-            ))
-        }
-    };
-    let target = parts.headers.get("x-amz-target").and_then(|value| value.to_str().ok());
+                &format!(
+                    "oncecheck proxy: unreadable body or over body_bytes_max = {limit}: {error}"
+                ),
+            )),
+        };
+    let target = parts
+        .headers
+        .get("x-amz-target")
+        .and_then(|value| value.to_str().ok());
     let Some(operation) = target.and_then(|target| target.strip_prefix(TARGET_PREFIX)) else {
         return Ok(refusal(
             "com.amazon.coral.service#UnknownOperationException",
@@ -1628,7 +1862,11 @@ async fn handle(
         actor,
         operation,
         body,
-        path: parts.uri.path_and_query().map_or("/", |path| path.as_str()).to_owned(),
+        path: parts
+            .uri
+            .path_and_query()
+            .map_or("/", |path| path.as_str())
+            .to_owned(),
         headers: parts.headers,
         raw,
         reply,
@@ -1636,16 +1874,26 @@ async fn handle(
     if let Err(error) = sender.try_send(held) {
         let why = match error {
             mpsc::error::TrySendError::Full(_) => {
-                format!("actor {actor} has held_requests_max = {} requests waiting", shared.limits.held_requests_max)
+                format!(
+                    "actor {actor} has held_requests_max = {} requests waiting",
+                    shared.limits.held_requests_max
+                )
             }
             mpsc::error::TrySendError::Closed(_) => "the proxy is shutting down".to_owned(),
         };
         return Ok(plain_response(500, &format!("oncecheck proxy: {why}")));
     }
     let wait = Duration::from_millis(shared.limits.request_wait_millis_max);
-    match tokio::time::timeout(wait, replied).await {
+    let held_until = tokio::time::Instant::now() + wait;
+    match tokio::time::timeout_at(held_until, replied).await {
         Ok(Ok(Reply::Deliver(answer))) => Ok(answer.into_response()),
         Ok(Ok(Reply::Lose)) => Err(ResponseLost),
+        Ok(Ok(Reply::Stall)) => {
+            // The client normally gives up first and closes its end; this bound ends the wait
+            // of a client without a timeout.
+            tokio::time::sleep_until(held_until).await;
+            Err(ResponseLost)
+        }
         Ok(Err(_dropped)) => Ok(plain_response(
             500,
             "oncecheck proxy: the replayer dropped this request unanswered",
@@ -1661,34 +1909,66 @@ mod tests {
     use super::*;
 
     fn values(pairs: &[(&str, Value)]) -> Map<String, Value> {
-        pairs.iter().map(|(name, value)| ((*name).to_owned(), value.clone())).collect()
+        pairs
+            .iter()
+            .map(|(name, value)| ((*name).to_owned(), value.clone()))
+            .collect()
     }
 
     fn names() -> Map<String, Value> {
-        values(&[("#stream", json!("stream_id")), ("#seq", json!("seq")), ("#next", json!("next_seq"))])
+        values(&[
+            ("#stream", json!("stream_id")),
+            ("#seq", json!("seq")),
+            ("#next", json!("next_seq")),
+        ])
     }
 
     #[test]
     fn substitutes_names_and_values_readably() {
-        let values = values(&[(":expected", json!({"N": "3"})), (":s", json!({"S": "a\"b"}))]);
+        let values = values(&[
+            (":expected", json!({"N": "3"})),
+            (":s", json!({"S": "a\"b"})),
+        ]);
         let rendered = substitute_expression(
             "attribute_not_exists(#next) OR #next = :expected AND #stream = :s",
             Some(&names()),
             Some(&values),
         )
         .unwrap();
-        assert_eq!(rendered, r#"attribute_not_exists(next_seq) OR next_seq = 3 AND stream_id = "a\"b""#);
+        assert_eq!(
+            rendered,
+            r#"attribute_not_exists(next_seq) OR next_seq = 3 AND stream_id = "a\"b""#
+        );
         let missing = substitute_expression("#next = :nope", Some(&names()), Some(&values));
-        assert!(matches!(missing, Err(ProxyError::Malformed(_))), "{missing:?}");
+        assert!(
+            matches!(missing, Err(ProxyError::Malformed(_))),
+            "{missing:?}"
+        );
     }
 
     #[test]
     fn parses_the_store_key_conditions() {
         let cases = [
-            ("#stream = :stream AND #seq > :after", json!({"N": "4"}), SeqCondition::Gt(4)),
-            ("#stream = :stream AND #seq = :after", json!({"N": "0"}), SeqCondition::Eq(0)),
-            ("#seq <= :after AND #stream = :stream", json!({"N": "-9"}), SeqCondition::Le(-9)),
-            ("(#stream = :stream) AND (#seq >= :after)", json!({"N": "2"}), SeqCondition::Ge(2)),
+            (
+                "#stream = :stream AND #seq > :after",
+                json!({"N": "4"}),
+                SeqCondition::Gt(4),
+            ),
+            (
+                "#stream = :stream AND #seq = :after",
+                json!({"N": "0"}),
+                SeqCondition::Eq(0),
+            ),
+            (
+                "#seq <= :after AND #stream = :stream",
+                json!({"N": "-9"}),
+                SeqCondition::Le(-9),
+            ),
+            (
+                "(#stream = :stream) AND (#seq >= :after)",
+                json!({"N": "2"}),
+                SeqCondition::Ge(2),
+            ),
         ];
         for (expression, after, expected) in cases {
             let body = json!({
@@ -1700,7 +1980,11 @@ mod tests {
                 "ScanIndexForward": false,
             });
             let view = query_view(&body).unwrap();
-            assert_eq!((view.stream.as_str(), view.seq, view.limit, view.forward), ("s", expected, Some(2), false), "{expression}");
+            assert_eq!(
+                (view.stream.as_str(), view.seq, view.limit, view.forward),
+                ("s", expected, Some(2), false),
+                "{expression}"
+            );
         }
         let between = json!({
             "TableName": "t",
@@ -1708,13 +1992,19 @@ mod tests {
             "ExpressionAttributeValues": {":s": {"S": "s"}, ":a": {"N": "1"}, ":b": {"N": "5"}},
         });
         let view = query_view(&between).unwrap();
-        assert_eq!((view.seq, view.forward, view.limit), (SeqCondition::Between(1, 5), true, None));
+        assert_eq!(
+            (view.seq, view.forward, view.limit),
+            (SeqCondition::Between(1, 5), true, None)
+        );
         let no_stream = json!({
             "TableName": "t",
             "KeyConditionExpression": "seq > :a",
             "ExpressionAttributeValues": {":a": {"N": "1"}},
         });
-        assert!(matches!(query_view(&no_stream), Err(ProxyError::Malformed(_))));
+        assert!(matches!(
+            query_view(&no_stream),
+            Err(ProxyError::Malformed(_))
+        ));
     }
 
     #[test]
@@ -1742,13 +2032,25 @@ mod tests {
             (ReasonCode::TransactionConflict, None),
         ]);
         assert_eq!(answer.status, 400);
-        assert_eq!(answer.error_type().as_deref(), Some("TransactionCanceledException"));
+        assert_eq!(
+            answer.error_type().as_deref(),
+            Some("TransactionCanceledException")
+        );
         assert_eq!(
             answer.cancellation_codes().unwrap(),
             vec!["ConditionalCheckFailed", "None", "TransactionConflict"]
         );
-        assert_eq!(answer.body["CancellationReasons"][0]["Item"], Value::Object(old));
-        assert_eq!(answer.body["CancellationReasons"][1], json!({"Code": "None"}));
-        assert_eq!(Proxy::conflict().error_type().as_deref(), Some("TransactionConflictException"));
+        assert_eq!(
+            answer.body["CancellationReasons"][0]["Item"],
+            Value::Object(old)
+        );
+        assert_eq!(
+            answer.body["CancellationReasons"][1],
+            json!({"Code": "None"})
+        );
+        assert_eq!(
+            Proxy::conflict().error_type().as_deref(),
+            Some("TransactionConflictException")
+        );
     }
 }

@@ -41,14 +41,21 @@ fn unique(prefix: &str) -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .expect("clock after 1970")
         .subsec_nanos();
-    format!("{prefix}-{}-{}-{nanos}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed))
+    format!(
+        "{prefix}-{}-{}-{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
 }
 
 /// A fresh table, and a store talking to the server directly (set-up, bypassing the proxy).
 async fn fresh_table(prefix: &str) -> (String, DynamoDbStore) {
     let table = unique(prefix);
     let direct = DynamoDbStore::connect(table.clone(), Some(&upstream())).await;
-    direct.create_table().await.expect("create the table on the server");
+    direct
+        .create_table()
+        .await
+        .expect("create the table on the server");
     (table, direct)
 }
 
@@ -57,13 +64,24 @@ fn deadline() -> Instant {
 }
 
 async fn append_directly(store: &DynamoDbStore, stream: &str, op_ids: &[&str]) {
-    let ops: Vec<NewOp> = op_ids.iter().map(|id| NewOp::new(*id, id.as_bytes())).collect();
+    let ops: Vec<NewOp> = op_ids
+        .iter()
+        .map(|id| NewOp::new(*id, id.as_bytes()))
+        .collect();
     let outcome = store.append_batch(stream, &ops, deadline()).await;
     assert_eq!(outcome.error, None, "set-up appends");
 }
 
-fn spawn_append(store: &DynamoDbStore, stream: &str, op_id: &str) -> JoinHandle<Result<Appended, oncecheck_store::StoreError>> {
-    let (store, stream, op) = (store.clone(), stream.to_owned(), NewOp::new(op_id, op_id.as_bytes()));
+fn spawn_append(
+    store: &DynamoDbStore,
+    stream: &str,
+    op_id: &str,
+) -> JoinHandle<Result<Appended, oncecheck_store::StoreError>> {
+    let (store, stream, op) = (
+        store.clone(),
+        stream.to_owned(),
+        NewOp::new(op_id, op_id.as_bytes()),
+    );
     tokio::spawn(async move {
         let mut push = oncecheck_store::PushContext::default();
         store.append_op(&stream, &op, deadline(), &mut push).await
@@ -75,7 +93,10 @@ async fn take(proxy: &Proxy, actor: usize, operation: &str) -> HeldRequest {
         .next_request(actor, STEP_WAIT)
         .await
         .unwrap_or_else(|error| panic!("waiting for actor {actor}'s {operation}: {error}"));
-    assert_eq!(request.operation, operation, "actor {actor} sent {request:?}");
+    assert_eq!(
+        request.operation, operation,
+        "actor {actor} sent {request:?}"
+    );
     request
 }
 
@@ -88,7 +109,10 @@ async fn pass(proxy: &Proxy, actor: usize, operation: &str) -> Answer {
 }
 
 async fn finish<T>(task: JoinHandle<T>) -> T {
-    tokio::time::timeout(STEP_WAIT, task).await.expect("the client finished").expect("the client task")
+    tokio::time::timeout(STEP_WAIT, task)
+        .await
+        .expect("the client finished")
+        .expect("the client task")
 }
 
 fn seqs(answer: &Answer) -> Vec<i64> {
@@ -96,7 +120,13 @@ fn seqs(answer: &Answer) -> Vec<i64> {
         .as_array()
         .expect("Items")
         .iter()
-        .map(|item| item["seq"]["N"].as_str().expect("seq").parse().expect("an i64 seq"))
+        .map(|item| {
+            item["seq"]["N"]
+                .as_str()
+                .expect("seq")
+                .parse()
+                .expect("an i64 seq")
+        })
         .collect()
 }
 
@@ -107,43 +137,91 @@ fn key_item(stream: &str, seq: i64) -> std::collections::HashMap<String, Attribu
     ])
 }
 
-/// Sends a raw Query of `stream` through `client` while the test answers it by forwarding.
-async fn raw_query(
-    proxy: &Proxy,
-    actor: usize,
-    client: &aws_sdk_dynamodb::Client,
-    table: &str,
-    stream: &str,
-    condition: (&str, i64),
+/// A raw Query of one stream's seqs, as a test sends it through the SDK.
+struct RawQuery<'a> {
+    table: &'a str,
+    stream: &'a str,
+    /// (comparison, seq): `seq > 0` is `(">", 0)`.
+    condition: (&'a str, i64),
     limit: Option<i32>,
     forward: bool,
     start: Option<i64>,
-) -> (Answer, aws_sdk_dynamodb::operation::query::QueryOutput) {
-    let query = client
-        .query()
-        .table_name(table)
-        .key_condition_expression(format!("#stream = :stream AND #seq {} :value", condition.0))
-        .expression_attribute_names("#stream", "stream_id")
-        .expression_attribute_names("#seq", "seq")
-        .expression_attribute_values(":stream", AttributeValue::S(stream.to_owned()))
-        .expression_attribute_values(":value", AttributeValue::N(condition.1.to_string()))
-        .consistent_read(true)
-        .scan_index_forward(forward)
-        .set_limit(limit)
-        .set_exclusive_start_key(start.map(|seq| key_item(stream, seq)));
-    let sent = tokio::spawn(query.send());
-    let answer = pass(proxy, actor, "Query").await;
-    let output = finish(sent).await.expect("the Query succeeded through the proxy");
-    (answer, output)
+}
+
+impl<'a> RawQuery<'a> {
+    fn new(table: &'a str, condition: (&'a str, i64)) -> RawQuery<'a> {
+        RawQuery {
+            table,
+            stream: "s",
+            condition,
+            limit: None,
+            forward: true,
+            start: None,
+        }
+    }
+
+    fn limit(mut self, limit: i32) -> Self {
+        self.limit = Some(limit);
+        self
+    }
+
+    fn reverse(mut self) -> Self {
+        self.forward = false;
+        self
+    }
+
+    fn start(mut self, seq: i64) -> Self {
+        self.start = Some(seq);
+        self
+    }
+
+    /// Sends it through `client` while the test answers it by forwarding.
+    async fn run(
+        self,
+        proxy: &Proxy,
+        actor: usize,
+        client: &aws_sdk_dynamodb::Client,
+    ) -> (Answer, aws_sdk_dynamodb::operation::query::QueryOutput) {
+        let query = client
+            .query()
+            .table_name(self.table)
+            .key_condition_expression(format!(
+                "#stream = :stream AND #seq {} :value",
+                self.condition.0
+            ))
+            .expression_attribute_names("#stream", "stream_id")
+            .expression_attribute_names("#seq", "seq")
+            .expression_attribute_values(":stream", AttributeValue::S(self.stream.to_owned()))
+            .expression_attribute_values(":value", AttributeValue::N(self.condition.1.to_string()))
+            .consistent_read(true)
+            .scan_index_forward(self.forward)
+            .set_limit(self.limit)
+            .set_exclusive_start_key(self.start.map(|seq| key_item(self.stream, seq)));
+        let sent = tokio::spawn(query.send());
+        let answer = pass(proxy, actor, "Query").await;
+        let output = finish(sent)
+            .await
+            .expect("the Query succeeded through the proxy");
+        (answer, output)
+    }
 }
 
 /// Appends `op_id` through `actor`, holding the committed transaction pending. Returns the keys
 /// now pending and the seq the store answered.
-async fn append_held(proxy: &Proxy, store: &DynamoDbStore, actor: usize, stream: &str, op_id: &str) -> (Vec<ItemKey>, i64) {
+async fn append_held(
+    proxy: &Proxy,
+    store: &DynamoDbStore,
+    actor: usize,
+    stream: &str,
+    op_id: &str,
+) -> (Vec<ItemKey>, i64) {
     let task = spawn_append(store, stream, op_id);
     pass(proxy, actor, "Query").await;
     let transaction = take(proxy, actor, "TransactWriteItems").await;
-    let (answer, held) = proxy.forward_holding(&transaction).await.expect("commit upstream");
+    let (answer, held) = proxy
+        .forward_holding(&transaction)
+        .await
+        .expect("commit upstream");
     assert!(answer.is_success(), "the transaction committed: {answer:?}");
     proxy.deliver(transaction, answer).expect("deliver");
     let appended = finish(task).await.expect("the append succeeded");
@@ -153,7 +231,10 @@ async fn append_held(proxy: &Proxy, store: &DynamoDbStore, actor: usize, stream:
 async fn wait_until(what: &str, condition: impl Fn() -> bool) {
     let give_up = Instant::now() + STEP_WAIT;
     while !condition() {
-        assert!(Instant::now() < give_up, "{what} did not happen within {STEP_WAIT:?}");
+        assert!(
+            Instant::now() < give_up,
+            "{what} did not happen within {STEP_WAIT:?}"
+        );
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
 }
@@ -170,30 +251,68 @@ async fn a_held_transaction_is_invisible_to_reads_until_applied_but_committed_up
     let task = spawn_append(&writer, "s", "b");
     let counter_read = take(&proxy, 0, "Query").await;
     let view = counter_read.query().expect("a Query");
-    assert_eq!((view.stream.as_str(), view.seq, view.consistent), ("s", SeqCondition::Eq(0), true));
+    assert_eq!(
+        (view.stream.as_str(), view.seq, view.consistent),
+        ("s", SeqCondition::Eq(0), true)
+    );
     let answer = proxy.forward(&counter_read).await.expect("forward");
     proxy.deliver(counter_read, answer).expect("deliver");
     let transaction = take(&proxy, 0, "TransactWriteItems").await;
     assert_eq!(transaction.table(), Some(table.clone()));
     let items = transaction.transact_items().expect("parsed");
     let kinds: Vec<TransactKind> = items.iter().map(|item| item.kind).collect();
-    assert_eq!(kinds, [TransactKind::Update, TransactKind::Put, TransactKind::ConditionCheck, TransactKind::Put]);
+    assert_eq!(
+        kinds,
+        [
+            TransactKind::Update,
+            TransactKind::Put,
+            TransactKind::ConditionCheck,
+            TransactKind::Put
+        ]
+    );
     assert_eq!(items[0].key, ItemKey::new("s", 0));
     assert_eq!(items[0].condition.as_deref(), Some("next_seq = 1"));
     assert_eq!(items[0].update.as_deref(), Some("SET next_seq = 2"));
-    assert!(items[0].all_old_on_failure && items[1].all_old_on_failure && !items[3].all_old_on_failure);
+    assert!(
+        items[0].all_old_on_failure && items[1].all_old_on_failure && !items[3].all_old_on_failure
+    );
     assert_eq!(items[1].key, ItemKey::new("s", claim_key("b")));
-    assert_eq!(items[1].condition.as_deref(), Some("attribute_not_exists(stream_id)"));
-    assert_eq!((items[2].key.seq, items[2].condition.as_deref()), (1, Some("attribute_exists(stream_id)")));
+    assert_eq!(
+        items[1].condition.as_deref(),
+        Some("attribute_not_exists(stream_id)")
+    );
+    assert_eq!(
+        (items[2].key.seq, items[2].condition.as_deref()),
+        (1, Some("attribute_exists(stream_id)"))
+    );
     assert_eq!(items[3].key, ItemKey::new("s", 2));
-    assert_eq!(items[3].put_item.as_ref().map(|item| item["op_id"].clone()), Some(json!({"S": "b"})));
+    assert_eq!(
+        items[3].put_item.as_ref().map(|item| item["op_id"].clone()),
+        Some(json!({"S": "b"}))
+    );
     let (answer, held) = proxy.forward_holding(&transaction).await.expect("commit");
     assert!(answer.is_success(), "{answer:?}");
     proxy.deliver(transaction, answer).expect("deliver");
-    assert_eq!(finish(task).await.expect("append"), Appended { seq: 2, existing: false });
-    let mut expected_pending = vec![ItemKey::new("s", 0), ItemKey::new("s", claim_key("b")), ItemKey::new("s", 2)];
+    assert_eq!(
+        finish(task).await.expect("append"),
+        Appended {
+            seq: 2,
+            existing: false
+        }
+    );
+    let mut expected_pending = vec![
+        ItemKey::new("s", 0),
+        ItemKey::new("s", claim_key("b")),
+        ItemKey::new("s", 2),
+    ];
     expected_pending.sort();
-    assert_eq!(held.iter().cloned().collect::<std::collections::BTreeSet<_>>().len(), 3);
+    assert_eq!(
+        held.iter()
+            .cloned()
+            .collect::<std::collections::BTreeSet<_>>()
+            .len(),
+        3
+    );
     assert_eq!(proxy.pending(), expected_pending);
 
     // Through the proxy: the counter shows its old next_seq, op 2 is absent (Query and GetItem).
@@ -202,37 +321,83 @@ async fn a_held_transaction_is_invisible_to_reads_until_applied_but_committed_up
         async move { reader.read_counter("s").await }
     });
     pass(&proxy, 1, "Query").await;
-    assert_eq!(finish(counter).await.expect("counter read"), 1, "the counter's pre-image");
+    assert_eq!(
+        finish(counter).await.expect("counter read"),
+        1,
+        "the counter's pre-image"
+    );
     let pull = tokio::spawn({
         let reader = reader.clone();
         async move { reader.pull("s", 0, 100).await }
     });
     pass(&proxy, 1, "Query").await;
-    let pulled: Vec<i64> = finish(pull).await.expect("pull").iter().map(|op| op.seq).collect();
+    let pulled: Vec<i64> = finish(pull)
+        .await
+        .expect("pull")
+        .iter()
+        .map(|op| op.seq)
+        .collect();
     assert_eq!(pulled, [1], "the pending op 2 is not visible to a pull");
     let client = reader.client().clone();
     let get = tokio::spawn({
         let (client, table) = (client.clone(), table.clone());
-        async move { client.get_item().table_name(table).set_key(Some(key_item("s", 2))).consistent_read(true).send().await }
+        async move {
+            client
+                .get_item()
+                .table_name(table)
+                .set_key(Some(key_item("s", 2)))
+                .consistent_read(true)
+                .send()
+                .await
+        }
     });
     let request = take(&proxy, 1, "GetItem").await;
     assert_eq!(request.key().expect("key"), ItemKey::new("s", 2));
     let answer = proxy.forward(&request).await.expect("forward");
     proxy.deliver(request, answer).expect("deliver");
-    assert_eq!(finish(get).await.expect("GetItem").item(), None, "GetItem of the pending op 2");
+    assert_eq!(
+        finish(get).await.expect("GetItem").item(),
+        None,
+        "GetItem of the pending op 2"
+    );
     let get = tokio::spawn({
         let (client, table) = (client.clone(), table.clone());
-        async move { client.get_item().table_name(table).set_key(Some(key_item("s", 0))).consistent_read(true).send().await }
+        async move {
+            client
+                .get_item()
+                .table_name(table)
+                .set_key(Some(key_item("s", 0)))
+                .consistent_read(true)
+                .send()
+                .await
+        }
     });
     pass(&proxy, 1, "GetItem").await;
-    let counter_item = finish(get).await.expect("GetItem").item().cloned().expect("the counter exists");
-    assert_eq!(counter_item.get("next_seq"), Some(&AttributeValue::N("1".into())));
+    let counter_item = finish(get)
+        .await
+        .expect("GetItem")
+        .item()
+        .cloned()
+        .expect("the counter exists");
+    assert_eq!(
+        counter_item.get("next_seq"),
+        Some(&AttributeValue::N("1".into()))
+    );
 
     // The server holds the commit.
     let committed = proxy.scan_upstream(&table).await.expect("scan");
-    let keys: Vec<ItemKey> = committed.iter().map(|item| ItemKey::from_item(item).expect("key")).collect();
-    assert!(keys.contains(&ItemKey::new("s", 2)), "op 2 is committed upstream: {keys:?}");
-    let counter_upstream = committed.iter().find(|item| item["seq"] == json!({"N": "0"})).expect("counter");
+    let keys: Vec<ItemKey> = committed
+        .iter()
+        .map(|item| ItemKey::from_item(item).expect("key"))
+        .collect();
+    assert!(
+        keys.contains(&ItemKey::new("s", 2)),
+        "op 2 is committed upstream: {keys:?}"
+    );
+    let counter_upstream = committed
+        .iter()
+        .find(|item| item["seq"] == json!({"N": "0"}))
+        .expect("counter");
     assert_eq!(counter_upstream["next_seq"], json!({"N": "2"}));
 
     // A write to a pending item: not forwarded, answered with the conflict DynamoDB gives.
@@ -251,9 +416,18 @@ async fn a_held_transaction_is_invisible_to_reads_until_applied_but_committed_up
     });
     let request = take(&proxy, 1, "UpdateItem").await;
     let refused = proxy.forward(&request).await;
-    assert!(matches!(&refused, Err(ProxyError::WritesPending { key, .. }) if *key == ItemKey::new("s", 0)), "{refused:?}");
-    let conflict = proxy.conflict_answer(&request).expect("judged").expect("a conflict");
-    assert_eq!(conflict.error_type().as_deref(), Some("TransactionConflictException"));
+    assert!(
+        matches!(&refused, Err(ProxyError::WritesPending { key, .. }) if *key == ItemKey::new("s", 0)),
+        "{refused:?}"
+    );
+    let conflict = proxy
+        .conflict_answer(&request)
+        .expect("judged")
+        .expect("a conflict");
+    assert_eq!(
+        conflict.error_type().as_deref(),
+        Some("TransactionConflictException")
+    );
     proxy.deliver(request, conflict).expect("deliver");
     let error = finish(add).await.expect_err("the ADD is refused");
     match &error {
@@ -271,25 +445,41 @@ async fn a_held_transaction_is_invisible_to_reads_until_applied_but_committed_up
         async move { reader.pull("s", 0, 100).await }
     });
     pass(&proxy, 1, "Query").await;
-    let pulled: Vec<i64> = finish(pull).await.expect("pull").iter().map(|op| op.seq).collect();
+    let pulled: Vec<i64> = finish(pull)
+        .await
+        .expect("pull")
+        .iter()
+        .map(|op| op.seq)
+        .collect();
     assert_eq!(pulled, [1, 2]);
     let counter = tokio::spawn({
         let reader = reader.clone();
         async move { reader.read_counter("s").await }
     });
     pass(&proxy, 1, "Query").await;
-    assert_eq!(finish(counter).await.expect("counter"), 1, "the counter is still pending");
+    assert_eq!(
+        finish(counter).await.expect("counter"),
+        1,
+        "the counter is still pending"
+    );
     for key in proxy.pending() {
         proxy.apply(&key).expect("apply");
     }
     assert!(proxy.pending().is_empty());
-    assert!(matches!(proxy.apply(&ItemKey::new("s", 2)), Err(ProxyError::NotPending(_))));
+    assert!(matches!(
+        proxy.apply(&ItemKey::new("s", 2)),
+        Err(ProxyError::NotPending(_))
+    ));
     let counter = tokio::spawn({
         let reader = reader.clone();
         async move { reader.read_counter("s").await }
     });
     pass(&proxy, 1, "Query").await;
-    assert_eq!(finish(counter).await.expect("counter"), 2, "the counter's new image once applied");
+    assert_eq!(
+        finish(counter).await.expect("counter"),
+        2,
+        "the counter's new image once applied"
+    );
 }
 
 #[tokio::test]
@@ -305,35 +495,69 @@ async fn query_limit_and_order_are_honoured_with_pending_items_filtered_out() {
     let client = reader.client();
 
     // The store's top query: seq > 0, reverse, Limit 1 skips the pending top op 4.
-    let (answer, output) = raw_query(&proxy, 1, client, &table, "s", (">", 0), Some(1), false, None).await;
+    let (answer, output) = RawQuery::new(&table, (">", 0))
+        .limit(1)
+        .reverse()
+        .run(&proxy, 1, client)
+        .await;
     assert_eq!(seqs(&answer), [3]);
     assert_eq!(output.count(), 1);
-    assert_eq!(output.last_evaluated_key(), Some(&key_item("s", 3)), "ops 2 and 1 were cut off");
+    assert_eq!(
+        output.last_evaluated_key(),
+        Some(&key_item("s", 3)),
+        "ops 2 and 1 were cut off"
+    );
     // Forward with a Limit, then from the start key to the end.
-    let (answer, output) = raw_query(&proxy, 1, client, &table, "s", (">", 0), Some(2), true, None).await;
+    let (answer, output) = RawQuery::new(&table, (">", 0))
+        .limit(2)
+        .run(&proxy, 1, client)
+        .await;
     assert_eq!(seqs(&answer), [1, 2]);
     assert_eq!(output.last_evaluated_key(), Some(&key_item("s", 2)));
-    let (answer, output) = raw_query(&proxy, 1, client, &table, "s", (">", 0), Some(2), true, Some(2)).await;
+    let (answer, output) = RawQuery::new(&table, (">", 0))
+        .limit(2)
+        .start(2)
+        .run(&proxy, 1, client)
+        .await;
     assert_eq!(seqs(&answer), [3], "op 4 is pending");
     assert_eq!(output.last_evaluated_key(), None, "nothing was cut off");
     // Reverse from a start key, no Limit; the whole range in reverse.
-    let (answer, _) = raw_query(&proxy, 1, client, &table, "s", (">", 0), None, false, Some(3)).await;
+    let (answer, _) = RawQuery::new(&table, (">", 0))
+        .reverse()
+        .start(3)
+        .run(&proxy, 1, client)
+        .await;
     assert_eq!(seqs(&answer), [2, 1]);
-    let (answer, output) = raw_query(&proxy, 1, client, &table, "s", (">=", 0), None, false, None).await;
-    assert_eq!(seqs(&answer), [3, 2, 1, 0], "the counter's pre-image is in range");
+    let (answer, output) = RawQuery::new(&table, (">=", 0))
+        .reverse()
+        .run(&proxy, 1, client)
+        .await;
+    assert_eq!(
+        seqs(&answer),
+        [3, 2, 1, 0],
+        "the counter's pre-image is in range"
+    );
     assert_eq!(answer.body["Items"][3]["next_seq"], json!({"N": "3"}));
     assert_eq!(output.count(), 4);
     // The claim read of the pending op: absent; of an applied op: present.
-    let (answer, _) = raw_query(&proxy, 1, client, &table, "s", ("=", claim_key("d")), None, true, None).await;
+    let (answer, _) = RawQuery::new(&table, ("=", claim_key("d")))
+        .run(&proxy, 1, client)
+        .await;
     assert_eq!(seqs(&answer), Vec::<i64>::new());
-    let (answer, _) = raw_query(&proxy, 1, client, &table, "s", ("=", claim_key("b")), None, true, None).await;
+    let (answer, _) = RawQuery::new(&table, ("=", claim_key("b")))
+        .run(&proxy, 1, client)
+        .await;
     assert_eq!(answer.body["Items"][0]["claimed_seq"], json!({"N": "2"}));
 
     // Applied: the top query finds op 4.
     for key in held {
         proxy.apply(&key).expect("apply");
     }
-    let (answer, _) = raw_query(&proxy, 1, client, &table, "s", (">", 0), Some(1), false, None).await;
+    let (answer, _) = RawQuery::new(&table, (">", 0))
+        .limit(1)
+        .reverse()
+        .run(&proxy, 1, client)
+        .await;
     assert_eq!(seqs(&answer), [4]);
 }
 
@@ -350,18 +574,36 @@ async fn a_synthesised_cancellation_is_parsed_by_the_real_sdk_and_store() {
     pass(&proxy, 0, "Query").await;
     let round = take(&proxy, 0, "TransactWriteItems").await;
     assert_eq!(round.transact_items().expect("parsed").len(), 4);
-    let reasons = [ReasonCode::None, ReasonCode::None, ReasonCode::TransactionConflict, ReasonCode::None];
+    let reasons = [
+        ReasonCode::None,
+        ReasonCode::None,
+        ReasonCode::TransactionConflict,
+        ReasonCode::None,
+    ];
     let cancelled = Proxy::cancelled(&reasons.map(|code| (code, None)));
     proxy.deliver(round, cancelled).expect("deliver");
     let reread = take(&proxy, 0, "Query").await;
-    assert_eq!(reread.query().expect("query").seq, SeqCondition::Eq(0), "a lost round re-reads the counter");
+    assert_eq!(
+        reread.query().expect("query").seq,
+        SeqCondition::Eq(0),
+        "a lost round re-reads the counter"
+    );
     let answer = proxy.forward(&reread).await.expect("forward");
     proxy.deliver(reread, answer).expect("deliver");
     pass(&proxy, 0, "TransactWriteItems").await;
-    assert_eq!(finish(task).await.expect("append"), Appended { seq: 2, existing: false });
+    assert_eq!(
+        finish(task).await.expect("append"),
+        Appended {
+            seq: 2,
+            existing: false
+        }
+    );
 
     // The raw SDK: TransactionCanceledException with the codes, and the old item of ALL_OLD.
-    let client = DynamoDbStore::connect(table.clone(), Some(&proxy.endpoint(1))).await.client().clone();
+    let client = DynamoDbStore::connect(table.clone(), Some(&proxy.endpoint(1)))
+        .await
+        .client()
+        .clone();
     let mut old: Item = Item::new();
     old.insert("stream_id".into(), json!({"S": "s"}));
     old.insert("seq".into(), json!({"N": "0"}));
@@ -369,7 +611,11 @@ async fn a_synthesised_cancellation_is_parsed_by_the_real_sdk_and_store() {
     let sent = tokio::spawn({
         let table = table.clone();
         async move {
-            let put = Put::builder().table_name(&table).set_item(Some(key_item("s", 9))).build().expect("put");
+            let put = Put::builder()
+                .table_name(&table)
+                .set_item(Some(key_item("s", 9)))
+                .build()
+                .expect("put");
             let check = ConditionCheck::builder()
                 .table_name(&table)
                 .set_key(Some(key_item("s", 0)))
@@ -385,36 +631,61 @@ async fn a_synthesised_cancellation_is_parsed_by_the_real_sdk_and_store() {
         }
     });
     let request = take(&proxy, 1, "TransactWriteItems").await;
-    let answer = Proxy::cancelled(&[(ReasonCode::ConditionalCheckFailed, Some(old)), (ReasonCode::TransactionConflict, None)]);
+    let answer = Proxy::cancelled(&[
+        (ReasonCode::ConditionalCheckFailed, Some(old)),
+        (ReasonCode::TransactionConflict, None),
+    ]);
     proxy.deliver(request, answer).expect("deliver");
     match finish(sent).await {
         Err(SdkError::ServiceError(service)) => match service.err() {
             TransactWriteItemsError::TransactionCanceledException(cancelled) => {
-                let codes: Vec<&str> = cancelled.cancellation_reasons().iter().map(|reason| reason.code().unwrap_or("")).collect();
+                let codes: Vec<&str> = cancelled
+                    .cancellation_reasons()
+                    .iter()
+                    .map(|reason| reason.code().unwrap_or(""))
+                    .collect();
                 assert_eq!(codes, ["ConditionalCheckFailed", "TransactionConflict"]);
-                let item = cancelled.cancellation_reasons()[0].item().expect("the ALL_OLD image");
+                let item = cancelled.cancellation_reasons()[0]
+                    .item()
+                    .expect("the ALL_OLD image");
                 assert_eq!(item.get("next_seq"), Some(&AttributeValue::N("7".into())));
             }
             other => panic!("expected TransactionCanceledException, got {other:?}"),
         },
         other => panic!("expected a service error, got {other:?}"),
     }
-    let keys: Vec<ItemKey> =
-        proxy.scan_upstream(&table).await.expect("scan").iter().map(|item| ItemKey::from_item(item).expect("key")).collect();
-    assert!(!keys.contains(&ItemKey::new("s", 9)), "a synthesised answer never went upstream");
+    let keys: Vec<ItemKey> = proxy
+        .scan_upstream(&table)
+        .await
+        .expect("scan")
+        .iter()
+        .map(|item| ItemKey::from_item(item).expect("key"))
+        .collect();
+    assert!(
+        !keys.contains(&ItemKey::new("s", 9)),
+        "a synthesised answer never went upstream"
+    );
 }
 
 #[tokio::test]
 async fn a_lost_response_is_an_unknown_outcome_for_the_sdk_but_committed_upstream() {
     let (table, _direct) = fresh_table("proxy-lose").await;
     let proxy = Proxy::start(&upstream(), 1).await.expect("proxy");
-    let client = DynamoDbStore::connect(table.clone(), Some(&proxy.endpoint(0))).await.client().clone();
+    let client = DynamoDbStore::connect(table.clone(), Some(&proxy.endpoint(0)))
+        .await
+        .client()
+        .clone();
     let sent = tokio::spawn({
         let (client, table) = (client.clone(), table.clone());
         async move {
             let mut item = key_item("lost", 5);
             item.insert("op_id".into(), AttributeValue::S("x".into()));
-            client.put_item().table_name(table).set_item(Some(item)).send().await
+            client
+                .put_item()
+                .table_name(table)
+                .set_item(Some(item))
+                .send()
+                .await
         }
     });
     let request = take(&proxy, 0, "PutItem").await;
@@ -424,8 +695,12 @@ async fn a_lost_response_is_an_unknown_outcome_for_the_sdk_but_committed_upstrea
     proxy.lose(request).expect("lose");
     match finish(sent).await {
         Ok(output) => panic!("the SDK got an answer: {output:?}"),
-        Err(SdkError::ServiceError(service)) => panic!("a service error is a known outcome: {service:?}"),
-        Err(SdkError::DispatchFailure(_) | SdkError::ResponseError(_) | SdkError::TimeoutError(_)) => {}
+        Err(SdkError::ServiceError(service)) => {
+            panic!("a service error is a known outcome: {service:?}")
+        }
+        Err(
+            SdkError::DispatchFailure(_) | SdkError::ResponseError(_) | SdkError::TimeoutError(_),
+        ) => {}
         Err(other) => panic!("unexpected error kind {other:?}"),
     }
     let committed = proxy.scan_upstream(&table).await.expect("scan");
@@ -434,7 +709,14 @@ async fn a_lost_response_is_an_unknown_outcome_for_the_sdk_but_committed_upstrea
     // The client's next request arrives on a new connection and is served normally.
     let get = tokio::spawn({
         let (client, table) = (client.clone(), table.clone());
-        async move { client.get_item().table_name(table).set_key(Some(key_item("lost", 5))).send().await }
+        async move {
+            client
+                .get_item()
+                .table_name(table)
+                .set_key(Some(key_item("lost", 5)))
+                .send()
+                .await
+        }
     });
     pass(&proxy, 0, "GetItem").await;
     assert!(finish(get).await.expect("GetItem").item().is_some());
@@ -448,8 +730,17 @@ async fn requests_are_attributed_to_the_actor_whose_port_they_arrived_on() {
     let one = DynamoDbStore::connect(table.clone(), Some(&proxy.endpoint(1))).await;
     assert!(!proxy.has_request(0) && !proxy.has_request(1));
     let waited = proxy.next_request(0, Duration::from_millis(50)).await;
-    assert!(matches!(waited, Err(ProxyError::Timeout { actor: 0, .. })), "{waited:?}");
-    assert!(matches!(proxy.next_request(2, STEP_WAIT).await, Err(ProxyError::UnknownActor { actor: 2, actors: 2 })));
+    assert!(
+        matches!(waited, Err(ProxyError::Timeout { actor: 0, .. })),
+        "{waited:?}"
+    );
+    assert!(matches!(
+        proxy.next_request(2, STEP_WAIT).await,
+        Err(ProxyError::UnknownActor {
+            actor: 2,
+            actors: 2
+        })
+    ));
 
     let read_one = tokio::spawn(async move { one.read_counter("stream-of-one").await });
     wait_until("actor 1's request", || proxy.has_request(1)).await;
@@ -459,10 +750,22 @@ async fn requests_are_attributed_to_the_actor_whose_port_they_arrived_on() {
 
     let from_zero = take(&proxy, 0, "Query").await;
     let from_one = take(&proxy, 1, "Query").await;
-    assert_eq!((from_zero.actor, from_zero.query().expect("q").stream.as_str()), (0, "stream-of-zero"));
-    assert_eq!((from_one.actor, from_one.query().expect("q").stream.as_str()), (1, "stream-of-one"));
+    assert_eq!(
+        (
+            from_zero.actor,
+            from_zero.query().expect("q").stream.as_str()
+        ),
+        (0, "stream-of-zero")
+    );
+    assert_eq!(
+        (from_one.actor, from_one.query().expect("q").stream.as_str()),
+        (1, "stream-of-one")
+    );
     assert!(from_one.id < from_zero.id, "ids count arrivals");
-    assert!(!proxy.has_request(0) && !proxy.has_request(1), "taken requests are no longer waiting");
+    assert!(
+        !proxy.has_request(0) && !proxy.has_request(1),
+        "taken requests are no longer waiting"
+    );
     // Answered in the opposite order of arrival: each client gets its own answer.
     let answer = proxy.forward(&from_zero).await.expect("forward");
     proxy.deliver(from_zero, answer).expect("deliver");
@@ -481,5 +784,54 @@ async fn a_request_dropped_unanswered_gets_a_server_error_naming_the_cause() {
     let read = tokio::spawn(async move { store.read_counter("s").await });
     drop(take(&proxy, 0, "Query").await);
     let error = finish(read).await.expect_err("no answer was given");
-    assert!(error.to_string().contains("dropped this request unanswered"), "{error}");
+    assert!(
+        error
+            .to_string()
+            .contains("dropped this request unanswered"),
+        "{error}"
+    );
+}
+
+#[tokio::test]
+async fn a_stalled_response_is_a_client_timeout() {
+    let (table, _direct) = fresh_table("proxy-stall").await;
+    let proxy = Proxy::start(&upstream(), 1).await.expect("proxy");
+    let client = DynamoDbStore::connect(table.clone(), Some(&proxy.endpoint(0)))
+        .await
+        .client()
+        .clone();
+    let sent = tokio::spawn({
+        let table = table.clone();
+        async move {
+            let mut item = key_item("stalled", 1);
+            item.insert("op_id".into(), AttributeValue::S("x".into()));
+            // A short attempt timeout keeps the test quick; the store's own is 5 s.
+            let quick = aws_sdk_dynamodb::config::Builder::default().timeout_config(
+                aws_sdk_dynamodb::config::timeout::TimeoutConfig::builder()
+                    .operation_attempt_timeout(Duration::from_millis(300))
+                    .build(),
+            );
+            client
+                .put_item()
+                .table_name(table)
+                .set_item(Some(item))
+                .customize()
+                .config_override(quick)
+                .send()
+                .await
+        }
+    });
+    let request = take(&proxy, 0, "PutItem").await;
+    let answer = proxy.forward(&request).await.expect("forward");
+    assert!(answer.is_success(), "{answer:?}");
+    proxy.stall(request).expect("stall");
+    match finish(sent).await {
+        Err(SdkError::TimeoutError(_)) => {}
+        other => panic!("expected the client's timeout, got {other:?}"),
+    }
+    assert_eq!(
+        proxy.scan_upstream(&table).await.expect("scan").len(),
+        1,
+        "the put committed"
+    );
 }
