@@ -24,10 +24,10 @@
 //!   commit of [`Proxy::forward_holding`]). moto has no concurrency control, and the window logic
 //!   reasons about one upstream state at a time.
 //! - **Answered exactly once**: a held request is answered by exactly one of [`Proxy::deliver`],
-//!   [`Proxy::lose`], [`Proxy::stall`] (all take the [`HeldRequest`] by value, so the type system rules out a
-//!   second answer) or, when the replayer drops it unanswered or leaves it past
-//!   `request_wait_millis_max`, by the proxy itself (HTTP 500 naming the cause, or a closed
-//!   connection after the wait).
+//!   [`Proxy::lose`], [`Proxy::stall`] (all take the [`HeldRequest`] by value, so the type
+//!   system rules out a second answer) or, when the replayer drops it unanswered or leaves it
+//!   past `request_wait_millis_max`, by the proxy itself (an HTTP 400 `ProxyFault` naming the
+//!   cause, which no client retries, or a closed connection after the wait).
 //! - **Reads never show a pending item's new image**: a Query or GetItem whose range holds a
 //!   pending key of its table is rewritten from the upstream answer; a read the proxy cannot
 //!   rewrite faithfully (Scan, BatchGetItem, TransactGetItems, projections, filters, indexes)
@@ -1806,6 +1806,11 @@ async fn accept_loop(
     }
 }
 
+/// The error type of the proxy's own refusals (a dropped request, a full queue). A 400 of a type
+/// no client retries: a 5xx or a throttle would read as a lost round to the store and hide the
+/// replayer's bug behind a retry.
+const PROXY_FAULT: &str = "oncecheck.proxy#ProxyFault";
+
 fn refusal(kind: &str, message: &str) -> Response<Full<Bytes>> {
     Answer::error(400, kind, message).into_response()
 }
@@ -1819,16 +1824,17 @@ async fn handle(
 ) -> Result<Response<Full<Bytes>>, ResponseLost> {
     let (parts, body) = request.into_parts();
     let limit = shared.limits.body_bytes_max;
-    let raw =
-        match Limited::new(body, limit).collect().await {
-            Ok(collected) => collected.to_bytes(),
-            Err(error) => return Ok(refusal(
+    let raw = match Limited::new(body, limit).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) => {
+            return Ok(refusal(
                 "com.amazon.coral.service#SerializationException",
                 &format!(
                     "oncecheck proxy: unreadable body or over body_bytes_max = {limit}: {error}"
                 ),
-            )),
-        };
+            ))
+        }
+    };
     let target = parts
         .headers
         .get("x-amz-target")
@@ -1881,7 +1887,7 @@ async fn handle(
             }
             mpsc::error::TrySendError::Closed(_) => "the proxy is shutting down".to_owned(),
         };
-        return Ok(plain_response(500, &format!("oncecheck proxy: {why}")));
+        return Ok(refusal(PROXY_FAULT, &format!("oncecheck proxy: {why}")));
     }
     let wait = Duration::from_millis(shared.limits.request_wait_millis_max);
     let held_until = tokio::time::Instant::now() + wait;
@@ -1894,8 +1900,8 @@ async fn handle(
             tokio::time::sleep_until(held_until).await;
             Err(ResponseLost)
         }
-        Ok(Err(_dropped)) => Ok(plain_response(
-            500,
+        Ok(Err(_dropped)) => Ok(refusal(
+            PROXY_FAULT,
             "oncecheck proxy: the replayer dropped this request unanswered",
         )),
         // The replayer never answered: the client is cut off as a hung server would leave it;

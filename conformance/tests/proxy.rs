@@ -12,7 +12,8 @@ use aws_sdk_dynamodb::error::SdkError;
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
 use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, Put, TransactWriteItem};
 use oncecheck_conformance::proxy::{
-    Answer, HeldRequest, Item, ItemKey, Proxy, ProxyError, ReasonCode, SeqCondition, TransactKind,
+    Answer, HeldRequest, Item, ItemKey, PreImage, Proxy, ProxyError, ReasonCode, SeqCondition,
+    TransactKind,
 };
 use oncecheck_store::dynamodb::claim_key;
 use oncecheck_store::{Appended, DynamoDbStore, NewOp, OpStore};
@@ -559,6 +560,33 @@ async fn query_limit_and_order_are_honoured_with_pending_items_filtered_out() {
         .run(&proxy, 1, client)
         .await;
     assert_eq!(seqs(&answer), [4]);
+
+    // The lower-level pair: read the current images, hold them pending with the images a
+    // transaction would have found (op 4 absent), and reads go back behind the window.
+    let op4 = ItemKey::new("s", 4);
+    let images = proxy
+        .read_images(&table, std::slice::from_ref(&op4))
+        .await
+        .expect("read");
+    assert_eq!(images.len(), 1);
+    assert_eq!(
+        images[0].item.as_ref().map(|item| item["op_id"].clone()),
+        Some(json!({"S": "d"}))
+    );
+    let before = PreImage {
+        item: None,
+        ..images[0].clone()
+    };
+    proxy.hold_pending(vec![before.clone()]).expect("hold");
+    assert!(
+        matches!(proxy.hold_pending(vec![before]), Err(ProxyError::AlreadyPending(key)) if key == op4)
+    );
+    let (answer, _) = RawQuery::new(&table, (">", 0))
+        .limit(1)
+        .reverse()
+        .run(&proxy, 1, client)
+        .await;
+    assert_eq!(seqs(&answer), [3], "op 4 is pending again");
 }
 
 #[tokio::test]
@@ -777,18 +805,17 @@ async fn requests_are_attributed_to_the_actor_whose_port_they_arrived_on() {
 }
 
 #[tokio::test]
-async fn a_request_dropped_unanswered_gets_a_server_error_naming_the_cause() {
+async fn a_request_dropped_unanswered_gets_a_proxy_fault_naming_the_cause() {
     let (table, _direct) = fresh_table("proxy-dropped").await;
     let proxy = Proxy::start(&upstream(), 1).await.expect("proxy");
     let store = DynamoDbStore::connect(table.clone(), Some(&proxy.endpoint(0))).await;
     let read = tokio::spawn(async move { store.read_counter("s").await });
     drop(take(&proxy, 0, "Query").await);
     let error = finish(read).await.expect_err("no answer was given");
+    let message = error.to_string();
     assert!(
-        error
-            .to_string()
-            .contains("dropped this request unanswered"),
-        "{error}"
+        message.contains("ProxyFault") && message.contains("dropped this request unanswered"),
+        "{message}"
     );
 }
 
