@@ -45,7 +45,9 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::post;
 use axum::{Json, Router};
 use bytes::Bytes;
-use oncecheck_store::{BatchOutcome, NewOp, OpStore, Seq, StoreError, PUSH_DEADLINE_ENV, PUSH_DEADLINE_SECS_DEFAULT};
+use oncecheck_store::{
+    BatchOutcome, NewOp, OpStore, Seq, StoreError, PUSH_DEADLINE_ENV, PUSH_DEADLINE_SECS_DEFAULT,
+};
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 use tokio::time::Instant;
@@ -88,9 +90,13 @@ pub fn push_deadline_secs_from(value: Option<&str>) -> Result<u64, String> {
     match value {
         None => Ok(PUSH_DEADLINE_SECS_DEFAULT),
         Some(text) => match text.trim().parse::<u64>() {
-            Ok(0) => Err(format!("{PUSH_DEADLINE_ENV}=0: the push deadline must be at least 1 second")),
+            Ok(0) => Err(format!(
+                "{PUSH_DEADLINE_ENV}=0: the push deadline must be at least 1 second"
+            )),
             Ok(secs) => Ok(secs),
-            Err(_) => Err(format!("{PUSH_DEADLINE_ENV}={text:?} is not a whole number of seconds")),
+            Err(_) => Err(format!(
+                "{PUSH_DEADLINE_ENV}={text:?} is not a whole number of seconds"
+            )),
         },
     }
 }
@@ -109,7 +115,14 @@ pub fn router(store: Arc<dyn OpStore>, limits: Limits) -> Router {
     Router::new()
         .route("/v1/streams/{stream}/ops", post(push).get(pull))
         .route("/healthz", axum::routing::get(|| async { "ok" }))
-        .fallback(|| async { Problem::new(StatusCode::NOT_FOUND, "not-found", "Not found", "no such route") })
+        .fallback(|| async {
+            Problem::new(
+                StatusCode::NOT_FOUND,
+                "not-found",
+                "Not found",
+                "no such route",
+            )
+        })
         .method_not_allowed_fallback(|| async {
             Problem::new(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -151,13 +164,16 @@ impl Problem {
 impl IntoResponse for Problem {
     fn into_response(self) -> Response {
         let retry = self.status == StatusCode::SERVICE_UNAVAILABLE;
-        let mut response = (self.status, Json(serde_json::Value::Object(self.body))).into_response();
+        let mut response =
+            (self.status, Json(serde_json::Value::Object(self.body))).into_response();
         response.headers_mut().insert(
             header::CONTENT_TYPE,
             HeaderValue::from_static("application/problem+json"),
         );
         if retry {
-            response.headers_mut().insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+            response
+                .headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
         response
     }
@@ -215,14 +231,23 @@ fn check_stream(stream: &str, limits: &Limits) -> Result<(), Problem> {
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid-stream",
             "Invalid stream id",
-            format!("a stream id has 1 to {} bytes; this one has {}", limits.stream_id_bytes_max, stream.len()),
+            format!(
+                "a stream id has 1 to {} bytes; this one has {}",
+                limits.stream_id_bytes_max,
+                stream.len()
+            ),
         ));
     }
     Ok(())
 }
 
 fn path_problem(rejection: PathRejection) -> Problem {
-    Problem::new(StatusCode::BAD_REQUEST, "invalid-stream", "Invalid stream id", rejection.body_text())
+    Problem::new(
+        StatusCode::BAD_REQUEST,
+        "invalid-stream",
+        "Invalid stream id",
+        rejection.body_text(),
+    )
 }
 
 /// Validates the whole push before anything is stored.
@@ -232,18 +257,29 @@ fn parse_push(body: &[u8], limits: &Limits) -> Result<Vec<NewOp>, Problem> {
             StatusCode::BAD_REQUEST,
             "malformed-json",
             "Malformed push",
-            format!("expected {{\"ops\": [{{\"op_id\": string, \"payload\": string}}, ...]}}: {error}"),
+            format!(
+                "expected {{\"ops\": [{{\"op_id\": string, \"payload\": string}}, ...]}}: {error}"
+            ),
         )
     })?;
     if request.ops.is_empty() {
-        return Err(Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "empty-batch", "Empty batch", "a push carries at least one op"));
+        return Err(Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "empty-batch",
+            "Empty batch",
+            "a push carries at least one op",
+        ));
     }
     if request.ops.len() > limits.ops_per_push_max {
         return Err(Problem::new(
             StatusCode::PAYLOAD_TOO_LARGE,
             "payload-too-large",
             "Push too large",
-            format!("a push carries at most {} ops; this one has {}: split it", limits.ops_per_push_max, request.ops.len()),
+            format!(
+                "a push carries at most {} ops; this one has {}: split it",
+                limits.ops_per_push_max,
+                request.ops.len()
+            ),
         ));
     }
     for (index, op) in request.ops.iter().enumerate() {
@@ -252,17 +288,29 @@ fn parse_push(body: &[u8], limits: &Limits) -> Result<Vec<NewOp>, Problem> {
                 StatusCode::UNPROCESSABLE_ENTITY,
                 "invalid-op-id",
                 "Invalid op_id",
-                format!("ops[{index}].op_id has {} bytes; an op_id has 1 to {} bytes", op.op_id.len(), limits.op_id_bytes_max),
+                format!(
+                    "ops[{index}].op_id has {} bytes; an op_id has 1 to {} bytes",
+                    op.op_id.len(),
+                    limits.op_id_bytes_max
+                ),
             ));
         }
     }
-    Ok(request.ops.into_iter().map(|op| NewOp::new(op.op_id, op.payload.into_bytes())).collect())
+    Ok(request
+        .ops
+        .into_iter()
+        .map(|op| NewOp::new(op.op_id, op.payload.into_bytes()))
+        .collect())
 }
 
 fn results_of(ops: &[NewOp], outcome: &BatchOutcome) -> Vec<PushResult> {
     ops.iter()
         .zip(&outcome.appended)
-        .map(|(op, appended)| PushResult { op_id: op.op_id.clone(), seq: appended.seq, existing: appended.existing })
+        .map(|(op, appended)| PushResult {
+            op_id: op.op_id.clone(),
+            seq: appended.seq,
+            existing: appended.existing,
+        })
         .collect()
 }
 
@@ -280,18 +328,31 @@ fn store_problem(error: &StoreError, stored: Vec<PushResult>) -> Problem {
             "Stream contended",
             format!("{error}; the ops listed in `stored` are kept, re-push the batch"),
         ),
-        StoreError::InvalidInput { .. } => Problem::new(StatusCode::UNPROCESSABLE_ENTITY, "invalid-input", "Invalid input", error.to_string()),
+        StoreError::InvalidInput { .. } => Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "invalid-input",
+            "Invalid input",
+            error.to_string(),
+        ),
         StoreError::SeqOverflow { .. }
         | StoreError::ClaimForeign { .. }
         | StoreError::ClaimVanished { .. }
         | StoreError::Backend { .. } => {
             tracing::error!(%error, "store failure");
-            Problem::new(StatusCode::INTERNAL_SERVER_ERROR, "store-failure", "Store failure", error.to_string())
+            Problem::new(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                "store-failure",
+                "Store failure",
+                error.to_string(),
+            )
         }
     };
     problem.with("stored", json!(stored))
 }
 
+//= specs/relay-append.md#R6
+//# no-wedge: every append ends stored or with a typed error (lost rounds in a row over budget, deadline);
+//# a legacy gap costs one extra round, once.
 async fn push(
     State(state): State<AppState>,
     stream: Result<Path<String>, PathRejection>,
@@ -311,12 +372,21 @@ async fn push(
                 StatusCode::PAYLOAD_TOO_LARGE,
                 "payload-too-large",
                 "Push too large",
-                format!("a push body has at most {} bytes: split it", state.limits.body_bytes_max),
+                format!(
+                    "a push body has at most {} bytes: split it",
+                    state.limits.body_bytes_max
+                ),
             )
             .into_response()
         }
         Err(rejection) => {
-            return Problem::new(StatusCode::BAD_REQUEST, "malformed-json", "Unreadable body", rejection.body_text()).into_response()
+            return Problem::new(
+                StatusCode::BAD_REQUEST,
+                "malformed-json",
+                "Unreadable body",
+                rejection.body_text(),
+            )
+            .into_response()
         }
     };
     let ops = match parse_push(&body, &state.limits) {
@@ -349,14 +419,19 @@ fn parse_cursor(text: Option<&str>) -> Result<Seq, Problem> {
 }
 
 fn parse_limit(text: Option<&str>, limits: &Limits) -> Result<usize, Problem> {
-    let Some(text) = text else { return Ok(limits.pull_limit_default) };
+    let Some(text) = text else {
+        return Ok(limits.pull_limit_default);
+    };
     match text.parse::<usize>() {
         Ok(limit) if (1..=limits.pull_limit_max).contains(&limit) => Ok(limit),
         _ => Err(Problem::new(
             StatusCode::BAD_REQUEST,
             "invalid-limit",
             "Invalid limit",
-            format!("limit={text:?}: a limit is a whole number from 1 to {}", limits.pull_limit_max),
+            format!(
+                "limit={text:?}: a limit is a whole number from 1 to {}",
+                limits.pull_limit_max
+            ),
         )),
     }
 }
@@ -376,10 +451,19 @@ async fn pull(
     let Query(params) = match params {
         Ok(params) => params,
         Err(rejection) => {
-            return Problem::new(StatusCode::BAD_REQUEST, "invalid-cursor", "Invalid query", rejection.body_text()).into_response()
+            return Problem::new(
+                StatusCode::BAD_REQUEST,
+                "invalid-cursor",
+                "Invalid query",
+                rejection.body_text(),
+            )
+            .into_response()
         }
     };
-    let (after, limit) = match (parse_cursor(params.after.as_deref()), parse_limit(params.limit.as_deref(), &state.limits)) {
+    let (after, limit) = match (
+        parse_cursor(params.after.as_deref()),
+        parse_limit(params.limit.as_deref(), &state.limits),
+    ) {
         (Ok(after), Ok(limit)) => (after, limit),
         (Err(problem), _) | (_, Err(problem)) => return problem.into_response(),
     };
@@ -388,9 +472,18 @@ async fn pull(
             let cursor = ops.last().map_or(after, |op| op.seq);
             let ops = ops
                 .into_iter()
-                .map(|op| PulledOp { seq: op.seq, op_id: op.op_id, payload: String::from_utf8_lossy(&op.payload).into_owned() })
+                .map(|op| PulledOp {
+                    seq: op.seq,
+                    op_id: op.op_id,
+                    payload: String::from_utf8_lossy(&op.payload).into_owned(),
+                })
                 .collect();
-            Json(PullResponse { stream, ops, cursor }).into_response()
+            Json(PullResponse {
+                stream,
+                ops,
+                cursor,
+            })
+            .into_response()
         }
         Err(error) => store_problem(&error, Vec::new()).into_response(),
     }
@@ -411,8 +504,12 @@ impl std::str::FromStr for StoreSpec {
         let valid = "valid stores: memory, sqlite:PATH, dynamodb:TABLE";
         match text.split_once(':') {
             None if text == "memory" => Ok(StoreSpec::Memory),
-            Some(("sqlite", path)) if !path.is_empty() => Ok(StoreSpec::Sqlite { path: path.to_owned() }),
-            Some(("dynamodb", table)) if !table.is_empty() => Ok(StoreSpec::DynamoDb { table: table.to_owned() }),
+            Some(("sqlite", path)) if !path.is_empty() => Ok(StoreSpec::Sqlite {
+                path: path.to_owned(),
+            }),
+            Some(("dynamodb", table)) if !table.is_empty() => Ok(StoreSpec::DynamoDb {
+                table: table.to_owned(),
+            }),
             _ => Err(format!("unknown store {text:?}; {valid}")),
         }
     }
@@ -423,7 +520,11 @@ pub const DDB_ENDPOINT_ENV: &str = "ONCECHECK_DDB_ENDPOINT";
 
 /// Opens the backend `spec` names. For DynamoDB, `endpoint_url` overrides the SDK's endpoint and
 /// `create_table` creates the table first (tests, first runs).
-pub async fn open_store(spec: &StoreSpec, endpoint_url: Option<&str>, create_table: bool) -> Result<Arc<dyn OpStore>, StoreError> {
+pub async fn open_store(
+    spec: &StoreSpec,
+    endpoint_url: Option<&str>,
+    create_table: bool,
+) -> Result<Arc<dyn OpStore>, StoreError> {
     Ok(match spec {
         StoreSpec::Memory => Arc::new(oncecheck_store::MemoryStore::new()),
         StoreSpec::Sqlite { path } => Arc::new(oncecheck_store::SqliteStore::open(path).await?),
@@ -484,11 +585,24 @@ mod tests {
     #[test]
     fn store_specs_parse_and_unknown_ones_list_the_valid_forms() {
         assert_eq!("memory".parse(), Ok(StoreSpec::Memory));
-        assert_eq!("sqlite:/tmp/x.db".parse(), Ok(StoreSpec::Sqlite { path: "/tmp/x.db".into() }));
-        assert_eq!("dynamodb:ops".parse(), Ok(StoreSpec::DynamoDb { table: "ops".into() }));
+        assert_eq!(
+            "sqlite:/tmp/x.db".parse(),
+            Ok(StoreSpec::Sqlite {
+                path: "/tmp/x.db".into()
+            })
+        );
+        assert_eq!(
+            "dynamodb:ops".parse(),
+            Ok(StoreSpec::DynamoDb {
+                table: "ops".into()
+            })
+        );
         for bad in ["", "sqlite:", "dynamodb:", "postgres:x", "memory:x"] {
             let error = bad.parse::<StoreSpec>().unwrap_err();
-            assert!(error.contains("memory, sqlite:PATH, dynamodb:TABLE"), "{error}");
+            assert!(
+                error.contains("memory, sqlite:PATH, dynamodb:TABLE"),
+                "{error}"
+            );
         }
     }
 }

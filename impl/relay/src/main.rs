@@ -7,11 +7,17 @@
 use std::net::SocketAddr;
 
 use clap::Parser;
-use oncecheck_relay::{open_store, push_deadline_secs_from, router, shutdown_signal, Limits, StoreSpec, DDB_ENDPOINT_ENV};
+use oncecheck_relay::{
+    open_store, push_deadline_secs_from, router, shutdown_signal, Limits, StoreSpec,
+    DDB_ENDPOINT_ENV,
+};
 use oncecheck_store::PUSH_DEADLINE_ENV;
 
 #[derive(Debug, Parser)]
-#[command(name = "relay", about = "Push and pull of op batches over an oncecheck store")]
+#[command(
+    name = "relay",
+    about = "Push and pull of op batches over an oncecheck store"
+)]
 struct Args {
     /// Address to listen on.
     #[arg(long, default_value = "127.0.0.1:8080")]
@@ -45,13 +51,14 @@ async fn main() -> std::process::ExitCode {
         )
         .init();
     let args = Args::parse();
-    let push_deadline_secs = match push_deadline_secs_from(std::env::var(PUSH_DEADLINE_ENV).ok().as_deref()) {
-        Ok(secs) => secs,
-        Err(message) => {
-            eprintln!("relay: {message}");
-            return std::process::ExitCode::from(2);
-        }
-    };
+    let push_deadline_secs =
+        match push_deadline_secs_from(std::env::var(PUSH_DEADLINE_ENV).ok().as_deref()) {
+            Ok(secs) => secs,
+            Err(message) => {
+                eprintln!("relay: {message}");
+                return std::process::ExitCode::from(2);
+            }
+        };
     let limits = Limits {
         body_bytes_max: args.body_bytes_max,
         ops_per_push_max: args.ops_per_push_max,
@@ -60,7 +67,9 @@ async fn main() -> std::process::ExitCode {
         push_deadline_secs,
         ..Limits::default()
     };
-    let endpoint = std::env::var(DDB_ENDPOINT_ENV).ok().filter(|url| !url.is_empty());
+    let endpoint = std::env::var(DDB_ENDPOINT_ENV)
+        .ok()
+        .filter(|url| !url.is_empty());
     let store = match open_store(&args.store, endpoint.as_deref(), args.create_table).await {
         Ok(store) => store,
         Err(error) => {

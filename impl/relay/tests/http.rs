@@ -19,7 +19,10 @@ struct Relay {
 
 impl Relay {
     async fn over(store: Arc<dyn OpStore>, limits: Limits) -> Relay {
-        Relay { base: serve(store, limits).await, client: reqwest::Client::new() }
+        Relay {
+            base: serve(store, limits).await,
+            client: reqwest::Client::new(),
+        }
     }
 
     async fn push_raw(&self, stream: &str, body: impl Into<reqwest::Body>) -> reqwest::Response {
@@ -33,12 +36,20 @@ impl Relay {
     }
 
     async fn push(&self, stream: &str, ops: &[(&str, &str)]) -> reqwest::Response {
-        let ops: Vec<Value> = ops.iter().map(|(op_id, payload)| json!({"op_id": op_id, "payload": payload})).collect();
-        self.push_raw(stream, json!({ "ops": ops }).to_string()).await
+        let ops: Vec<Value> = ops
+            .iter()
+            .map(|(op_id, payload)| json!({"op_id": op_id, "payload": payload}))
+            .collect();
+        self.push_raw(stream, json!({ "ops": ops }).to_string())
+            .await
     }
 
     async fn pull_raw(&self, stream: &str, query: &str) -> reqwest::Response {
-        self.client.get(format!("{}/v1/streams/{stream}/ops?{query}", self.base)).send().await.expect("pull request")
+        self.client
+            .get(format!("{}/v1/streams/{stream}/ops?{query}", self.base))
+            .send()
+            .await
+            .expect("pull request")
     }
 
     async fn op_ids(&self, stream: &str) -> Vec<String> {
@@ -52,10 +63,17 @@ impl Relay {
 /// Asserts a problem response: status, content type, the RFC 9457 members, the type suffix.
 async fn problem(response: reqwest::Response, status: StatusCode, slug: &str) -> Value {
     assert_eq!(response.status(), status);
-    let content_type = response.headers().get("content-type").map(|value| value.to_str().unwrap().to_owned());
+    let content_type = response
+        .headers()
+        .get("content-type")
+        .map(|value| value.to_str().unwrap().to_owned());
     assert_eq!(content_type.as_deref(), Some("application/problem+json"));
     let body: Value = response.json().await.expect("a JSON problem body");
-    assert_eq!(body["type"], json!(format!("{PROBLEM_TYPE_PREFIX}{slug}")), "{body}");
+    assert_eq!(
+        body["type"],
+        json!(format!("{PROBLEM_TYPE_PREFIX}{slug}")),
+        "{body}"
+    );
     assert_eq!(body["status"], json!(status.as_u16()));
     assert!(body["title"].is_string());
     assert!(!body["detail"].as_str().unwrap_or("").is_empty(), "{body}");
@@ -64,30 +82,94 @@ async fn problem(response: reqwest::Response, status: StatusCode, slug: &str) ->
 
 async fn relay_with_two_ops() -> Relay {
     let relay = Relay::over(Arc::new(MemoryStore::new()), Limits::default()).await;
-    assert_eq!(relay.push("s", &[("a", "1"), ("b", "2")]).await.status(), StatusCode::OK);
+    assert_eq!(
+        relay.push("s", &[("a", "1"), ("b", "2")]).await.status(),
+        StatusCode::OK
+    );
     relay
 }
 
 #[tokio::test]
 async fn a_push_answers_each_seq_a_re_push_the_same_and_a_pull_pages_by_cursor() {
     let relay = Relay::over(Arc::new(MemoryStore::new()), Limits::default()).await;
-    let first: PushResponse = relay.push("s", &[("a", "1"), ("b", "2")]).await.json().await.unwrap();
-    assert_eq!(first.results, vec![PushResult { op_id: "a".into(), seq: 1, existing: false }, PushResult { op_id: "b".into(), seq: 2, existing: false }]);
-    let again: PushResponse = relay.push("s", &[("a", "1"), ("b", "2"), ("c", "3")]).await.json().await.unwrap();
-    assert_eq!(again.results.iter().map(|r| (r.seq, r.existing)).collect::<Vec<_>>(), vec![(1, true), (2, true), (3, false)]);
-    let page: PullResponse = relay.pull_raw("s", "after=1&limit=1").await.json().await.unwrap();
-    assert_eq!((page.ops.len(), page.ops[0].seq, page.ops[0].payload.as_str(), page.cursor), (1, 2, "2", 2));
+    let first: PushResponse = relay
+        .push("s", &[("a", "1"), ("b", "2")])
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        first.results,
+        vec![
+            PushResult {
+                op_id: "a".into(),
+                seq: 1,
+                existing: false
+            },
+            PushResult {
+                op_id: "b".into(),
+                seq: 2,
+                existing: false
+            }
+        ]
+    );
+    let again: PushResponse = relay
+        .push("s", &[("a", "1"), ("b", "2"), ("c", "3")])
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        again
+            .results
+            .iter()
+            .map(|r| (r.seq, r.existing))
+            .collect::<Vec<_>>(),
+        vec![(1, true), (2, true), (3, false)]
+    );
+    let page: PullResponse = relay
+        .pull_raw("s", "after=1&limit=1")
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            page.ops.len(),
+            page.ops[0].seq,
+            page.ops[0].payload.as_str(),
+            page.cursor
+        ),
+        (1, 2, "2", 2)
+    );
     let rest: PullResponse = relay.pull_raw("s", "after=2").await.json().await.unwrap();
     assert_eq!((rest.ops.len(), rest.cursor), (1, 3));
     let empty: PullResponse = relay.pull_raw("s", "after=3").await.json().await.unwrap();
-    assert_eq!((empty.ops.len(), empty.cursor), (0, 3), "an empty page keeps the cursor");
+    assert_eq!(
+        (empty.ops.len(), empty.cursor),
+        (0, 3),
+        "an empty page keeps the cursor"
+    );
 }
 
 #[tokio::test]
 async fn malformed_json_is_a_400_problem_and_loses_nothing() {
     let relay = relay_with_two_ops().await;
-    for body in ["{", "not json", "[]", r#"{"ops": [{"op_id": "x"}]}"#, r#"{"ops": [{"op_id": 1, "payload": "p"}]}"#, r#"{"ops": [], "extra": 1}"#, ""] {
-        problem(relay.push_raw("s", body).await, StatusCode::BAD_REQUEST, "malformed-json").await;
+    for body in [
+        "{",
+        "not json",
+        "[]",
+        r#"{"ops": [{"op_id": "x"}]}"#,
+        r#"{"ops": [{"op_id": 1, "payload": "p"}]}"#,
+        r#"{"ops": [], "extra": 1}"#,
+        "",
+    ] {
+        problem(
+            relay.push_raw("s", body).await,
+            StatusCode::BAD_REQUEST,
+            "malformed-json",
+        )
+        .await;
     }
     assert_eq!(relay.op_ids("s").await, vec!["a", "b"]);
 }
@@ -95,7 +177,12 @@ async fn malformed_json_is_a_400_problem_and_loses_nothing() {
 #[tokio::test]
 async fn an_empty_batch_is_a_422_problem() {
     let relay = relay_with_two_ops().await;
-    problem(relay.push_raw("s", r#"{"ops": []}"#).await, StatusCode::UNPROCESSABLE_ENTITY, "empty-batch").await;
+    problem(
+        relay.push_raw("s", r#"{"ops": []}"#).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "empty-batch",
+    )
+    .await;
     assert_eq!(relay.op_ids("s").await, vec!["a", "b"]);
 }
 
@@ -103,47 +190,132 @@ async fn an_empty_batch_is_a_422_problem() {
 async fn an_op_id_too_long_or_empty_is_a_422_problem_and_stores_none_of_the_batch() {
     let relay = relay_with_two_ops().await;
     let too_long = "x".repeat(Limits::default().op_id_bytes_max + 1);
-    let body = problem(relay.push("s", &[("c", "3"), (too_long.as_str(), "4")]).await, StatusCode::UNPROCESSABLE_ENTITY, "invalid-op-id").await;
-    assert!(body["detail"].as_str().unwrap().contains("ops[1]"), "{body}");
-    problem(relay.push("s", &[("", "4")]).await, StatusCode::UNPROCESSABLE_ENTITY, "invalid-op-id").await;
+    let body = problem(
+        relay
+            .push("s", &[("c", "3"), (too_long.as_str(), "4")])
+            .await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-op-id",
+    )
+    .await;
+    assert!(
+        body["detail"].as_str().unwrap().contains("ops[1]"),
+        "{body}"
+    );
+    problem(
+        relay.push("s", &[("", "4")]).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-op-id",
+    )
+    .await;
     let longest = "y".repeat(Limits::default().op_id_bytes_max);
-    assert_eq!(relay.push("s", &[(longest.as_str(), "5")]).await.status(), StatusCode::OK, "the limit itself is allowed");
-    assert_eq!(relay.op_ids("s").await, vec!["a".to_owned(), "b".to_owned(), longest]);
+    assert_eq!(
+        relay.push("s", &[(longest.as_str(), "5")]).await.status(),
+        StatusCode::OK,
+        "the limit itself is allowed"
+    );
+    assert_eq!(
+        relay.op_ids("s").await,
+        vec!["a".to_owned(), "b".to_owned(), longest]
+    );
 }
 
 #[tokio::test]
 async fn a_bad_cursor_or_limit_is_a_400_problem() {
     let relay = relay_with_two_ops().await;
-    for query in ["after=-1", "after=abc", "after=1.5", "after=99999999999999999999"] {
-        problem(relay.pull_raw("s", query).await, StatusCode::BAD_REQUEST, "invalid-cursor").await;
+    for query in [
+        "after=-1",
+        "after=abc",
+        "after=1.5",
+        "after=99999999999999999999",
+    ] {
+        problem(
+            relay.pull_raw("s", query).await,
+            StatusCode::BAD_REQUEST,
+            "invalid-cursor",
+        )
+        .await;
     }
-    for query in ["limit=0", "limit=1001", "limit=99999999999999999999", "limit=-3", "limit=ten"] {
-        problem(relay.pull_raw("s", query).await, StatusCode::BAD_REQUEST, "invalid-limit").await;
+    for query in [
+        "limit=0",
+        "limit=1001",
+        "limit=99999999999999999999",
+        "limit=-3",
+        "limit=ten",
+    ] {
+        problem(
+            relay.pull_raw("s", query).await,
+            StatusCode::BAD_REQUEST,
+            "invalid-limit",
+        )
+        .await;
     }
-    assert_eq!(relay.pull_raw("s", "limit=1000").await.status(), StatusCode::OK);
+    assert_eq!(
+        relay.pull_raw("s", "limit=1000").await.status(),
+        StatusCode::OK
+    );
     assert_eq!(relay.op_ids("s").await, vec!["a", "b"]);
 }
 
 #[tokio::test]
 async fn an_oversized_push_is_a_413_problem() {
-    let limits = Limits { body_bytes_max: 4096, ops_per_push_max: 3, ..Limits::default() };
+    let limits = Limits {
+        body_bytes_max: 4096,
+        ops_per_push_max: 3,
+        ..Limits::default()
+    };
     let relay = Relay::over(Arc::new(MemoryStore::new()), limits).await;
-    assert_eq!(relay.push("s", &[("a", "1"), ("b", "2")]).await.status(), StatusCode::OK);
+    assert_eq!(
+        relay.push("s", &[("a", "1"), ("b", "2")]).await.status(),
+        StatusCode::OK
+    );
     let big = "z".repeat(5000);
-    problem(relay.push("s", &[("c", big.as_str())]).await, StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large").await;
-    problem(relay.push("s", &[("c", "3"), ("d", "4"), ("e", "5"), ("f", "6")]).await, StatusCode::PAYLOAD_TOO_LARGE, "payload-too-large").await;
+    problem(
+        relay.push("s", &[("c", big.as_str())]).await,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload-too-large",
+    )
+    .await;
+    problem(
+        relay
+            .push("s", &[("c", "3"), ("d", "4"), ("e", "5"), ("f", "6")])
+            .await,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "payload-too-large",
+    )
+    .await;
     assert_eq!(relay.op_ids("s").await, vec!["a", "b"]);
 }
 
 #[tokio::test]
 async fn unknown_routes_methods_and_streams_get_problems() {
     let relay = relay_with_two_ops().await;
-    let missing = relay.client.get(format!("{}/v2/nothing", relay.base)).send().await.unwrap();
+    let missing = relay
+        .client
+        .get(format!("{}/v2/nothing", relay.base))
+        .send()
+        .await
+        .unwrap();
     problem(missing, StatusCode::NOT_FOUND, "not-found").await;
-    let wrong_method = relay.client.put(format!("{}/v1/streams/s/ops", relay.base)).send().await.unwrap();
-    problem(wrong_method, StatusCode::METHOD_NOT_ALLOWED, "method-not-allowed").await;
+    let wrong_method = relay
+        .client
+        .put(format!("{}/v1/streams/s/ops", relay.base))
+        .send()
+        .await
+        .unwrap();
+    problem(
+        wrong_method,
+        StatusCode::METHOD_NOT_ALLOWED,
+        "method-not-allowed",
+    )
+    .await;
     let long_stream = "s".repeat(Limits::default().stream_id_bytes_max + 1);
-    problem(relay.push(&long_stream, &[("c", "3")]).await, StatusCode::UNPROCESSABLE_ENTITY, "invalid-stream").await;
+    problem(
+        relay.push(&long_stream, &[("c", "3")]).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "invalid-stream",
+    )
+    .await;
     assert_eq!(relay.op_ids("s").await, vec!["a", "b"]);
 }
 
@@ -152,23 +324,75 @@ async fn unknown_routes_methods_and_streams_get_problems() {
 #[tokio::test]
 async fn a_push_past_its_deadline_is_a_503_that_keeps_what_it_stored() {
     let inner: Arc<dyn OpStore> = Arc::new(MemoryStore::new());
-    let faulty = Faulty { inner: inner.clone(), at: 2, fail: false, appended: AtomicU64::new(0) };
-    let relay = Relay::over(Arc::new(faulty), Limits { push_deadline_secs: 1, ..Limits::default() }).await;
+    let faulty = Faulty {
+        inner: inner.clone(),
+        at: 2,
+        fail: false,
+        appended: AtomicU64::new(0),
+    };
+    let relay = Relay::over(
+        Arc::new(faulty),
+        Limits {
+            push_deadline_secs: 1,
+            ..Limits::default()
+        },
+    )
+    .await;
     let response = relay.push("s", &[("a", "1"), ("b", "2"), ("c", "3")]).await;
-    assert_eq!(response.headers().get("retry-after").map(|value| value.to_str().unwrap().to_owned()).as_deref(), Some("1"));
-    let body = problem(response, StatusCode::SERVICE_UNAVAILABLE, "deadline-exceeded").await;
-    assert_eq!(body["stored"], json!([{"op_id": "a", "seq": 1, "existing": false}, {"op_id": "b", "seq": 2, "existing": false}]));
+    assert_eq!(
+        response
+            .headers()
+            .get("retry-after")
+            .map(|value| value.to_str().unwrap().to_owned())
+            .as_deref(),
+        Some("1")
+    );
+    let body = problem(
+        response,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "deadline-exceeded",
+    )
+    .await;
+    assert_eq!(
+        body["stored"],
+        json!([{"op_id": "a", "seq": 1, "existing": false}, {"op_id": "b", "seq": 2, "existing": false}])
+    );
     assert_eq!(relay.op_ids("s").await, vec!["a", "b"]);
-    let re_push: PushResponse = relay.push("s", &[("a", "1"), ("b", "2"), ("c", "3")]).await.json().await.unwrap();
-    assert_eq!(re_push.results.iter().map(|r| (r.seq, r.existing)).collect::<Vec<_>>(), vec![(1, true), (2, true), (3, false)]);
+    let re_push: PushResponse = relay
+        .push("s", &[("a", "1"), ("b", "2"), ("c", "3")])
+        .await
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(
+        re_push
+            .results
+            .iter()
+            .map(|r| (r.seq, r.existing))
+            .collect::<Vec<_>>(),
+        vec![(1, true), (2, true), (3, false)]
+    );
 }
 
 #[tokio::test]
 async fn a_store_fault_is_a_500_problem_listing_what_was_stored() {
     let inner: Arc<dyn OpStore> = Arc::new(MemoryStore::new());
-    let faulty = Faulty { inner: inner.clone(), at: 2, fail: true, appended: AtomicU64::new(0) };
+    let faulty = Faulty {
+        inner: inner.clone(),
+        at: 2,
+        fail: true,
+        appended: AtomicU64::new(0),
+    };
     let relay = Relay::over(Arc::new(faulty), Limits::default()).await;
-    let body = problem(relay.push("s", &[("a", "1"), ("b", "2")]).await, StatusCode::INTERNAL_SERVER_ERROR, "store-failure").await;
-    assert_eq!(body["stored"], json!([{"op_id": "a", "seq": 1, "existing": false}]));
+    let body = problem(
+        relay.push("s", &[("a", "1"), ("b", "2")]).await,
+        StatusCode::INTERNAL_SERVER_ERROR,
+        "store-failure",
+    )
+    .await;
+    assert_eq!(
+        body["stored"],
+        json!([{"op_id": "a", "seq": 1, "existing": false}])
+    );
     assert_eq!(relay.op_ids("s").await, vec!["a"]);
 }

@@ -21,6 +21,7 @@ const OPS_PER_BATCH: usize = 4;
 const PULLERS: usize = 2;
 const PULL_LIMIT: usize = 7;
 const SOAK_SECONDS_MAX: u64 = 120;
+const RE_PUSHES_MAX: u32 = 10;
 
 async fn writer(client: reqwest::Client, base: String, writer: usize) -> BTreeMap<String, i64> {
     let mut answered = BTreeMap::new();
@@ -32,20 +33,37 @@ async fn writer(client: reqwest::Client, base: String, writer: usize) -> BTreeMa
         // Every third batch is pushed twice: the re-push must answer the same seqs.
         let pushes = if batch % 3 == 0 { 2 } else { 1 };
         for _ in 0..pushes {
-            let response = client
-                .post(format!("{base}/v1/streams/soak/ops"))
-                .header("content-type", "application/json")
-                .body(body.clone())
-                .send()
-                .await
-                .expect("push");
-            let status = response.status();
-            let text = response.text().await.unwrap();
-            assert!(status.is_success(), "writer {writer} batch {batch}: {status} {text}");
-            let answer: PushResponse = serde_json::from_str(&text).unwrap();
+            // A client re-pushes the whole batch after a 503 (deadline or contention): the
+            // claims answer what was stored. Bounded: RE_PUSHES_MAX per batch.
+            let mut attempt = 0;
+            let answer: PushResponse = loop {
+                attempt += 1;
+                let response = client
+                    .post(format!("{base}/v1/streams/soak/ops"))
+                    .header("content-type", "application/json")
+                    .body(body.clone())
+                    .send()
+                    .await
+                    .expect("push");
+                let status = response.status();
+                let text = response.text().await.unwrap();
+                if status == reqwest::StatusCode::SERVICE_UNAVAILABLE && attempt < RE_PUSHES_MAX {
+                    eprintln!("writer {writer} batch {batch}: 503, re-pushing: {text}");
+                    continue;
+                }
+                assert!(
+                    status.is_success(),
+                    "writer {writer} batch {batch}: {status} {text}"
+                );
+                break serde_json::from_str(&text).unwrap();
+            };
             for result in answer.results {
                 if let Some(first) = answered.insert(result.op_id.clone(), result.seq) {
-                    assert_eq!(first, result.seq, "R3: {} answered {first}, then {}", result.op_id, result.seq);
+                    assert_eq!(
+                        first, result.seq,
+                        "R3: {} answered {first}, then {}",
+                        result.op_id, result.seq
+                    );
                 }
             }
         }
@@ -58,14 +76,25 @@ async fn puller(client: reqwest::Client, base: String, total: usize) -> Vec<(i64
     let mut cursor = 0;
     while seen.len() < total {
         let response = client
-            .get(format!("{base}/v1/streams/soak/ops?after={cursor}&limit={PULL_LIMIT}"))
+            .get(format!(
+                "{base}/v1/streams/soak/ops?after={cursor}&limit={PULL_LIMIT}"
+            ))
             .send()
             .await
             .expect("pull");
-        assert!(response.status().is_success(), "pull: {}", response.status());
+        assert!(
+            response.status().is_success(),
+            "pull: {}",
+            response.status()
+        );
         let page: PullResponse = response.json().await.unwrap();
         for op in &page.ops {
-            assert_eq!(op.seq, cursor + 1, "R1/R5: after cursor {cursor} the next op must be seq {}", cursor + 1);
+            assert_eq!(
+                op.seq,
+                cursor + 1,
+                "R1/R5: after cursor {cursor} the next op must be seq {}",
+                cursor + 1
+            );
             cursor = op.seq;
             seen.push((op.seq, op.op_id.clone()));
         }
@@ -87,8 +116,12 @@ async fn soak(backend_name: &str) {
     let total = WRITERS * BATCHES_PER_WRITER * OPS_PER_BATCH;
     let started = std::time::Instant::now();
     let run = async {
-        let pullers: Vec<_> = (0..PULLERS).map(|_| tokio::spawn(puller(client.clone(), base.clone(), total))).collect();
-        let writers: Vec<_> = (0..WRITERS).map(|index| tokio::spawn(writer(client.clone(), base.clone(), index))).collect();
+        let pullers: Vec<_> = (0..PULLERS)
+            .map(|_| tokio::spawn(puller(client.clone(), base.clone(), total)))
+            .collect();
+        let writers: Vec<_> = (0..WRITERS)
+            .map(|index| tokio::spawn(writer(client.clone(), base.clone(), index)))
+            .collect();
         let mut answered = BTreeMap::new();
         for handle in writers {
             answered.extend(handle.await.expect("writer"));
@@ -101,19 +134,32 @@ async fn soak(backend_name: &str) {
     };
     let (answered, seen_by) = tokio::time::timeout(Duration::from_secs(SOAK_SECONDS_MAX), run)
         .await
-        .unwrap_or_else(|_| panic!("soak over {backend_name} did not finish within {SOAK_SECONDS_MAX} s"));
+        .unwrap_or_else(|_| {
+            panic!("soak over {backend_name} did not finish within {SOAK_SECONDS_MAX} s")
+        });
     assert_eq!(answered.len(), total);
     for seen in &seen_by {
         assert_eq!(seen.len(), total);
         let seqs: Vec<i64> = seen.iter().map(|(seq, _)| *seq).collect();
-        assert_eq!(seqs, (1..=total as i64).collect::<Vec<_>>(), "gap-free seq order");
+        assert_eq!(
+            seqs,
+            (1..=total as i64).collect::<Vec<_>>(),
+            "gap-free seq order"
+        );
         let op_ids: BTreeSet<&String> = seen.iter().map(|(_, op_id)| op_id).collect();
         assert_eq!(op_ids.len(), total, "every op seen once");
         for (seq, op_id) in seen {
-            assert_eq!(answered.get(op_id), Some(seq), "the pull agrees with the push's answer for {op_id}");
+            assert_eq!(
+                answered.get(op_id),
+                Some(seq),
+                "the pull agrees with the push's answer for {op_id}"
+            );
         }
     }
-    eprintln!("soak over {backend_name}: {total} ops, {WRITERS} writers, {PULLERS} pullers, {:?}", started.elapsed());
+    eprintln!(
+        "soak over {backend_name}: {total} ops, {WRITERS} writers, {PULLERS} pullers, {:?}",
+        started.elapsed()
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

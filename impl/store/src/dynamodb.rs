@@ -211,11 +211,17 @@ enum RoundOutcome {
         counter_after: Option<Seq>,
     },
     /// The claim slot is present but the service returned no image: read it back.
-    ClaimPresent { counter_after: Option<Seq> },
+    ClaimPresent {
+        counter_after: Option<Seq>,
+    },
     /// Another op_id holds the claim slot.
-    ClaimForeign { holder: String },
+    ClaimForeign {
+        holder: String,
+    },
     /// The counter moved or an item was held by another transaction.
-    Lost { hint: Option<Seq> },
+    Lost {
+        hint: Option<Seq>,
+    },
     /// The counter held but op s is occupied (legacy ops above the counter).
     SeqTaken,
     /// The counter held but op s - 1 is absent: a legacy gap.
@@ -366,7 +372,9 @@ fn settle_cancellation(
 enum Next {
     Done(Appended),
     /// Another round; `backoff` after a lost round.
-    Again { backoff: bool },
+    Again {
+        backoff: bool,
+    },
     /// Find the top occupied seq, then another round.
     FloorStep,
     ReadBackClaim,
@@ -389,8 +397,17 @@ struct LoopState {
 }
 
 impl LoopState {
+    //= specs/relay-append.md#R6
+    //# no-wedge: every append ends stored or with a typed error (lost rounds in a row over budget, deadline);
+    //# a legacy gap costs one extra round, once.
     /// Moves the loop on after a round that expected `expected` and tried `seq`.
-    fn after(&mut self, outcome: RoundOutcome, expected: Seq, seq: Seq, lost_rounds_max: u32) -> Next {
+    fn after(
+        &mut self,
+        outcome: RoundOutcome,
+        expected: Seq,
+        seq: Seq,
+        lost_rounds_max: u32,
+    ) -> Next {
         if !matches!(outcome, RoundOutcome::Lost { .. }) {
             self.lost_in_a_row = 0;
         }
@@ -608,7 +625,9 @@ pub async fn create_table(client: &Client, table: &str) -> Result<(), StoreError
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    Err(StoreError::backend(format!("table {table} did not become active")))
+    Err(StoreError::backend(format!(
+        "table {table} did not become active"
+    )))
 }
 
 /// The DynamoDB store. Cloning shares the client (and, with `test-seams`, the seams).
@@ -633,13 +652,17 @@ impl std::fmt::Debug for DynamoDbStore {
 
 fn key(stream: &str, seq: Seq) -> HashMap<String, AttributeValue> {
     HashMap::from([
-        (ATTRIBUTE_STREAM_ID.to_owned(), AttributeValue::S(stream.to_owned())),
+        (
+            ATTRIBUTE_STREAM_ID.to_owned(),
+            AttributeValue::S(stream.to_owned()),
+        ),
         (ATTRIBUTE_SEQ.to_owned(), AttributeValue::N(seq.to_string())),
     ])
 }
 
 fn stored_op(item: &HashMap<String, AttributeValue>) -> Result<StoredOp, StoreError> {
-    let seq = number(item, ATTRIBUTE_SEQ).ok_or_else(|| StoreError::backend("an op lacks its seq"))?;
+    let seq =
+        number(item, ATTRIBUTE_SEQ).ok_or_else(|| StoreError::backend("an op lacks its seq"))?;
     let op_id = string(item, ATTRIBUTE_OP_ID)
         .ok_or_else(|| StoreError::backend(format!("op {seq} lacks its op_id")))?
         .to_owned();
@@ -647,7 +670,11 @@ fn stored_op(item: &HashMap<String, AttributeValue>) -> Result<StoredOp, StoreEr
         Some(AttributeValue::B(blob)) => blob.as_ref().to_vec(),
         _ => return Err(StoreError::backend(format!("op {seq} lacks its payload"))),
     };
-    Ok(StoredOp { seq, op_id, payload })
+    Ok(StoredOp {
+        seq,
+        op_id,
+        payload,
+    })
 }
 
 impl DynamoDbStore {
@@ -768,10 +795,23 @@ impl DynamoDbStore {
         Ok(answer.items().first().cloned())
     }
 
-    fn claim_put(&self, stream: &str, op_id: &str, seq: Seq) -> Result<TransactWriteItem, StoreError> {
+    //= specs/relay-append.md#R3
+    //# once-per-op-id: an op_id is stored at most once; every append of it, re-pushes included, answers the same seq.
+    fn claim_put(
+        &self,
+        stream: &str,
+        op_id: &str,
+        seq: Seq,
+    ) -> Result<TransactWriteItem, StoreError> {
         let mut item = key(stream, claim_key(op_id));
-        item.insert(ATTRIBUTE_OP_ID.to_owned(), AttributeValue::S(op_id.to_owned()));
-        item.insert(ATTRIBUTE_CLAIMED_SEQ.to_owned(), AttributeValue::N(seq.to_string()));
+        item.insert(
+            ATTRIBUTE_OP_ID.to_owned(),
+            AttributeValue::S(op_id.to_owned()),
+        );
+        item.insert(
+            ATTRIBUTE_CLAIMED_SEQ.to_owned(),
+            AttributeValue::N(seq.to_string()),
+        );
         let put = Put::builder()
             .table_name(&*self.table)
             .set_item(Some(item))
@@ -783,9 +823,14 @@ impl DynamoDbStore {
         Ok(TransactWriteItem::builder().put(put).build())
     }
 
+    //= specs/relay-append.md#R2
+    //# unique-seq: at most one op per seq; no op is overwritten.
     fn op_put(&self, stream: &str, op: &NewOp, seq: Seq) -> Result<TransactWriteItem, StoreError> {
         let mut item = key(stream, seq);
-        item.insert(ATTRIBUTE_OP_ID.to_owned(), AttributeValue::S(op.op_id.clone()));
+        item.insert(
+            ATTRIBUTE_OP_ID.to_owned(),
+            AttributeValue::S(op.op_id.clone()),
+        );
         item.insert(
             ATTRIBUTE_PAYLOAD.to_owned(),
             AttributeValue::B(Blob::new(op.payload.clone())),
@@ -800,7 +845,16 @@ impl DynamoDbStore {
         Ok(TransactWriteItem::builder().put(put).build())
     }
 
-    fn counter_update(&self, stream: &str, seq: Seq, expected: Seq) -> Result<TransactWriteItem, StoreError> {
+    //= specs/relay-append.md#R4
+    //# counter-monotonic: the counter never moves backwards, also in a mixed fleet with ADD-era writers.
+    //= specs/relay-append.md#R5
+    //# dense: with new-build writers only, the stored seqs are exactly 1..n.
+    fn counter_update(
+        &self,
+        stream: &str,
+        seq: Seq,
+        expected: Seq,
+    ) -> Result<TransactWriteItem, StoreError> {
         let mut update = Update::builder()
             .table_name(&*self.table)
             .set_key(Some(key(stream, COUNTER_SEQ)))
@@ -822,6 +876,8 @@ impl DynamoDbStore {
         Ok(TransactWriteItem::builder().update(update).build())
     }
 
+    //= specs/relay-append.md#R1
+    //# no-skip: a puller that stored cursor k has received every op that is or will ever be stored at a seq <= k.
     fn predecessor_check(
         &self,
         stream: &str,
@@ -885,10 +941,16 @@ impl DynamoDbStore {
                     }
                     // A 5xx or a throttle: the outcome is unknown (or nothing happened); the
                     // claim makes the retry safe.
-                    other if is_retryable_code(other.code()) || service.raw().status().is_server_error() => {
+                    other
+                        if is_retryable_code(other.code())
+                            || service.raw().status().is_server_error() =>
+                    {
                         Ok(RoundOutcome::Lost { hint: None })
                     }
-                    _ => Err(sdk_error("TransactWriteItems", SdkError::ServiceError(service))),
+                    _ => Err(sdk_error(
+                        "TransactWriteItems",
+                        SdkError::ServiceError(service),
+                    )),
                 }
             }
             // The response was lost or late: the outcome is unknown. A lost round re-reads the
@@ -918,6 +980,8 @@ impl DynamoDbStore {
                 .map(|value| (value, CounterSource::Carried)),
             ..LoopState::default()
         };
+        //= specs/relay-append.md#R7
+        //# carry-forward: an uncontended n-op push costs n transactions and one counter read.
         if self.mutated(Mutation::ReadCounterEveryOp) {
             state.counter = None;
         }
@@ -951,7 +1015,11 @@ impl DynamoDbStore {
                     counter_from: source,
                 })
                 .await;
-            let outcome = within(deadline, self.send_round(stream, op, seq, expected, predecessor)).await?;
+            let outcome = within(
+                deadline,
+                self.send_round(stream, op, seq, expected, predecessor),
+            )
+            .await?;
             let outcome = match outcome {
                 RoundOutcome::ClaimForeign { holder } => {
                     return Err(StoreError::ClaimForeign {
@@ -1006,7 +1074,14 @@ impl DynamoDbStore {
         }
     }
 
-    async fn pull_pages(&self, stream: &str, after: Seq, limit: usize) -> Result<Vec<StoredOp>, StoreError> {
+    //= specs/relay-append.md#R1
+    //# no-skip: a puller that stored cursor k has received every op that is or will ever be stored at a seq <= k.
+    async fn pull_pages(
+        &self,
+        stream: &str,
+        after: Seq,
+        limit: usize,
+    ) -> Result<Vec<StoredOp>, StoreError> {
         let mut ops = Vec::new();
         let mut start_key: Option<HashMap<String, AttributeValue>> = None;
         while ops.len() < limit {
@@ -1104,7 +1179,10 @@ impl OpStore for DynamoDbStore {
     ) -> StoreFuture<'a, Result<(), StoreError>> {
         Box::pin(async move {
             validate_append(stream, op)?;
-            let items = vec![self.claim_put(stream, &op.op_id, seq)?, self.op_put(stream, op, seq)?];
+            let items = vec![
+                self.claim_put(stream, &op.op_id, seq)?,
+                self.op_put(stream, op, seq)?,
+            ];
             self.client
                 .transact_write_items()
                 .set_transact_items(Some(items))

@@ -156,6 +156,9 @@ pub trait OpStore: Send + Sync {
 
     /// Appends a batch in order, stopping at the first error; the deadline is checked before
     /// every op. The ops answered before a stop stay stored.
+    //= specs/relay-append.md#R6
+    //# no-wedge: every append ends stored or with a typed error (lost rounds in a row over budget, deadline);
+    //# a legacy gap costs one extra round, once.
     fn append_batch<'a>(
         &'a self,
         stream: &'a str,

@@ -77,6 +77,14 @@ impl SqliteStore {
         Ok(SqliteStore { pool })
     }
 
+    //= specs/relay-append.md#R1
+    //# no-skip: a puller that stored cursor k has received every op that is or will ever be stored at a seq <= k.
+    //= specs/relay-append.md#R2
+    //# unique-seq: at most one op per seq; no op is overwritten.
+    //= specs/relay-append.md#R3
+    //# once-per-op-id: an op_id is stored at most once; every append of it, re-pushes included, answers the same seq.
+    //= specs/relay-append.md#R5
+    //# dense: with new-build writers only, the stored seqs are exactly 1..n.
     async fn append_in_transaction(
         &self,
         stream: &str,
@@ -161,8 +169,7 @@ impl OpStore for SqliteStore {
     ) -> StoreFuture<'a, Result<Appended, StoreError>> {
         Box::pin(async move {
             validate_append(stream, op)?;
-            match tokio::time::timeout_at(deadline, self.append_in_transaction(stream, op)).await
-            {
+            match tokio::time::timeout_at(deadline, self.append_in_transaction(stream, op)).await {
                 Ok(result) => result,
                 Err(_elapsed) => Err(StoreError::DeadlineExceeded),
             }

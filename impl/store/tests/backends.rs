@@ -12,11 +12,17 @@ use support::*;
 use tokio::time::Instant;
 
 fn fresh(seq: i64) -> Appended {
-    Appended { seq, existing: false }
+    Appended {
+        seq,
+        existing: false,
+    }
 }
 
 fn again(seq: i64) -> Appended {
-    Appended { seq, existing: true }
+    Appended {
+        seq,
+        existing: true,
+    }
 }
 
 //= specs/relay-append.md#R5
@@ -31,7 +37,11 @@ async fn seqs_are_dense_from_one(backend: Backend) {
     let all = pull_all(store, "s").await;
     assert_eq!(stored_seqs(&all), (1..=8).collect::<Vec<_>>());
     let last = store.append_batch("s", &ops("c", 1), far_deadline()).await;
-    assert_eq!(last.appended, vec![fresh(9)], "a final fresh append lands at n + 1");
+    assert_eq!(
+        last.appended,
+        vec![fresh(9)],
+        "a final fresh append lands at n + 1"
+    );
 }
 
 //= specs/relay-append.md#R3
@@ -58,10 +68,34 @@ async fn a_re_push_answers_its_own_seq(backend: Backend) {
 //# once-per-op-id: an op_id is stored at most once; every append of it, re-pushes included, answers the same seq.
 async fn a_re_push_after_another_op_answers_its_own_seq_and_burns_none(backend: Backend) {
     let store = &*backend.store;
-    assert_eq!(store.append_batch("s", &[NewOp::new("o1", "1")], far_deadline()).await.appended, vec![fresh(1)]);
-    assert_eq!(store.append_batch("s", &[NewOp::new("o2", "2")], far_deadline()).await.appended, vec![fresh(2)]);
-    assert_eq!(store.append_batch("s", &[NewOp::new("o1", "1")], far_deadline()).await.appended, vec![again(1)]);
-    assert_eq!(store.append_batch("s", &[NewOp::new("o3", "3")], far_deadline()).await.appended, vec![fresh(3)]);
+    assert_eq!(
+        store
+            .append_batch("s", &[NewOp::new("o1", "1")], far_deadline())
+            .await
+            .appended,
+        vec![fresh(1)]
+    );
+    assert_eq!(
+        store
+            .append_batch("s", &[NewOp::new("o2", "2")], far_deadline())
+            .await
+            .appended,
+        vec![fresh(2)]
+    );
+    assert_eq!(
+        store
+            .append_batch("s", &[NewOp::new("o1", "1")], far_deadline())
+            .await
+            .appended,
+        vec![again(1)]
+    );
+    assert_eq!(
+        store
+            .append_batch("s", &[NewOp::new("o3", "3")], far_deadline())
+            .await
+            .appended,
+        vec![fresh(3)]
+    );
     assert_eq!(stored_seqs(&pull_all(store, "s").await), vec![1, 2, 3]);
 }
 
@@ -69,14 +103,21 @@ async fn a_re_push_after_another_op_answers_its_own_seq_and_burns_none(backend: 
 //# unique-seq: at most one op per seq; no op is overwritten.
 async fn a_legacy_op_sets_the_floor(backend: Backend) {
     let store = &*backend.store;
-    store.put_legacy_op("s", 1, &NewOp::new("legacy1", "old")).await.expect("legacy op");
+    store
+        .put_legacy_op("s", 1, &NewOp::new("legacy1", "old"))
+        .await
+        .expect("legacy op");
     let first = store.append_batch("s", &ops("n", 1), far_deadline()).await;
     assert_eq!(first.appended, vec![fresh(2)]);
     let second = store.append_batch("s", &ops("m", 1), far_deadline()).await;
     assert_eq!(second.appended, vec![fresh(3)]);
     let all = pull_all(store, "s").await;
     assert_eq!(op_ids(&all), vec!["legacy1", "n1", "m1"]);
-    assert_eq!(all[0].payload, b"old".to_vec(), "the legacy op is not overwritten");
+    assert_eq!(
+        all[0].payload,
+        b"old".to_vec(),
+        "the legacy op is not overwritten"
+    );
 }
 
 //= specs/relay-append.md#R6
@@ -84,27 +125,46 @@ async fn a_legacy_op_sets_the_floor(backend: Backend) {
 async fn a_run_of_occupied_seqs_is_stepped_over(backend: Backend) {
     let store = &*backend.store;
     for seq in 1..=40 {
-        store.put_legacy_op("s", seq, &NewOp::new(format!("legacy{seq}"), "old")).await.expect("legacy op");
+        store
+            .put_legacy_op("s", seq, &NewOp::new(format!("legacy{seq}"), "old"))
+            .await
+            .expect("legacy op");
     }
     let pushed = store.append_batch("s", &ops("n", 2), far_deadline()).await;
     assert_eq!(pushed.error, None);
     assert_eq!(pushed.appended, vec![fresh(41), fresh(42)]);
-    assert_eq!(stored_seqs(&pull_all(store, "s").await), (1..=42).collect::<Vec<_>>());
+    assert_eq!(
+        stored_seqs(&pull_all(store, "s").await),
+        (1..=42).collect::<Vec<_>>()
+    );
 }
 
 //= specs/relay-append.md#R6
 //# no-wedge: every append ends stored or with a typed error (lost rounds in a row over budget, deadline); a legacy gap costs one extra round, once.
 async fn a_push_stops_at_its_deadline_and_keeps_what_it_stored(backend: Backend) {
-    let stalling = StallAfter { inner: backend.store.clone(), ops_before_stall: 2, appended: AtomicU64::new(0) };
+    let stalling = StallAfter {
+        inner: backend.store.clone(),
+        ops_before_stall: 2,
+        appended: AtomicU64::new(0),
+    };
     let batch = ops("d", 4);
     let deadline = Instant::now() + Duration::from_millis(1500);
     let outcome = stalling.append_batch("s", &batch, deadline).await;
     assert_eq!(outcome.appended, vec![fresh(1), fresh(2)]);
     assert_eq!(outcome.error, Some(StoreError::DeadlineExceeded));
-    assert_eq!(op_ids(&pull_all(&*backend.store, "s").await), vec!["d1", "d2"]);
-    let re_push = backend.store.append_batch("s", &batch, far_deadline()).await;
+    assert_eq!(
+        op_ids(&pull_all(&*backend.store, "s").await),
+        vec!["d1", "d2"]
+    );
+    let re_push = backend
+        .store
+        .append_batch("s", &batch, far_deadline())
+        .await;
     assert_eq!(re_push.error, None);
-    assert_eq!(re_push.appended, vec![again(1), again(2), fresh(3), fresh(4)]);
+    assert_eq!(
+        re_push.appended,
+        vec![again(1), again(2), fresh(3), fresh(4)]
+    );
 }
 
 //= specs/relay-append.md#R1
@@ -112,26 +172,53 @@ async fn a_push_stops_at_its_deadline_and_keeps_what_it_stored(backend: Backend)
 async fn pulls_return_ops_in_order_within_their_limit(backend: Backend) {
     let store = &*backend.store;
     store.append_batch("s", &ops("o", 10), far_deadline()).await;
-    store.append_batch("other", &ops("x", 2), far_deadline()).await;
-    assert_eq!(stored_seqs(&store.pull("s", 0, 3).await.unwrap()), vec![1, 2, 3]);
-    assert_eq!(stored_seqs(&store.pull("s", 3, 3).await.unwrap()), vec![4, 5, 6]);
+    store
+        .append_batch("other", &ops("x", 2), far_deadline())
+        .await;
+    assert_eq!(
+        stored_seqs(&store.pull("s", 0, 3).await.unwrap()),
+        vec![1, 2, 3]
+    );
+    assert_eq!(
+        stored_seqs(&store.pull("s", 3, 3).await.unwrap()),
+        vec![4, 5, 6]
+    );
     assert_eq!(stored_seqs(&store.pull("s", 9, 5).await.unwrap()), vec![10]);
     assert!(store.pull("s", 10, 5).await.unwrap().is_empty());
     assert!(store.pull("s", 0, 0).await.unwrap().is_empty());
     assert!(store.pull("nobody", 0, 5).await.unwrap().is_empty());
-    assert_eq!(op_ids(&store.pull("other", 0, 100).await.unwrap()), vec!["x1", "x2"]);
+    assert_eq!(
+        op_ids(&store.pull("other", 0, 100).await.unwrap()),
+        vec!["x1", "x2"]
+    );
     let all = store.pull("s", 0, 1000).await.unwrap();
-    assert_eq!(op_ids(&all), (1..=10).map(|index| format!("o{index}")).collect::<Vec<_>>());
+    assert_eq!(
+        op_ids(&all),
+        (1..=10)
+            .map(|index| format!("o{index}"))
+            .collect::<Vec<_>>()
+    );
     assert_eq!(all[4].payload, b"payload of o5".to_vec());
-    assert!(matches!(store.pull("s", -1, 5).await, Err(StoreError::InvalidInput { .. })));
+    assert!(matches!(
+        store.pull("s", -1, 5).await,
+        Err(StoreError::InvalidInput { .. })
+    ));
 }
 
 async fn invalid_input_is_refused_and_stores_nothing(backend: Backend) {
     let store = &*backend.store;
-    let empty_id = store.append_batch("s", &[NewOp::new("", "x")], far_deadline()).await;
-    assert!(matches!(empty_id.error, Some(StoreError::InvalidInput { .. })));
+    let empty_id = store
+        .append_batch("s", &[NewOp::new("", "x")], far_deadline())
+        .await;
+    assert!(matches!(
+        empty_id.error,
+        Some(StoreError::InvalidInput { .. })
+    ));
     let empty_stream = store.append_batch("", &ops("o", 1), far_deadline()).await;
-    assert!(matches!(empty_stream.error, Some(StoreError::InvalidInput { .. })));
+    assert!(matches!(
+        empty_stream.error,
+        Some(StoreError::InvalidInput { .. })
+    ));
     assert!(pull_all(store, "s").await.is_empty());
 }
 

@@ -19,11 +19,20 @@ use tokio::sync::Notify;
 type Attempts = Arc<Mutex<Vec<WriteAttempt>>>;
 
 fn attempts_of(attempts: &Attempts, op_id: &str) -> Vec<WriteAttempt> {
-    attempts.lock().unwrap().iter().filter(|attempt| attempt.op_id == op_id).cloned().collect()
+    attempts
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|attempt| attempt.op_id == op_id)
+        .cloned()
+        .collect()
 }
 
 fn shape(attempts: &[WriteAttempt]) -> Vec<(i64, i64, Option<PredecessorCheck>, CounterSource)> {
-    attempts.iter().map(|a| (a.seq, a.expected, a.predecessor, a.counter_from)).collect()
+    attempts
+        .iter()
+        .map(|a| (a.seq, a.expected, a.predecessor, a.counter_from))
+        .collect()
 }
 
 /// Holds the first round of `op_id` until released; records every attempt.
@@ -35,7 +44,10 @@ struct Gate {
 
 impl Gate {
     fn new() -> Gate {
-        Gate { reached: Arc::new(Notify::new()), release: Arc::new(Notify::new()) }
+        Gate {
+            reached: Arc::new(Notify::new()),
+            release: Arc::new(Notify::new()),
+        }
     }
 }
 
@@ -72,7 +84,10 @@ fn op_ids_of(ops: &[NewOp]) -> Vec<&str> {
 }
 
 fn fresh(seq: i64) -> Appended {
-    Appended { seq, existing: false }
+    Appended {
+        seq,
+        existing: false,
+    }
 }
 
 //= specs/relay-append.md#R1
@@ -85,7 +100,10 @@ async fn a_reader_is_never_handed_a_seq_above_an_append_still_in_flight() {
     let plain = ddb_store().await;
     let attempts: Attempts = Arc::default();
     let gate = Gate::new();
-    let held = plain.clone().with_before_write(hold_first_round_of("a", gate.clone(), attempts.clone()));
+    let held =
+        plain
+            .clone()
+            .with_before_write(hold_first_round_of("a", gate.clone(), attempts.clone()));
     let writer_a = tokio::spawn({
         let held = held.clone();
         async move { held.append_batch("s", &one("a"), far_deadline()).await }
@@ -100,11 +118,18 @@ async fn a_reader_is_never_handed_a_seq_above_an_append_still_in_flight() {
     assert_eq!(a.error, None);
     assert_eq!(a.appended, vec![fresh(2)]);
     let next_page = plain.pull("s", cursor, 100).await.unwrap();
-    assert_eq!(op_ids(&next_page), vec!["a"], "the reader's next pull, from the cursor it stored, still gets A: nothing was skipped");
+    assert_eq!(
+        op_ids(&next_page),
+        vec!["a"],
+        "the reader's next pull, from the cursor it stored, still gets A: nothing was skipped"
+    );
     let rounds = attempts_of(&attempts, "a");
     assert_eq!(
         shape(&rounds),
-        vec![(1, 0, None, CounterSource::Read), (2, 1, Some(PredecessorCheck::Exists), CounterSource::Hint)],
+        vec![
+            (1, 0, None, CounterSource::Read),
+            (2, 1, Some(PredecessorCheck::Exists), CounterSource::Hint)
+        ],
         "A's second round took the ALL_OLD hint (no re-read) and checked B's op"
     );
 }
@@ -116,19 +141,27 @@ async fn with_add_era_writers_the_same_schedule_skips_an_op() {
     let plain = ddb_store().await;
     let attempts: Attempts = Arc::default();
     let gate = Gate::new();
-    let old = plain.add_era_writer().with_before_write(hold_first_round_of("a", gate.clone(), attempts.clone()));
+    let old = plain
+        .add_era_writer()
+        .with_before_write(hold_first_round_of("a", gate.clone(), attempts.clone()));
     let writer_a = tokio::spawn({
         let old = old.clone();
         async move { old.append("s", &NewOp::new("a", "a")).await }
     });
     gate.reached.notified().await;
-    assert_eq!(old.append("s", &NewOp::new("b", "b")).await.unwrap(), (2, AddEraWrite::Stored));
+    assert_eq!(
+        old.append("s", &NewOp::new("b", "b")).await.unwrap(),
+        (2, AddEraWrite::Stored)
+    );
     let first_page = plain.pull("s", 0, 100).await.unwrap();
     assert_eq!(op_ids(&first_page), vec!["b"]);
     let cursor = first_page.last().unwrap().seq;
     gate.release.notify_one();
     assert_eq!(writer_a.await.unwrap().unwrap(), (1, AddEraWrite::Stored));
-    assert!(plain.pull("s", cursor, 100).await.unwrap().is_empty(), "A landed below the reader's cursor");
+    assert!(
+        plain.pull("s", cursor, 100).await.unwrap().is_empty(),
+        "A landed below the reader's cursor"
+    );
 }
 
 //= specs/relay-append.md#R6
@@ -137,13 +170,17 @@ async fn with_add_era_writers_the_same_schedule_skips_an_op() {
 async fn an_append_does_not_commit_over_a_missing_op_below_it_and_crosses_a_legacy_gap_once() {
     let plain = ddb_store().await;
     for seq in 1..=3 {
-        plain.put_legacy_op("s", seq, &NewOp::new(format!("legacy{seq}"), "old")).await.unwrap();
+        plain
+            .put_legacy_op("s", seq, &NewOp::new(format!("legacy{seq}"), "old"))
+            .await
+            .unwrap();
     }
     plain.set_counter("s", 4).await.unwrap(); // seq 4 was burned by an ADD-era writer
     let attempts: Attempts = Arc::default();
     let between_rounds: Arc<Mutex<Vec<(i64, usize)>>> = Arc::default();
     let hooked = plain.clone().with_before_write({
-        let (attempts, between_rounds, plain) = (attempts.clone(), between_rounds.clone(), plain.clone());
+        let (attempts, between_rounds, plain) =
+            (attempts.clone(), between_rounds.clone(), plain.clone());
         move |attempt: WriteAttempt| {
             let observe = attempt.op_id == "n1" && attempt.round == 2;
             attempts.lock().unwrap().push(attempt);
@@ -168,7 +205,12 @@ async fn an_append_does_not_commit_over_a_missing_op_below_it_and_crosses_a_lega
         shape(&attempts_of(&attempts, "n1")),
         vec![
             (5, 4, Some(PredecessorCheck::Exists), CounterSource::Read),
-            (5, 4, Some(PredecessorCheck::NotExists), CounterSource::Known),
+            (
+                5,
+                4,
+                Some(PredecessorCheck::NotExists),
+                CounterSource::Known
+            ),
         ],
         "the gap cost one extra round, with the check flipped for seq 5 only"
     );
@@ -177,7 +219,10 @@ async fn an_append_does_not_commit_over_a_missing_op_below_it_and_crosses_a_lega
         vec![(6, 5, Some(PredecessorCheck::Exists), CounterSource::Carried)],
         "the next op lands in one round"
     );
-    assert_eq!(stored_seqs(&pull_all(&plain, "s").await), vec![1, 2, 3, 5, 6]);
+    assert_eq!(
+        stored_seqs(&pull_all(&plain, "s").await),
+        vec![1, 2, 3, 5, 6]
+    );
 }
 
 //= specs/relay-append.md#R4
@@ -210,17 +255,40 @@ async fn an_add_era_writer_meanwhile_overwrites_nothing_and_never_moves_the_coun
     });
     let pushed = push(&hooked, "s", &one("n1")).await;
     assert_eq!(*allocated.lock().unwrap(), vec![4, 5]);
-    assert_eq!(pushed, vec![fresh(6)], "the new op lands above the ADD-era seqs");
+    assert_eq!(
+        pushed,
+        vec![fresh(6)],
+        "the new op lands above the ADD-era seqs"
+    );
     let counter_after_new = plain.read_counter("s").await.unwrap();
-    assert!(counter_after_new >= 5, "the counter moved back to {counter_after_new}");
-    assert_eq!(old.write("s", 4, &NewOp::new("old4", "old")).await.unwrap(), AddEraWrite::Stored);
-    assert_eq!(old.write("s", 5, &NewOp::new("old5", "old")).await.unwrap(), AddEraWrite::Stored);
+    assert!(
+        counter_after_new >= 5,
+        "the counter moved back to {counter_after_new}"
+    );
+    assert_eq!(
+        old.write("s", 4, &NewOp::new("old4", "old")).await.unwrap(),
+        AddEraWrite::Stored
+    );
+    assert_eq!(
+        old.write("s", 5, &NewOp::new("old5", "old")).await.unwrap(),
+        AddEraWrite::Stored
+    );
     let counter_at_end = plain.read_counter("s").await.unwrap();
-    assert!(counter_at_end >= 6, "the counter moved back to {counter_at_end}");
+    assert!(
+        counter_at_end >= 6,
+        "the counter moved back to {counter_at_end}"
+    );
     let all = pull_all(&plain, "s").await;
     assert_eq!(stored_seqs(&all), vec![1, 2, 3, 4, 5, 6]);
-    assert_eq!(op_ids(&all), vec!["o1", "o2", "o3", "old4", "old5", "n1"], "nothing overwritten");
-    assert_eq!(attempts_of(&attempts, "n1")[1].counter_from, CounterSource::Hint);
+    assert_eq!(
+        op_ids(&all),
+        vec!["o1", "o2", "o3", "old4", "old5", "n1"],
+        "nothing overwritten"
+    );
+    assert_eq!(
+        attempts_of(&attempts, "n1")[1].counter_from,
+        CounterSource::Hint
+    );
 }
 
 //= specs/relay-append.md#R3
@@ -231,7 +299,10 @@ async fn a_re_push_that_lost_the_counter_race_answers_its_own_seq_and_burns_none
     assert_eq!(push(&plain, "s", &one("o1")).await, vec![fresh(1)]);
     let attempts: Attempts = Arc::default();
     let gate = Gate::new();
-    let held = plain.clone().with_before_write(hold_first_round_of("o1", gate.clone(), attempts.clone()));
+    let held =
+        plain
+            .clone()
+            .with_before_write(hold_first_round_of("o1", gate.clone(), attempts.clone()));
     let re_push = tokio::spawn({
         let held = held.clone();
         async move { held.append_batch("s", &one("o1"), far_deadline()).await }
@@ -241,9 +312,23 @@ async fn a_re_push_that_lost_the_counter_race_answers_its_own_seq_and_burns_none
     gate.release.notify_one();
     let answered = re_push.await.unwrap();
     assert_eq!(answered.error, None);
-    assert_eq!(answered.appended, vec![Appended { seq: 1, existing: true }]);
-    assert_eq!(attempts_of(&attempts, "o1").len(), 1, "answered in the one round it lost");
-    assert_eq!(push(&plain, "s", &one("o3")).await, vec![fresh(3)], "no seq burned");
+    assert_eq!(
+        answered.appended,
+        vec![Appended {
+            seq: 1,
+            existing: true
+        }]
+    );
+    assert_eq!(
+        attempts_of(&attempts, "o1").len(),
+        1,
+        "answered in the one round it lost"
+    );
+    assert_eq!(
+        push(&plain, "s", &one("o3")).await,
+        vec![fresh(3)],
+        "no seq burned"
+    );
     assert_eq!(stored_seqs(&pull_all(&plain, "s").await), vec![1, 2, 3]);
 }
 
@@ -251,7 +336,10 @@ async fn a_re_push_that_lost_the_counter_race_answers_its_own_seq_and_burns_none
 async fn a_run_of_occupied_seqs_above_the_counter_is_stepped_over_in_one_round() {
     let plain = ddb_store().await;
     for seq in 1..=40 {
-        plain.put_legacy_op("s", seq, &NewOp::new(format!("legacy{seq}"), "old")).await.unwrap();
+        plain
+            .put_legacy_op("s", seq, &NewOp::new(format!("legacy{seq}"), "old"))
+            .await
+            .unwrap();
     }
     let attempts: Attempts = Arc::default();
     let hooked = plain.clone().with_before_write({
@@ -266,11 +354,18 @@ async fn a_run_of_occupied_seqs_above_the_counter_is_stepped_over_in_one_round()
     assert_eq!(push(&hooked, "s", &one("n")).await, vec![fresh(41)]);
     assert_eq!(
         shape(&attempts_of(&attempts, "n")),
-        vec![(1, 0, None, CounterSource::Read), (41, 0, Some(PredecessorCheck::Exists), CounterSource::Floor)],
+        vec![
+            (1, 0, None, CounterSource::Read),
+            (41, 0, Some(PredecessorCheck::Exists), CounterSource::Floor)
+        ],
         "two rounds: the occupied one and the one above the top"
     );
     assert_eq!(requests.count("TransactWriteItems"), 2);
-    assert_eq!(requests.count("Query"), 2, "one counter read and one reverse Query for the top");
+    assert_eq!(
+        requests.count("Query"),
+        2,
+        "one counter read and one reverse Query for the top"
+    );
     assert_eq!(plain.read_counter("s").await.unwrap(), 41);
     assert_eq!(push(&plain, "s", &one("m")).await, vec![fresh(42)]);
 }
@@ -290,30 +385,47 @@ async fn a_push_carries_the_seq_it_wrote_forward_and_reads_the_counter_once() {
     requests.reset();
     let second = push(&store, "s", &ops("b", 10)).await;
     assert_eq!(seqs(&second), (101..=110).collect::<Vec<_>>());
-    assert_eq!(requests.snapshot().into_iter().collect::<Vec<_>>(), vec![("Query".to_owned(), 1), ("TransactWriteItems".to_owned(), 10)]);
+    assert_eq!(
+        requests.snapshot().into_iter().collect::<Vec<_>>(),
+        vec![
+            ("Query".to_owned(), 1),
+            ("TransactWriteItems".to_owned(), 10)
+        ]
+    );
 }
 
 /// A hook that burns the counter (an ADD by another writer) in the listed rounds of `op_id`,
 /// so exactly those rounds lose.
-fn lose_rounds(store: &DynamoDbStore, op_id: &'static str, rounds: &'static [u32], attempts: Attempts) -> DynamoDbStore {
+fn lose_rounds(
+    store: &DynamoDbStore,
+    op_id: &'static str,
+    rounds: &'static [u32],
+    attempts: Attempts,
+) -> DynamoDbStore {
     let old = store.add_era_writer();
-    store.clone().with_before_write(move |attempt: WriteAttempt| {
-        let lose = attempt.op_id == op_id && rounds.contains(&attempt.round);
-        attempts.lock().unwrap().push(attempt);
-        let old = old.clone();
-        Box::pin(async move {
-            if lose {
-                old.allocate("s").await.unwrap();
-            }
-        }) as StoreFuture<'static, ()>
-    })
+    store
+        .clone()
+        .with_before_write(move |attempt: WriteAttempt| {
+            let lose = attempt.op_id == op_id && rounds.contains(&attempt.round);
+            attempts.lock().unwrap().push(attempt);
+            let old = old.clone();
+            Box::pin(async move {
+                if lose {
+                    old.allocate("s").await.unwrap();
+                }
+            }) as StoreFuture<'static, ()>
+        })
 }
 
 //= specs/relay-append.md#R6
 //# no-wedge: every append ends stored or with a typed error (lost rounds in a row over budget, deadline); a legacy gap costs one extra round, once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_contention_budget_counts_lost_rounds_in_a_row() {
-    let tuning = AppendTuning { lost_rounds_max: 3, backoff_base: Duration::from_millis(1), backoff_max: Duration::from_millis(5) };
+    let tuning = AppendTuning {
+        lost_rounds_max: 3,
+        backoff_base: Duration::from_millis(1),
+        backoff_max: Duration::from_millis(5),
+    };
     let plain = ddb_store().await.with_tuning(tuning);
     push(&plain, "s", &ops("o", 2)).await;
     // Six lost rounds, never more than three in a row: a gap round between them resets the count.
@@ -326,7 +438,10 @@ async fn the_contention_budget_counts_lost_rounds_in_a_row() {
     let losing = lose_rounds(&plain, "d", &[1, 2, 3, 4], attempts.clone());
     let outcome = losing.append_batch("s", &one("d"), far_deadline()).await;
     assert_eq!(outcome.appended, vec![]);
-    assert_eq!(outcome.error, Some(StoreError::ContentionBudgetExhausted { lost_rounds: 4 }));
+    assert_eq!(
+        outcome.error,
+        Some(StoreError::ContentionBudgetExhausted { lost_rounds: 4 })
+    );
     assert_eq!(attempts_of(&attempts, "d").len(), 4);
     assert!(!op_ids(&pull_all(&plain, "s").await).contains(&"d".to_owned()));
 }
@@ -340,7 +455,10 @@ async fn a_counter_at_i64_max_is_a_loud_error_not_a_wrap() {
     let requests = store.requests();
     requests.reset();
     let outcome = store.append_batch("s", &one("o"), far_deadline()).await;
-    assert_eq!(outcome.error, Some(StoreError::SeqOverflow { counter: i64::MAX }));
+    assert_eq!(
+        outcome.error,
+        Some(StoreError::SeqOverflow { counter: i64::MAX })
+    );
     assert_eq!(requests.count("TransactWriteItems"), 0, "nothing sent");
     assert_eq!(store.read_counter("s").await.unwrap(), i64::MAX);
     assert!(pull_all(&store, "s").await.is_empty());
@@ -352,19 +470,27 @@ async fn a_counter_at_i64_max_is_a_loud_error_not_a_wrap() {
 async fn a_push_stops_at_its_deadline_and_keeps_what_it_stored() {
     let plain = ddb_store().await;
     let deadline = tokio::time::Instant::now() + Duration::from_millis(800);
-    let hooked = plain.clone().with_before_write(move |attempt: WriteAttempt| {
-        Box::pin(async move {
-            if attempt.op_id == "d2" {
-                tokio::time::sleep_until(deadline + Duration::from_millis(50)).await;
-            }
-        }) as StoreFuture<'static, ()>
-    });
+    let hooked = plain
+        .clone()
+        .with_before_write(move |attempt: WriteAttempt| {
+            Box::pin(async move {
+                if attempt.op_id == "d2" {
+                    tokio::time::sleep_until(deadline + Duration::from_millis(50)).await;
+                }
+            }) as StoreFuture<'static, ()>
+        });
     let batch = ops("d", 3);
     let outcome = hooked.append_batch("s", &batch, deadline).await;
     assert_eq!(outcome.appended, vec![fresh(1)]);
     assert_eq!(outcome.error, Some(StoreError::DeadlineExceeded));
     let re_push = push(&plain, "s", &batch).await;
-    assert_eq!(re_push[0], Appended { seq: 1, existing: true });
+    assert_eq!(
+        re_push[0],
+        Appended {
+            seq: 1,
+            existing: true
+        }
+    );
     assert_eq!(seqs(&re_push), vec![1, 2, 3]);
     assert_eq!(op_ids(&pull_all(&plain, "s").await), vec!["d1", "d2", "d3"]);
 }

@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use oncecheck_relay::{router, Limits};
 use oncecheck_store::dynamodb::AppendTuning;
-use oncecheck_store::{Appended, DynamoDbStore, MemoryStore, NewOp, OpStore, PushContext, Seq, SqliteStore, StoreError, StoreFuture, StoredOp};
+use oncecheck_store::{
+    Appended, DynamoDbStore, MemoryStore, NewOp, OpStore, PushContext, Seq, SqliteStore,
+    StoreError, StoreFuture, StoredOp,
+};
 use tokio::time::Instant;
 
 #[path = "../../../store/tests/support/serial_proxy.rs"]
@@ -28,8 +31,16 @@ pub fn ddb_endpoint() -> String {
 
 pub fn unique(prefix: &str) -> String {
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).expect("clock").as_nanos();
-    format!("{prefix}-{}-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed), nanos % 1_000_000_000)
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock")
+        .as_nanos();
+    format!(
+        "{prefix}-{}-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed),
+        nanos % 1_000_000_000
+    )
 }
 
 pub struct Backend {
@@ -39,21 +50,41 @@ pub struct Backend {
 
 pub async fn backend(name: &str) -> Backend {
     match name {
-        "memory" => Backend { store: Arc::new(MemoryStore::new()), _keep: None },
+        "memory" => Backend {
+            store: Arc::new(MemoryStore::new()),
+            _keep: None,
+        },
         "sqlite" => {
             let directory = tempfile::tempdir().expect("temp dir");
             let path = directory.path().join("relay.sqlite");
-            let store = SqliteStore::open(path.to_str().expect("utf-8")).await.expect("sqlite");
-            Backend { store: Arc::new(store), _keep: Some(directory) }
+            let store = SqliteStore::open(path.to_str().expect("utf-8"))
+                .await
+                .expect("sqlite");
+            Backend {
+                store: Arc::new(store),
+                _keep: Some(directory),
+            }
         }
         "dynamodb" => {
             // Concurrent writers: moto gets one request at a time (see serial_proxy).
             let endpoint = serial_proxy::serialize_endpoint(ddb_endpoint()).await;
             // Short backoffs keep the soak quick; the budget (lost rounds in a row) is unchanged.
-            let tuning = AppendTuning { backoff_base: Duration::from_millis(1), backoff_max: Duration::from_millis(20), ..AppendTuning::default() };
-            let store = DynamoDbStore::connect(unique("relay"), Some(&endpoint)).await.with_tuning(tuning);
-            store.create_table().await.unwrap_or_else(|error| panic!("creating a table at {endpoint}: {error}"));
-            Backend { store: Arc::new(store), _keep: None }
+            let tuning = AppendTuning {
+                backoff_base: Duration::from_millis(1),
+                backoff_max: Duration::from_millis(20),
+                ..AppendTuning::default()
+            };
+            let store = DynamoDbStore::connect(unique("relay"), Some(&endpoint))
+                .await
+                .with_tuning(tuning);
+            store
+                .create_table()
+                .await
+                .unwrap_or_else(|error| panic!("creating a table at {endpoint}: {error}"));
+            Backend {
+                store: Arc::new(store),
+                _keep: None,
+            }
         }
         other => panic!("unknown backend {other}"),
     }
@@ -61,10 +92,14 @@ pub async fn backend(name: &str) -> Backend {
 
 /// Serves the relay over `store` on a loopback port; answers its base URL.
 pub async fn serve(store: Arc<dyn OpStore>, limits: Limits) -> String {
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind");
     let address = listener.local_addr().expect("address");
     tokio::spawn(async move {
-        axum::serve(listener, router(store, limits)).await.expect("serve");
+        axum::serve(listener, router(store, limits))
+            .await
+            .expect("serve");
     });
     format!("http://{address}")
 }
@@ -78,7 +113,13 @@ pub struct Faulty {
 }
 
 impl OpStore for Faulty {
-    fn append_op<'a>(&'a self, stream: &'a str, op: &'a NewOp, deadline: Instant, push: &'a mut PushContext) -> StoreFuture<'a, Result<Appended, StoreError>> {
+    fn append_op<'a>(
+        &'a self,
+        stream: &'a str,
+        op: &'a NewOp,
+        deadline: Instant,
+        push: &'a mut PushContext,
+    ) -> StoreFuture<'a, Result<Appended, StoreError>> {
         Box::pin(async move {
             let count = self.appended.fetch_add(1, Ordering::SeqCst) + 1;
             if count == self.at && self.fail {
@@ -92,11 +133,21 @@ impl OpStore for Faulty {
         })
     }
 
-    fn pull<'a>(&'a self, stream: &'a str, after: Seq, limit: usize) -> StoreFuture<'a, Result<Vec<StoredOp>, StoreError>> {
+    fn pull<'a>(
+        &'a self,
+        stream: &'a str,
+        after: Seq,
+        limit: usize,
+    ) -> StoreFuture<'a, Result<Vec<StoredOp>, StoreError>> {
         self.inner.pull(stream, after, limit)
     }
 
-    fn put_legacy_op<'a>(&'a self, stream: &'a str, seq: Seq, op: &'a NewOp) -> StoreFuture<'a, Result<(), StoreError>> {
+    fn put_legacy_op<'a>(
+        &'a self,
+        stream: &'a str,
+        seq: Seq,
+        op: &'a NewOp,
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
         self.inner.put_legacy_op(stream, seq, op)
     }
 }

@@ -220,7 +220,12 @@ impl AddEraWriter {
     }
 
     /// Writes claim and op at `seq` in one transaction, both conditional on absence.
-    pub async fn write(&self, stream: &str, seq: Seq, op: &NewOp) -> Result<AddEraWrite, StoreError> {
+    pub async fn write(
+        &self,
+        stream: &str,
+        seq: Seq,
+        op: &NewOp,
+    ) -> Result<AddEraWrite, StoreError> {
         let items: Vec<TransactWriteItem> = vec![
             self.store.claim_put(stream, &op.op_id, seq)?,
             self.store.op_put(stream, op, seq)?,
@@ -236,7 +241,9 @@ impl AddEraWriter {
             Ok(_) => Ok(AddEraWrite::Stored),
             Err(SdkError::ServiceError(service)) => {
                 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-                if let TransactWriteItemsError::TransactionCanceledException(cancelled) = service.err() {
+                if let TransactWriteItemsError::TransactionCanceledException(cancelled) =
+                    service.err()
+                {
                     let codes: Vec<&str> = cancelled
                         .cancellation_reasons()
                         .iter()
@@ -252,7 +259,10 @@ impl AddEraWriter {
                         return Ok(AddEraWrite::Conflict);
                     }
                 }
-                Err(sdk_error("TransactWriteItems (ADD era)", SdkError::ServiceError(service)))
+                Err(sdk_error(
+                    "TransactWriteItems (ADD era)",
+                    SdkError::ServiceError(service),
+                ))
             }
             Err(other) => Err(sdk_error("TransactWriteItems (ADD era)", other)),
         }
@@ -304,10 +314,12 @@ impl OpStore for AddEraWriter {
                             seq,
                             existing: true,
                         }),
-                        super::RoundOutcome::ClaimForeign { holder } => Err(StoreError::ClaimForeign {
-                            op_id: op.op_id.clone(),
-                            holder,
-                        }),
+                        super::RoundOutcome::ClaimForeign { holder } => {
+                            Err(StoreError::ClaimForeign {
+                                op_id: op.op_id.clone(),
+                                holder,
+                            })
+                        }
                         other => Err(StoreError::backend(format!("claim settled as {other:?}"))),
                     }
                 }

@@ -34,33 +34,88 @@ const WITH_CHECK: Option<PredecessorCheck> = Some(PredecessorCheck::Exists);
 
 #[test]
 fn the_layout_maps_reasons_to_items_with_and_without_the_predecessor_check() {
-    assert_eq!(TransactionLayout::new(true), TransactionLayout { counter: 0, claim: 1, predecessor: Some(2), op: 3 });
+    assert_eq!(
+        TransactionLayout::new(true),
+        TransactionLayout {
+            counter: 0,
+            claim: 1,
+            predecessor: Some(2),
+            op: 3
+        }
+    );
     assert_eq!(TransactionLayout::new(true).len(), 4);
-    assert_eq!(TransactionLayout::new(false), TransactionLayout { counter: 0, claim: 1, predecessor: None, op: 2 });
+    assert_eq!(
+        TransactionLayout::new(false),
+        TransactionLayout {
+            counter: 0,
+            claim: 1,
+            predecessor: None,
+            op: 2
+        }
+    );
     assert_eq!(TransactionLayout::new(false).len(), 3);
 }
 
+//= specs/relay-append.md#R3
+//# once-per-op-id: an op_id is stored at most once; every append of it, re-pushes included, answers the same seq.
 #[test]
 fn a_claim_outranks_a_failed_counter_and_answers_its_seq_with_the_hint() {
     let reasons = [
         with_item(CODE_CONDITION_FAILED, &[(ATTRIBUTE_NEXT_SEQ, n(7))]),
-        with_item(CODE_CONDITION_FAILED, &[(ATTRIBUTE_OP_ID, s("o1")), (ATTRIBUTE_CLAIMED_SEQ, n(1))]),
+        with_item(
+            CODE_CONDITION_FAILED,
+            &[(ATTRIBUTE_OP_ID, s("o1")), (ATTRIBUTE_CLAIMED_SEQ, n(1))],
+        ),
         reason(CODE_NONE),
         reason(CODE_NONE),
     ];
-    let outcome = settle_cancellation(TransactionLayout::new(true), WITH_CHECK, 4, "o1", &reasons).unwrap();
-    assert_eq!(outcome, RoundOutcome::Existing { seq: 1, counter_after: Some(7) });
+    let outcome =
+        settle_cancellation(TransactionLayout::new(true), WITH_CHECK, 4, "o1", &reasons).unwrap();
+    assert_eq!(
+        outcome,
+        RoundOutcome::Existing {
+            seq: 1,
+            counter_after: Some(7)
+        }
+    );
 }
 
 #[test]
 fn a_claim_without_an_image_is_read_back_and_a_foreign_claim_is_refused() {
-    let reasons = [reason(CODE_NONE), reason(CODE_CONDITION_FAILED), reason(CODE_NONE)];
-    let outcome = settle_cancellation(TransactionLayout::new(false), None, 0, "o1", &reasons).unwrap();
-    assert_eq!(outcome, RoundOutcome::ClaimPresent { counter_after: Some(0) });
-    let foreign = HashMap::from([(ATTRIBUTE_OP_ID.to_owned(), s("other")), (ATTRIBUTE_CLAIMED_SEQ.to_owned(), n(3))]);
-    assert_eq!(settle_claim(&foreign, "o1", None).unwrap(), RoundOutcome::ClaimForeign { holder: "other".into() });
-    let ours = HashMap::from([(ATTRIBUTE_OP_ID.to_owned(), s("o1")), (ATTRIBUTE_CLAIMED_SEQ.to_owned(), n(3))]);
-    assert_eq!(settle_claim(&ours, "o1", None).unwrap(), RoundOutcome::Existing { seq: 3, counter_after: None });
+    let reasons = [
+        reason(CODE_NONE),
+        reason(CODE_CONDITION_FAILED),
+        reason(CODE_NONE),
+    ];
+    let outcome =
+        settle_cancellation(TransactionLayout::new(false), None, 0, "o1", &reasons).unwrap();
+    assert_eq!(
+        outcome,
+        RoundOutcome::ClaimPresent {
+            counter_after: Some(0)
+        }
+    );
+    let foreign = HashMap::from([
+        (ATTRIBUTE_OP_ID.to_owned(), s("other")),
+        (ATTRIBUTE_CLAIMED_SEQ.to_owned(), n(3)),
+    ]);
+    assert_eq!(
+        settle_claim(&foreign, "o1", None).unwrap(),
+        RoundOutcome::ClaimForeign {
+            holder: "other".into()
+        }
+    );
+    let ours = HashMap::from([
+        (ATTRIBUTE_OP_ID.to_owned(), s("o1")),
+        (ATTRIBUTE_CLAIMED_SEQ.to_owned(), n(3)),
+    ]);
+    assert_eq!(
+        settle_claim(&ours, "o1", None).unwrap(),
+        RoundOutcome::Existing {
+            seq: 3,
+            counter_after: None
+        }
+    );
     let broken = HashMap::from([(ATTRIBUTE_OP_ID.to_owned(), s("o1"))]);
     assert!(settle_claim(&broken, "o1", None).is_err());
 }
@@ -73,7 +128,8 @@ fn a_failed_counter_is_a_lost_round_carrying_the_all_old_hint() {
         reason(CODE_CONDITION_FAILED),
         reason(CODE_NONE),
     ];
-    let outcome = settle_cancellation(TransactionLayout::new(true), WITH_CHECK, 4, "o", &reasons).unwrap();
+    let outcome =
+        settle_cancellation(TransactionLayout::new(true), WITH_CHECK, 4, "o", &reasons).unwrap();
     assert_eq!(outcome, RoundOutcome::Lost { hint: Some(9) });
 }
 
@@ -86,52 +142,96 @@ fn the_hint_parser_handles_present_missing_and_malformed_images() {
     assert_eq!(counter_hint(Some(&without)), None);
     let malformed = HashMap::from([(ATTRIBUTE_NEXT_SEQ.to_owned(), s("12"))]);
     assert_eq!(counter_hint(Some(&malformed)), None);
-    let garbage = HashMap::from([(ATTRIBUTE_NEXT_SEQ.to_owned(), AttributeValue::N("1.5".into()))]);
+    let garbage = HashMap::from([(
+        ATTRIBUTE_NEXT_SEQ.to_owned(),
+        AttributeValue::N("1.5".into()),
+    )]);
     assert_eq!(counter_hint(Some(&garbage)), None);
 }
 
 #[test]
 fn a_conflict_is_a_lost_round_without_a_hint() {
-    let reasons = [reason(CODE_NONE), reason(CODE_NONE), reason(CODE_CONFLICT), reason(CODE_NONE)];
-    let outcome = settle_cancellation(TransactionLayout::new(true), WITH_CHECK, 4, "o", &reasons).unwrap();
+    let reasons = [
+        reason(CODE_NONE),
+        reason(CODE_NONE),
+        reason(CODE_CONFLICT),
+        reason(CODE_NONE),
+    ];
+    let outcome =
+        settle_cancellation(TransactionLayout::new(true), WITH_CHECK, 4, "o", &reasons).unwrap();
     assert_eq!(outcome, RoundOutcome::Lost { hint: None });
 }
 
 #[test]
 fn an_occupied_seq_outranks_a_missing_predecessor() {
-    let reasons = [reason(CODE_NONE), reason(CODE_NONE), reason(CODE_CONDITION_FAILED), reason(CODE_CONDITION_FAILED)];
-    let outcome = settle_cancellation(TransactionLayout::new(true), WITH_CHECK, 4, "o", &reasons).unwrap();
+    let reasons = [
+        reason(CODE_NONE),
+        reason(CODE_NONE),
+        reason(CODE_CONDITION_FAILED),
+        reason(CODE_CONDITION_FAILED),
+    ];
+    let outcome =
+        settle_cancellation(TransactionLayout::new(true), WITH_CHECK, 4, "o", &reasons).unwrap();
     assert_eq!(outcome, RoundOutcome::SeqTaken);
 }
 
 #[test]
 fn a_failed_predecessor_check_settles_by_its_direction() {
-    let reasons = [reason(CODE_NONE), reason(CODE_NONE), reason(CODE_CONDITION_FAILED), reason(CODE_NONE)];
+    let reasons = [
+        reason(CODE_NONE),
+        reason(CODE_NONE),
+        reason(CODE_CONDITION_FAILED),
+        reason(CODE_NONE),
+    ];
     let layout = TransactionLayout::new(true);
-    assert_eq!(settle_cancellation(layout, Some(PredecessorCheck::Exists), 4, "o", &reasons).unwrap(), RoundOutcome::PredecessorMissing);
-    assert_eq!(settle_cancellation(layout, Some(PredecessorCheck::NotExists), 4, "o", &reasons).unwrap(), RoundOutcome::PredecessorAppeared);
+    assert_eq!(
+        settle_cancellation(layout, Some(PredecessorCheck::Exists), 4, "o", &reasons).unwrap(),
+        RoundOutcome::PredecessorMissing
+    );
+    assert_eq!(
+        settle_cancellation(layout, Some(PredecessorCheck::NotExists), 4, "o", &reasons).unwrap(),
+        RoundOutcome::PredecessorAppeared
+    );
 }
 
 #[test]
 fn unexpected_reasons_are_errors_not_guesses() {
     let too_few = [reason(CODE_NONE)];
-    assert!(settle_cancellation(TransactionLayout::new(true), WITH_CHECK, 4, "o", &too_few).is_err());
-    let validation = [reason("ValidationError"), reason(CODE_NONE), reason(CODE_NONE)];
+    assert!(
+        settle_cancellation(TransactionLayout::new(true), WITH_CHECK, 4, "o", &too_few).is_err()
+    );
+    let validation = [
+        reason("ValidationError"),
+        reason(CODE_NONE),
+        reason(CODE_NONE),
+    ];
     assert!(settle_cancellation(TransactionLayout::new(false), None, 0, "o", &validation).is_err());
     let nothing = [reason(CODE_NONE), reason(CODE_NONE), reason(CODE_NONE)];
     assert!(settle_cancellation(TransactionLayout::new(false), None, 0, "o", &nothing).is_err());
 }
 
+//= specs/relay-append.md#R6
+//# no-wedge: every append ends stored or with a typed error (lost rounds in a row over budget, deadline);
+//# a legacy gap costs one extra round, once.
 #[test]
 fn the_flip_applies_only_to_its_seq_and_any_other_outcome_clears_it() {
-    let mut state = LoopState { counter: Some((4, CounterSource::Read)), ..LoopState::default() };
+    let mut state = LoopState {
+        counter: Some((4, CounterSource::Read)),
+        ..LoopState::default()
+    };
     assert_eq!(state.predecessor_for(1), None);
     assert_eq!(state.predecessor_for(5), Some(PredecessorCheck::Exists));
-    assert_eq!(state.after(RoundOutcome::PredecessorMissing, 4, 5, 3), Next::Again { backoff: false });
+    assert_eq!(
+        state.after(RoundOutcome::PredecessorMissing, 4, 5, 3),
+        Next::Again { backoff: false }
+    );
     assert_eq!(state.counter, Some((4, CounterSource::Known)));
     assert_eq!(state.predecessor_for(5), Some(PredecessorCheck::NotExists));
     assert_eq!(state.predecessor_for(6), Some(PredecessorCheck::Exists));
-    assert_eq!(state.after(RoundOutcome::PredecessorAppeared, 4, 5, 3), Next::Again { backoff: false });
+    assert_eq!(
+        state.after(RoundOutcome::PredecessorAppeared, 4, 5, 3),
+        Next::Again { backoff: false }
+    );
     assert_eq!(state.predecessor_for(5), Some(PredecessorCheck::Exists));
     state.after(RoundOutcome::PredecessorMissing, 4, 5, 3);
     state.after(RoundOutcome::Lost { hint: Some(7) }, 4, 5, 3);
@@ -139,16 +239,28 @@ fn the_flip_applies_only_to_its_seq_and_any_other_outcome_clears_it() {
     assert_eq!(state.counter, Some((7, CounterSource::Hint)));
 }
 
+//= specs/relay-append.md#R6
+//# no-wedge: every append ends stored or with a typed error (lost rounds in a row over budget, deadline);
+//# a legacy gap costs one extra round, once.
 #[test]
 fn the_contention_budget_counts_lost_rounds_in_a_row() {
     let mut state = LoopState::default();
     for round in 1..=3 {
-        assert_eq!(state.after(RoundOutcome::Lost { hint: None }, 0, 1, 3), Next::Again { backoff: round > 1 });
+        assert_eq!(
+            state.after(RoundOutcome::Lost { hint: None }, 0, 1, 3),
+            Next::Again { backoff: round > 1 }
+        );
     }
-    assert_eq!(state.after(RoundOutcome::PredecessorMissing, 4, 5, 3), Next::Again { backoff: false });
+    assert_eq!(
+        state.after(RoundOutcome::PredecessorMissing, 4, 5, 3),
+        Next::Again { backoff: false }
+    );
     assert_eq!(state.lost_in_a_row, 0);
     for round in 1..=3 {
-        assert_eq!(state.after(RoundOutcome::Lost { hint: None }, 0, 1, 3), Next::Again { backoff: round > 1 });
+        assert_eq!(
+            state.after(RoundOutcome::Lost { hint: None }, 0, 1, 3),
+            Next::Again { backoff: round > 1 }
+        );
     }
     assert_eq!(
         state.after(RoundOutcome::Lost { hint: None }, 0, 1, 3),
@@ -156,22 +268,43 @@ fn the_contention_budget_counts_lost_rounds_in_a_row() {
     );
 }
 
+//= specs/relay-append.md#R7
+//# carry-forward: an uncontended n-op push costs n transactions and one counter read.
 #[test]
 fn the_first_lost_round_uses_its_hint_at_once_and_later_ones_back_off_and_re_read() {
     let mut state = LoopState::default();
-    assert_eq!(state.after(RoundOutcome::Lost { hint: Some(7) }, 4, 5, 3), Next::Again { backoff: false });
+    assert_eq!(
+        state.after(RoundOutcome::Lost { hint: Some(7) }, 4, 5, 3),
+        Next::Again { backoff: false }
+    );
     assert_eq!(state.counter, Some((7, CounterSource::Hint)));
-    assert_eq!(state.after(RoundOutcome::Lost { hint: Some(9) }, 7, 8, 3), Next::Again { backoff: true });
+    assert_eq!(
+        state.after(RoundOutcome::Lost { hint: Some(9) }, 7, 8, 3),
+        Next::Again { backoff: true }
+    );
     assert_eq!(state.counter, None, "a hint goes stale during the pause");
 }
 
 #[test]
 fn a_stored_round_carries_its_seq_forward_and_an_occupied_seq_asks_for_the_floor() {
     let mut state = LoopState::default();
-    assert_eq!(state.after(RoundOutcome::Stored, 4, 5, 3), Next::Done(Appended { seq: 5, existing: false }));
+    assert_eq!(
+        state.after(RoundOutcome::Stored, 4, 5, 3),
+        Next::Done(Appended {
+            seq: 5,
+            existing: false
+        })
+    );
     assert_eq!(state.counter, Some((5, CounterSource::Carried)));
-    assert_eq!(state.after(RoundOutcome::SeqTaken, 5, 6, 3), Next::FloorStep);
-    assert_eq!(state.counter, Some((5, CounterSource::Floor)), "the counter stays known");
+    assert_eq!(
+        state.after(RoundOutcome::SeqTaken, 5, 6, 3),
+        Next::FloorStep
+    );
+    assert_eq!(
+        state.counter,
+        Some((5, CounterSource::Floor)),
+        "the counter stays known"
+    );
     state.floor = Some(40);
     assert_eq!(state.seq_for(5), Ok(41));
     assert_eq!(state.seq_for(50), Ok(51));
@@ -179,14 +312,24 @@ fn a_stored_round_carries_its_seq_forward_and_an_occupied_seq_asks_for_the_floor
 
 #[test]
 fn the_jitter_actually_spreads_its_draws() {
-    let tuning = AppendTuning { lost_rounds_max: 3, backoff_base: Duration::from_millis(8), backoff_max: Duration::from_millis(100) };
+    let tuning = AppendTuning {
+        lost_rounds_max: 3,
+        backoff_base: Duration::from_millis(8),
+        backoff_max: Duration::from_millis(100),
+    };
     let draws: Vec<Duration> = (0..64).map(|_| jittered_backoff(&tuning, 3)).collect();
     assert!(draws.iter().all(|draw| *draw <= Duration::from_millis(32)));
     let distinct: std::collections::BTreeSet<Duration> = draws.iter().copied().collect();
-    assert!(distinct.len() > 8, "64 draws gave only {} distinct pauses", distinct.len());
+    assert!(
+        distinct.len() > 8,
+        "64 draws gave only {} distinct pauses",
+        distinct.len()
+    );
     assert!(draws.iter().any(|draw| *draw > Duration::from_millis(4)));
     let capped: Vec<Duration> = (0..64).map(|_| jittered_backoff(&tuning, 30)).collect();
-    assert!(capped.iter().all(|draw| *draw <= Duration::from_millis(100)));
+    assert!(capped
+        .iter()
+        .all(|draw| *draw <= Duration::from_millis(100)));
 }
 
 #[test]
@@ -196,11 +339,17 @@ fn claim_keys_are_stable_negative_and_distinct() {
     assert_ne!(claim_key("o1"), claim_key("o2"));
     // Pinned: a change of the hash would orphan every stored claim.
     assert_eq!(claim_key("o1"), claim_key("o1"));
-    assert_eq!(claim_key("a"), -1 - ((0xaf63_dc4c_8601_ec8c_u64 >> 2) as i64));
+    assert_eq!(
+        claim_key("a"),
+        -1 - ((0xaf63_dc4c_8601_ec8c_u64 >> 2) as i64)
+    );
 }
 
 #[test]
 fn the_next_seq_at_i64_max_is_a_loud_error() {
-    assert_eq!(next_seq(i64::MAX), Err(StoreError::SeqOverflow { counter: i64::MAX }));
+    assert_eq!(
+        next_seq(i64::MAX),
+        Err(StoreError::SeqOverflow { counter: i64::MAX })
+    );
     assert_eq!(next_seq(i64::MAX - 1), Ok(i64::MAX));
 }

@@ -125,7 +125,12 @@ pub async fn backend(name: &'static str) -> Backend {
 
 pub fn ops(prefix: &str, count: usize) -> Vec<NewOp> {
     (1..=count)
-        .map(|index| NewOp::new(format!("{prefix}{index}"), format!("payload of {prefix}{index}")))
+        .map(|index| {
+            NewOp::new(
+                format!("{prefix}{index}"),
+                format!("payload of {prefix}{index}"),
+            )
+        })
         .collect()
 }
 

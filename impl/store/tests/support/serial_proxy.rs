@@ -21,7 +21,8 @@ pub async fn serialize_endpoint(upstream: String) -> String {
     let client = reqwest::Client::new();
     let one_at_a_time = Arc::new(tokio::sync::Mutex::new(()));
     let app = Router::new().fallback(move |request: Request| {
-        let (client, one_at_a_time, upstream) = (client.clone(), one_at_a_time.clone(), upstream.clone());
+        let (client, one_at_a_time, upstream) =
+            (client.clone(), one_at_a_time.clone(), upstream.clone());
         async move {
             let (parts, body) = request.into_parts();
             let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
@@ -40,17 +41,24 @@ pub async fn serialize_endpoint(upstream: String) -> String {
             };
             let mut response = Response::builder().status(answer.status());
             for (name, value) in answer.headers() {
-                if name != header::CONTENT_LENGTH && name != header::TRANSFER_ENCODING && name != header::CONNECTION {
+                if name != header::CONTENT_LENGTH
+                    && name != header::TRANSFER_ENCODING
+                    && name != header::CONNECTION
+                {
                     response = response.header(name, value);
                 }
             }
             let Ok(body) = answer.bytes().await else {
                 return status(StatusCode::BAD_GATEWAY);
             };
-            response.body(Body::from(body)).unwrap_or_else(|_| status(StatusCode::BAD_GATEWAY))
+            response
+                .body(Body::from(body))
+                .unwrap_or_else(|_| status(StatusCode::BAD_GATEWAY))
         }
     });
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind the proxy");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+        .await
+        .expect("bind the proxy");
     let address = listener.local_addr().expect("proxy address");
     tokio::spawn(async move {
         axum::serve(listener, app).await.expect("proxy serve");
@@ -59,5 +67,8 @@ pub async fn serialize_endpoint(upstream: String) -> String {
 }
 
 fn status(code: StatusCode) -> Response {
-    Response::builder().status(code).body(Body::empty()).expect("a bare status")
+    Response::builder()
+        .status(code)
+        .body(Body::empty())
+        .expect("a bare status")
 }
