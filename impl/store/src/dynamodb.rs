@@ -490,15 +490,18 @@ impl LoopState {
 }
 
 /// A full-jitter backoff: uniform in [0, min(max, base * 2^(lost - 1))].
-fn jittered_backoff(tuning: &AppendTuning, lost_in_a_row: u32) -> Duration {
-    use rand::Rng;
+fn jittered_backoff(
+    tuning: &AppendTuning,
+    lost_in_a_row: u32,
+    random: &mut impl rand::Rng,
+) -> Duration {
     let doublings = lost_in_a_row.saturating_sub(1).min(20);
     let ceiling = tuning
         .backoff_base
         .saturating_mul(1u32 << doublings)
         .min(tuning.backoff_max);
     let ceiling_micros = u64::try_from(ceiling.as_micros()).unwrap_or(u64::MAX);
-    Duration::from_micros(rand::rng().random_range(0..=ceiling_micros))
+    Duration::from_micros(random.random_range(0..=ceiling_micros))
 }
 
 fn sdk_error<E: ProvideErrorMetadata + std::fmt::Debug, R: std::fmt::Debug>(
@@ -1036,7 +1039,8 @@ impl DynamoDbStore {
                 }
                 Next::Again { backoff } => {
                     if backoff {
-                        let pause = jittered_backoff(&self.tuning, state.lost_in_a_row);
+                        let pause =
+                            jittered_backoff(&self.tuning, state.lost_in_a_row, &mut rand::rng());
                         tokio::time::sleep_until(deadline.min(Instant::now() + pause)).await;
                     }
                 }

@@ -317,7 +317,17 @@ fn the_jitter_actually_spreads_its_draws() {
         backoff_base: Duration::from_millis(8),
         backoff_max: Duration::from_millis(100),
     };
-    let draws: Vec<Duration> = (0..64).map(|_| jittered_backoff(&tuning, 3)).collect();
+    // Randomized: the seed is printed so a failure can be replayed.
+    use rand::SeedableRng;
+    let seed: u64 = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .expect("clock after 1970")
+        .as_nanos() as u64;
+    println!("jitter seed: {seed}");
+    let mut random = rand::rngs::StdRng::seed_from_u64(seed);
+    let draws: Vec<Duration> = (0..64)
+        .map(|_| jittered_backoff(&tuning, 3, &mut random))
+        .collect();
     assert!(draws.iter().all(|draw| *draw <= Duration::from_millis(32)));
     let distinct: std::collections::BTreeSet<Duration> = draws.iter().copied().collect();
     assert!(
@@ -326,7 +336,9 @@ fn the_jitter_actually_spreads_its_draws() {
         distinct.len()
     );
     assert!(draws.iter().any(|draw| *draw > Duration::from_millis(4)));
-    let capped: Vec<Duration> = (0..64).map(|_| jittered_backoff(&tuning, 30)).collect();
+    let capped: Vec<Duration> = (0..64)
+        .map(|_| jittered_backoff(&tuning, 30, &mut random))
+        .collect();
     assert!(capped
         .iter()
         .all(|draw| *draw <= Duration::from_millis(100)));
