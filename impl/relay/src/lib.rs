@@ -351,8 +351,7 @@ fn store_problem(error: &StoreError, stored: Vec<PushResult>) -> Problem {
 }
 
 //= specs/relay-append.md#R6
-//# no-wedge: every append ends stored or with a typed error (lost rounds in a row over budget, deadline);
-//# a legacy gap costs one extra round, once.
+//# Every append ends stored or with a typed error; a legacy gap costs one extra round, once.
 async fn push(
     State(state): State<AppState>,
     stream: Result<Path<String>, PathRejection>,

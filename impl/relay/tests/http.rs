@@ -320,7 +320,7 @@ async fn unknown_routes_methods_and_streams_get_problems() {
 }
 
 //= specs/relay-append.md#R6
-//# no-wedge: every append ends stored or with a typed error (lost rounds in a row over budget, deadline); a legacy gap costs one extra round, once.
+//# Every append ends stored or with a typed error; a legacy gap costs one extra round, once.
 #[tokio::test]
 async fn a_push_past_its_deadline_is_a_503_that_keeps_what_it_stored() {
     let inner: Arc<dyn OpStore> = Arc::new(MemoryStore::new());

@@ -106,9 +106,10 @@ async fn puller(client: reqwest::Client, base: String, total: usize) -> Vec<(i64
 }
 
 //= specs/relay-append.md#R1
-//# no-skip: a puller that stored cursor k has received every op that is or will ever be stored at a seq <= k.
+//# A puller that stored cursor k has received every op that is or will ever be stored at a seq <=
+//# k.
 //= specs/relay-append.md#R5
-//# dense: with new-build writers only, the stored seqs are exactly 1..n.
+//# With new-build writers only, the stored seqs are exactly 1..n.
 async fn soak(backend_name: &str) {
     let backend = backend(backend_name).await;
     let base = serve(backend.store.clone(), Limits::default()).await;

@@ -28,8 +28,8 @@
 //! The cancellation reasons come back one per item in request order and settle the round:
 //! claim present -> `Existing(seq)` (from the old image or one read-back; another op_id in the
 //! slot is `ClaimForeign`, a claim that cannot be read back `ClaimVanished`); any conflict or a
-//! failed counter condition -> `Lost(hint)`, the hint being the counter's old image when ALL_OLD
-//! returned it; counter held but op s present -> `SeqTaken` (floor step: one reverse Query,
+//! failed counter condition -> `Lost(hint)`, the hint being the counter's ALL_OLD image (no
+//! image: the counter item is absent, so 0); counter held but op s present -> `SeqTaken` (floor step: one reverse Query,
 //! Limit 1, finds the top occupied seq t and the next round tries t + 1, still expecting the
 //! counter it knows, no re-read; its SET moves the counter to t + 1); counter held but op s - 1 absent -> `PredecessorMissing` (flip for that seq).
 //!
@@ -288,10 +288,14 @@ fn string<'a>(item: &'a HashMap<String, AttributeValue>, name: &str) -> Option<&
     }
 }
 
-/// The counter value in the ALL_OLD image of a failed counter condition; `None` when the image
-/// is missing or malformed (then the next round re-reads the counter).
+/// The counter value in the ALL_OLD image of a failed counter condition. No image means the
+/// counter item does not exist (ALL_OLD returns the item when there is one): the counter is 0.
+/// A malformed image gives `None`, and the next round re-reads the counter.
 fn counter_hint(item: Option<&HashMap<String, AttributeValue>>) -> Option<Seq> {
-    item.and_then(|item| number(item, ATTRIBUTE_NEXT_SEQ))
+    match item {
+        None => Some(0),
+        Some(item) => number(item, ATTRIBUTE_NEXT_SEQ),
+    }
 }
 
 /// Settles a claim's image: ours answers its seq, another op_id is refused.
@@ -398,8 +402,10 @@ struct LoopState {
 
 impl LoopState {
     //= specs/relay-append.md#R6
-    //# no-wedge: every append ends stored or with a typed error (lost rounds in a row over budget, deadline);
-    //# a legacy gap costs one extra round, once.
+    //# The contention budget counts lost rounds in a row; over it the append ends with a typed
+    //# error.
+    //# A failed attribute_exists while the counter held proves a legacy gap: the next round, for
+    //# that seq only, checks attribute_not_exists instead.
     /// Moves the loop on after a round that expected `expected` and tried `seq`.
     fn after(
         &mut self,
@@ -799,7 +805,8 @@ impl DynamoDbStore {
     }
 
     //= specs/relay-append.md#R3
-    //# once-per-op-id: an op_id is stored at most once; every append of it, re-pushes included, answers the same seq.
+    //# An op_id is stored at most once; every append of it, re-pushes included, answers the same
+    //# seq.
     fn claim_put(
         &self,
         stream: &str,
@@ -827,7 +834,7 @@ impl DynamoDbStore {
     }
 
     //= specs/relay-append.md#R2
-    //# unique-seq: at most one op per seq; no op is overwritten.
+    //# At most one op per seq; no op is overwritten.
     fn op_put(&self, stream: &str, op: &NewOp, seq: Seq) -> Result<TransactWriteItem, StoreError> {
         let mut item = key(stream, seq);
         item.insert(
@@ -849,9 +856,9 @@ impl DynamoDbStore {
     }
 
     //= specs/relay-append.md#R4
-    //# counter-monotonic: the counter never moves backwards, also in a mixed fleet with ADD-era writers.
+    //# The counter update is conditional on the counter value the round knows.
     //= specs/relay-append.md#R5
-    //# dense: with new-build writers only, the stored seqs are exactly 1..n.
+    //# With new-build writers only, the stored seqs are exactly 1..n.
     fn counter_update(
         &self,
         stream: &str,
@@ -880,7 +887,8 @@ impl DynamoDbStore {
     }
 
     //= specs/relay-append.md#R1
-    //# no-skip: a puller that stored cursor k has received every op that is or will ever be stored at a seq <= k.
+    //# A puller that stored cursor k has received every op that is or will ever be stored at a seq
+    //# <= k.
     fn predecessor_check(
         &self,
         stream: &str,
@@ -984,7 +992,7 @@ impl DynamoDbStore {
             ..LoopState::default()
         };
         //= specs/relay-append.md#R7
-        //# carry-forward: an uncontended n-op push costs n transactions and one counter read.
+        //# Within a push the seq an op was written at is the next op's expected counter.
         if self.mutated(Mutation::ReadCounterEveryOp) {
             state.counter = None;
         }
@@ -1079,7 +1087,8 @@ impl DynamoDbStore {
     }
 
     //= specs/relay-append.md#R1
-    //# no-skip: a puller that stored cursor k has received every op that is or will ever be stored at a seq <= k.
+    //# A puller that stored cursor k has received every op that is or will ever be stored at a seq
+    //# <= k.
     async fn pull_pages(
         &self,
         stream: &str,

@@ -157,8 +157,7 @@ pub trait OpStore: Send + Sync {
     /// Appends a batch in order, stopping at the first error; the deadline is checked before
     /// every op. The ops answered before a stop stay stored.
     //= specs/relay-append.md#R6
-    //# no-wedge: every append ends stored or with a typed error (lost rounds in a row over budget, deadline);
-    //# a legacy gap costs one extra round, once.
+    //# Every append ends stored or with a typed error; a legacy gap costs one extra round, once.
     fn append_batch<'a>(
         &'a self,
         stream: &'a str,
@@ -233,6 +232,8 @@ pub(crate) fn validate_pull(stream: &str, after: Seq) -> Result<(), StoreError> 
     Ok(())
 }
 
+//= specs/relay-append.md#R4
+//# Checked arithmetic: a counter at the top of the seq range is a loud error, never a wrap.
 /// The seq after `counter`, or the loud overflow error: a wrap would land in the negative range
 /// where DynamoDB claims live.
 pub(crate) fn next_seq(counter: Seq) -> Result<Seq, StoreError> {

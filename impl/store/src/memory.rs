@@ -35,13 +35,15 @@ impl MemoryStore {
     }
 
     //= specs/relay-append.md#R1
-    //# no-skip: a puller that stored cursor k has received every op that is or will ever be stored at a seq <= k.
+    //# A puller that stored cursor k has received every op that is or will ever be stored at a seq
+    //# <= k.
     //= specs/relay-append.md#R2
-    //# unique-seq: at most one op per seq; no op is overwritten.
+    //# At most one op per seq; no op is overwritten.
     //= specs/relay-append.md#R3
-    //# once-per-op-id: an op_id is stored at most once; every append of it, re-pushes included, answers the same seq.
+    //# An op_id is stored at most once; every append of it, re-pushes included, answers the same
+    //# seq.
     //= specs/relay-append.md#R5
-    //# dense: with new-build writers only, the stored seqs are exactly 1..n.
+    //# With new-build writers only, the stored seqs are exactly 1..n.
     fn append_locked(&self, stream: &str, op: &NewOp) -> Result<Appended, StoreError> {
         validate_append(stream, op)?;
         let mut streams = lock(&self.streams);

@@ -78,13 +78,15 @@ impl SqliteStore {
     }
 
     //= specs/relay-append.md#R1
-    //# no-skip: a puller that stored cursor k has received every op that is or will ever be stored at a seq <= k.
+    //# A puller that stored cursor k has received every op that is or will ever be stored at a seq
+    //# <= k.
     //= specs/relay-append.md#R2
-    //# unique-seq: at most one op per seq; no op is overwritten.
+    //# At most one op per seq; no op is overwritten.
     //= specs/relay-append.md#R3
-    //# once-per-op-id: an op_id is stored at most once; every append of it, re-pushes included, answers the same seq.
+    //# An op_id is stored at most once; every append of it, re-pushes included, answers the same
+    //# seq.
     //= specs/relay-append.md#R5
-    //# dense: with new-build writers only, the stored seqs are exactly 1..n.
+    //# With new-build writers only, the stored seqs are exactly 1..n.
     async fn append_in_transaction(
         &self,
         stream: &str,

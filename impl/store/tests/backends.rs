@@ -26,7 +26,7 @@ fn again(seq: i64) -> Appended {
 }
 
 //= specs/relay-append.md#R5
-//# dense: with new-build writers only, the stored seqs are exactly 1..n.
+//# With new-build writers only, the stored seqs are exactly 1..n.
 async fn seqs_are_dense_from_one(backend: Backend) {
     let store = &*backend.store;
     let first = store.append_batch("s", &ops("a", 5), far_deadline()).await;
@@ -45,7 +45,7 @@ async fn seqs_are_dense_from_one(backend: Backend) {
 }
 
 //= specs/relay-append.md#R3
-//# once-per-op-id: an op_id is stored at most once; every append of it, re-pushes included, answers the same seq.
+//# An op_id is stored at most once; every append of it, re-pushes included, answers the same seq.
 async fn a_re_push_answers_its_own_seq(backend: Backend) {
     let store = &*backend.store;
     let first = store.append_batch("s", &ops("o", 2), far_deadline()).await;
@@ -65,7 +65,7 @@ async fn a_re_push_answers_its_own_seq(backend: Backend) {
 }
 
 //= specs/relay-append.md#R3
-//# once-per-op-id: an op_id is stored at most once; every append of it, re-pushes included, answers the same seq.
+//# An op_id is stored at most once; every append of it, re-pushes included, answers the same seq.
 async fn a_re_push_after_another_op_answers_its_own_seq_and_burns_none(backend: Backend) {
     let store = &*backend.store;
     assert_eq!(
@@ -100,7 +100,7 @@ async fn a_re_push_after_another_op_answers_its_own_seq_and_burns_none(backend: 
 }
 
 //= specs/relay-append.md#R2
-//# unique-seq: at most one op per seq; no op is overwritten.
+//# At most one op per seq; no op is overwritten.
 async fn a_legacy_op_sets_the_floor(backend: Backend) {
     let store = &*backend.store;
     store
@@ -121,7 +121,7 @@ async fn a_legacy_op_sets_the_floor(backend: Backend) {
 }
 
 //= specs/relay-append.md#R6
-//# no-wedge: every append ends stored or with a typed error (lost rounds in a row over budget, deadline); a legacy gap costs one extra round, once.
+//# Every append ends stored or with a typed error; a legacy gap costs one extra round, once.
 async fn a_run_of_occupied_seqs_is_stepped_over(backend: Backend) {
     let store = &*backend.store;
     for seq in 1..=40 {
@@ -140,7 +140,7 @@ async fn a_run_of_occupied_seqs_is_stepped_over(backend: Backend) {
 }
 
 //= specs/relay-append.md#R6
-//# no-wedge: every append ends stored or with a typed error (lost rounds in a row over budget, deadline); a legacy gap costs one extra round, once.
+//# Every append ends stored or with a typed error; a legacy gap costs one extra round, once.
 async fn a_push_stops_at_its_deadline_and_keeps_what_it_stored(backend: Backend) {
     let stalling = StallAfter {
         inner: backend.store.clone(),
@@ -168,7 +168,8 @@ async fn a_push_stops_at_its_deadline_and_keeps_what_it_stored(backend: Backend)
 }
 
 //= specs/relay-append.md#R1
-//# no-skip: a puller that stored cursor k has received every op that is or will ever be stored at a seq <= k.
+//# A puller that stored cursor k has received every op that is or will ever be stored at a seq <=
+//# k.
 async fn pulls_return_ops_in_order_within_their_limit(backend: Backend) {
     let store = &*backend.store;
     store.append_batch("s", &ops("o", 10), far_deadline()).await;

@@ -91,7 +91,8 @@ fn fresh(seq: i64) -> Appended {
 }
 
 //= specs/relay-append.md#R1
-//# no-skip: a puller that stored cursor k has received every op that is or will ever be stored at a seq <= k.
+//# A puller that stored cursor k has received every op that is or will ever be stored at a seq <=
+//# k.
 /// The reproduction of the ADD-era bug, on this build: A is held after choosing its seq (not
 /// during its commit), B commits meanwhile, a reader stores B's seq as its cursor; A then lands
 /// above it, so the reader's next pull still gets A.
@@ -165,7 +166,9 @@ async fn with_add_era_writers_the_same_schedule_skips_an_op() {
 }
 
 //= specs/relay-append.md#R6
-//# no-wedge: every append ends stored or with a typed error (lost rounds in a row over budget, deadline); a legacy gap costs one extra round, once.
+//# Every append ends stored or with a typed error; a legacy gap costs one extra round, once.
+//# A failed attribute_exists while the counter held proves a legacy gap: the next round, for that
+//# seq only, checks attribute_not_exists instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_append_does_not_commit_over_a_missing_op_below_it_and_crosses_a_legacy_gap_once() {
     let plain = ddb_store().await;
@@ -226,9 +229,9 @@ async fn an_append_does_not_commit_over_a_missing_op_below_it_and_crosses_a_lega
 }
 
 //= specs/relay-append.md#R4
-//# counter-monotonic: the counter never moves backwards, also in a mixed fleet with ADD-era writers.
+//# The counter never moves backwards, also in a mixed fleet with ADD-era writers.
 //= specs/relay-append.md#R2
-//# unique-seq: at most one op per seq; no op is overwritten.
+//# At most one op per seq; no op is overwritten.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_add_era_writer_meanwhile_overwrites_nothing_and_never_moves_the_counter_back() {
     let plain = ddb_store().await;
@@ -292,7 +295,7 @@ async fn an_add_era_writer_meanwhile_overwrites_nothing_and_never_moves_the_coun
 }
 
 //= specs/relay-append.md#R3
-//# once-per-op-id: an op_id is stored at most once; every append of it, re-pushes included, answers the same seq.
+//# An op_id is stored at most once; every append of it, re-pushes included, answers the same seq.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_re_push_that_lost_the_counter_race_answers_its_own_seq_and_burns_none() {
     let plain = ddb_store().await;
@@ -371,7 +374,7 @@ async fn a_run_of_occupied_seqs_above_the_counter_is_stepped_over_in_one_round()
 }
 
 //= specs/relay-append.md#R7
-//# carry-forward: an uncontended n-op push costs n transactions and one counter read.
+//# An uncontended n-op push costs n transactions and one counter read.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_push_carries_the_seq_it_wrote_forward_and_reads_the_counter_once() {
     let store = ddb_store().await;
@@ -418,7 +421,7 @@ fn lose_rounds(
 }
 
 //= specs/relay-append.md#R6
-//# no-wedge: every append ends stored or with a typed error (lost rounds in a row over budget, deadline); a legacy gap costs one extra round, once.
+//# The contention budget counts lost rounds in a row; over it the append ends with a typed error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_contention_budget_counts_lost_rounds_in_a_row() {
     let tuning = AppendTuning {
@@ -447,7 +450,7 @@ async fn the_contention_budget_counts_lost_rounds_in_a_row() {
 }
 
 //= specs/relay-append.md#R4
-//# counter-monotonic: the counter never moves backwards, also in a mixed fleet with ADD-era writers.
+//# Checked arithmetic: a counter at the top of the seq range is a loud error, never a wrap.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_counter_at_i64_max_is_a_loud_error_not_a_wrap() {
     let store = ddb_store().await;

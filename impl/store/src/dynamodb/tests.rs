@@ -57,7 +57,7 @@ fn the_layout_maps_reasons_to_items_with_and_without_the_predecessor_check() {
 }
 
 //= specs/relay-append.md#R3
-//# once-per-op-id: an op_id is stored at most once; every append of it, re-pushes included, answers the same seq.
+//# An op_id is stored at most once; every append of it, re-pushes included, answers the same seq.
 #[test]
 fn a_claim_outranks_a_failed_counter_and_answers_its_seq_with_the_hint() {
     let reasons = [
@@ -137,7 +137,11 @@ fn a_failed_counter_is_a_lost_round_carrying_the_all_old_hint() {
 fn the_hint_parser_handles_present_missing_and_malformed_images() {
     let present = HashMap::from([(ATTRIBUTE_NEXT_SEQ.to_owned(), n(12))]);
     assert_eq!(counter_hint(Some(&present)), Some(12));
-    assert_eq!(counter_hint(None), None);
+    assert_eq!(
+        counter_hint(None),
+        Some(0),
+        "no image: the counter item does not exist"
+    );
     let without = HashMap::from([(ATTRIBUTE_OP_ID.to_owned(), s("x"))]);
     assert_eq!(counter_hint(Some(&without)), None);
     let malformed = HashMap::from([(ATTRIBUTE_NEXT_SEQ.to_owned(), s("12"))]);
@@ -211,8 +215,8 @@ fn unexpected_reasons_are_errors_not_guesses() {
 }
 
 //= specs/relay-append.md#R6
-//# no-wedge: every append ends stored or with a typed error (lost rounds in a row over budget, deadline);
-//# a legacy gap costs one extra round, once.
+//# A failed attribute_exists while the counter held proves a legacy gap: the next round, for that
+//# seq only, checks attribute_not_exists instead.
 #[test]
 fn the_flip_applies_only_to_its_seq_and_any_other_outcome_clears_it() {
     let mut state = LoopState {
@@ -240,8 +244,7 @@ fn the_flip_applies_only_to_its_seq_and_any_other_outcome_clears_it() {
 }
 
 //= specs/relay-append.md#R6
-//# no-wedge: every append ends stored or with a typed error (lost rounds in a row over budget, deadline);
-//# a legacy gap costs one extra round, once.
+//# The contention budget counts lost rounds in a row; over it the append ends with a typed error.
 #[test]
 fn the_contention_budget_counts_lost_rounds_in_a_row() {
     let mut state = LoopState::default();
@@ -269,7 +272,7 @@ fn the_contention_budget_counts_lost_rounds_in_a_row() {
 }
 
 //= specs/relay-append.md#R7
-//# carry-forward: an uncontended n-op push costs n transactions and one counter read.
+//# A lost round hands back the real counter through the ALL_OLD image: no re-read.
 #[test]
 fn the_first_lost_round_uses_its_hint_at_once_and_later_ones_back_off_and_re_read() {
     let mut state = LoopState::default();
