@@ -4,3 +4,9 @@
 //! Invariant: this is the only crate that depends on both the model and the implementations.
 
 pub mod models;
+pub mod proxy;
+pub mod replay;
+pub mod replay_command;
+pub mod replay_dynamodb;
+pub mod replay_session;
+pub mod traces;

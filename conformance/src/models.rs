@@ -137,3 +137,20 @@ pub fn write_human(report: &CheckReport, out: &mut dyn Write) -> std::io::Result
     }
     Ok(())
 }
+
+/// Writes the traces of one job (only models with a trace encoding can).
+pub fn export_traces(
+    job: &Job,
+    out: &std::path::Path,
+    options: &crate::traces::ExportOptions,
+) -> Result<std::io::Result<Vec<std::path::PathBuf>>, SpecError> {
+    if job.model != "relay" {
+        return Err(SpecError::UnknownModel {
+            name: job.model.to_string(),
+            valid: vec!["relay (the model with a trace encoding)".to_string()],
+        });
+    }
+    let bounds = RelayModel::resolve_bounds(job.variant, &job.overrides)?;
+    let model = RelayModel::build(job.variant, &bounds)?;
+    Ok(crate::traces::export(&model, out, options))
+}

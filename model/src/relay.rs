@@ -389,7 +389,9 @@ impl RelayModel {
         let Counter::Known(expected) = writer.counter else {
             unreachable!("a round is only sent with a known counter");
         };
-        let base = writer.floor.unwrap_or(expected);
+        // The floor (top occupied seq) outlives lost rounds of the same op, as in the store: seqs
+        // at or below it are occupied whatever the counter says.
+        let base = expected.max(writer.floor.unwrap_or(0));
         //= specs/relay-append.md#R4
         //# Checked arithmetic: a counter at the top of the seq range is a loud error, never a wrap.
         let seq = base.checked_add(1).filter(|seq| *seq <= SEQ_MAX).ok_or(AppendError::SeqOverflow)?;
@@ -446,7 +448,7 @@ impl RelayModel {
             operation: Operation::Write(Value::Op { op_id: op }),
             return_old_on_failure: false,
         });
-        let round = Round { op, expected, seq, predecessor, floor_step: writer.floor.is_some() };
+        let round = Round { op, expected, seq, predecessor, floor_step: writer.floor.is_some_and(|floor| floor > expected) };
         Ok((round, items))
     }
 
@@ -511,7 +513,6 @@ impl RelayModel {
     /// used only after the first lost round in a row: after a backoff it is stale, and the next
     /// round reads the counter instead.
     fn lose_round(&self, writer: &mut Writer, hint: Option<Seq>) {
-        writer.floor = None;
         writer.flip = None;
         writer.mark_contended();
         //= specs/relay-append.md#R6

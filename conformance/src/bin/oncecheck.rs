@@ -38,6 +38,32 @@ enum Command {
         #[arg(long)]
         timeout_secs: Option<u64>,
     },
+    /// Write counterexamples, examples and covering paths as ITF trace files.
+    Traces {
+        /// relay (the model whose traces can be replayed)
+        model: String,
+        /// One variant (all variants when omitted).
+        #[arg(long)]
+        variant: Option<String>,
+        #[arg(long = "bound", value_parser = parse_bound)]
+        bounds: Vec<(String, u32)>,
+        #[arg(long)]
+        out: std::path::PathBuf,
+        /// Random covering paths per variant (distinct action sequences).
+        #[arg(long, default_value_t = 240)]
+        count: usize,
+        /// Seed of the covering paths; the same seed writes the same files.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+    /// Replay trace files against the real implementation; exit 1 on a divergence.
+    Replay {
+        #[arg(required = true)]
+        traces: Vec<std::path::PathBuf>,
+        /// memory | sqlite | dynamodb | dynamodb=URL
+        #[arg(long, default_value = "dynamodb")]
+        target: String,
+    },
     /// Serve the stateright Explorer for a model on 127.0.0.1.
     Explore {
         model: String,
@@ -71,6 +97,39 @@ fn main() -> ExitCode {
             };
             let options = CheckOptions { threads, timeout_secs_max: timeout_secs, ..CheckOptions::default() };
             check(&jobs, &options, json)
+        }
+        Command::Traces { model, variant, bounds, out, count, seed } => {
+            let jobs = match models::resolve(Some(&model), variant.as_deref(), &bounds) {
+                Ok(jobs) => jobs,
+                Err(error) => return bad_input(error),
+            };
+            let options = oncecheck_conformance::traces::ExportOptions { paths_count: count, seed, ..Default::default() };
+            let mut total = 0;
+            for job in &jobs {
+                match models::export_traces(job, &out, &options) {
+                    Ok(Ok(files)) => {
+                        eprintln!("{}/{}: {} traces", job.model, job.variant, files.len());
+                        total += files.len();
+                    }
+                    Ok(Err(error)) => {
+                        eprintln!("oncecheck: cannot write traces to {}: {error}", out.display());
+                        return ExitCode::from(1);
+                    }
+                    Err(error) => return bad_input(error),
+                }
+            }
+            println!("wrote {total} traces to {}", out.display());
+            ExitCode::SUCCESS
+        }
+        Command::Replay { traces, target } => {
+            let target: oncecheck_conformance::replay::Target = match target.parse() {
+                Ok(target) => target,
+                Err(message) => {
+                    eprintln!("oncecheck: {message}");
+                    return ExitCode::from(2);
+                }
+            };
+            oncecheck_conformance::replay_command::run(&traces, &target)
         }
         Command::Explore { model, variant, bounds, port } => {
             let jobs = match models::resolve(Some(&model), Some(&variant), &bounds) {
