@@ -3,11 +3,34 @@
 //! divergence, 1 a divergence or an environment failure, 2 a file or target that cannot be used.
 
 use crate::replay::{replay_file_logical, ReplayError, ReplayStats, Target};
+use crate::replay_dynamodb::StoreConfig;
+use oncecheck_store::dynamodb::Mutation;
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Instant;
 
-pub fn run(files: &[PathBuf], target: &Target) -> ExitCode {
+/// Parses `--store-variant` and `--store-mutation`, naming the valid choices on error.
+pub fn store_config(store_variant: Option<String>, mutations: &[String]) -> Result<StoreConfig, String> {
+    if let Some(variant) = &store_variant {
+        if !["add-era", "counter-only", "fixed", "mixed"].contains(&variant.as_str()) {
+            return Err(format!("unknown store variant `{variant}`; valid: add-era, counter-only, fixed, mixed"));
+        }
+    }
+    let mutations = mutations
+        .iter()
+        .map(|name| match name.as_str() {
+            "no-predecessor-check" => Ok(Mutation::NoPredecessorCheck),
+            "unconditional-counter-set" => Ok(Mutation::UnconditionalCounterSet),
+            "read-counter-every-op" => Ok(Mutation::ReadCounterEveryOp),
+            other => Err(format!(
+                "unknown store mutation `{other}`; valid: no-predecessor-check, unconditional-counter-set, read-counter-every-op"
+            )),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(StoreConfig { store_variant, mutations })
+}
+
+pub fn run(files: &[PathBuf], target: &Target, config: StoreConfig, only_replayable: bool) -> ExitCode {
     let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
         Ok(runtime) => runtime,
         Err(error) => {
@@ -15,14 +38,14 @@ pub fn run(files: &[PathBuf], target: &Target) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    runtime.block_on(run_all(files, target))
+    runtime.block_on(run_all(files, target, config, only_replayable))
 }
 
-async fn run_all(files: &[PathBuf], target: &Target) -> ExitCode {
+async fn run_all(files: &[PathBuf], target: &Target, config: StoreConfig, only_replayable: bool) -> ExitCode {
     let started = Instant::now();
     let mut totals = ReplayStats::default();
-    let (mut replayed, mut bad_input, mut diverged) = (0usize, 0usize, 0usize);
-    let mut session = match crate::replay_session::Session::open(target).await {
+    let (mut replayed, mut bad_input, mut diverged, mut not_applicable) = (0usize, 0usize, 0usize, 0usize);
+    let mut session = match crate::replay_session::Session::open_with(target, config).await {
         Ok(session) => session,
         Err(detail) => {
             eprintln!("oncecheck: cannot reach the {target} target: {detail}");
@@ -41,6 +64,10 @@ async fn run_all(files: &[PathBuf], target: &Target) -> ExitCode {
                 totals.requests += stats.requests;
                 println!("ok   {} ({} steps, {} requests)", file.display(), stats.steps, stats.requests);
             }
+            Err(error @ ReplayError::TargetMismatch { .. }) if only_replayable => {
+                not_applicable += 1;
+                println!("n/a  {error}");
+            }
             Err(error @ (ReplayError::Load(_) | ReplayError::TargetMismatch { .. })) => {
                 bad_input += 1;
                 eprintln!("oncecheck: {error}");
@@ -54,7 +81,7 @@ async fn run_all(files: &[PathBuf], target: &Target) -> ExitCode {
     session.close().await;
     let seconds = started.elapsed().as_secs_f64();
     println!(
-        "replayed {replayed} of {} traces against {target}: {} steps, {} requests, {:.2}s, {diverged} diverged, {bad_input} rejected",
+        "replayed {replayed} of {} traces against {target}: {} steps, {} requests, {:.2}s, {diverged} diverged, {bad_input} rejected, {not_applicable} not applicable to this target",
         files.len(),
         totals.steps,
         totals.requests,

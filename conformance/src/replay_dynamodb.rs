@@ -41,6 +41,26 @@ pub struct StoreConfig {
     pub mutations: Vec<Mutation>,
 }
 
+impl StoreConfig {
+    /// The command-line flags that select this configuration, for the replay command a
+    /// divergence report prints.
+    pub fn flags(&self) -> String {
+        let mut flags = String::new();
+        if let Some(variant) = &self.store_variant {
+            flags.push_str(&format!(" --store-variant {variant}"));
+        }
+        for mutation in &self.mutations {
+            let name = match mutation {
+                Mutation::NoPredecessorCheck => "no-predecessor-check",
+                Mutation::UnconditionalCounterSet => "unconditional-counter-set",
+                Mutation::ReadCounterEveryOp => "read-counter-every-op",
+            };
+            flags.push_str(&format!(" --store-mutation {name}"));
+        }
+        flags
+    }
+}
+
 pub struct DynamoContext {
     pub upstream: String,
     pub config: StoreConfig,
@@ -329,7 +349,7 @@ async fn replay_in_table(
                     action: describe_step(model, path, index),
                     expected,
                     actual,
-                    target: target.to_string(),
+                    target: format!("{target}{}", context.config.flags()),
                 }))
             };
             let take = |actor: usize, what: &'static str| {
@@ -502,7 +522,7 @@ async fn replay_in_table(
                             action: format!("W{} finishes its push", writer + 1),
                             expected: "the push returns".to_string(),
                             actual: format!("{other:?}{extra}"),
-                            target: target.to_string(),
+                            target: format!("{target}{}", context.config.flags()),
                         })));
                     }
                 };
@@ -519,7 +539,7 @@ async fn replay_in_table(
                     action: format!("W{} finishes its push", writer + 1),
                     expected: format!("seqs {expected:?}{}", if failed { " then an error" } else { "" }),
                     actual: format!("seqs {actual:?}, error {:?}", outcome.error),
-                    target: target.to_string(),
+                    target: format!("{target}{}", context.config.flags()),
                 })));
             }
         }

@@ -63,6 +63,18 @@ enum Command {
         /// memory | sqlite | dynamodb | dynamodb=URL
         #[arg(long, default_value = "dynamodb")]
         target: String,
+        /// Run the writers as this store build instead of the trace's own variant
+        /// (add-era | counter-only | fixed | mixed), to show where the two part.
+        #[arg(long)]
+        store_variant: Option<String>,
+        /// Switch on a deliberate defect in the real store (repeatable):
+        /// no-predecessor-check | unconditional-counter-set | read-counter-every-op.
+        #[arg(long = "store-mutation")]
+        store_mutations: Vec<String>,
+        /// Traces a logical target cannot show are listed as not applicable instead of failing
+        /// the run (they are still counted and printed).
+        #[arg(long)]
+        only_replayable: bool,
     },
     /// Serve the stateright Explorer for a model on 127.0.0.1.
     Explore {
@@ -121,7 +133,7 @@ fn main() -> ExitCode {
             println!("wrote {total} traces to {}", out.display());
             ExitCode::SUCCESS
         }
-        Command::Replay { traces, target } => {
+        Command::Replay { traces, target, store_variant, store_mutations, only_replayable } => {
             let target: oncecheck_conformance::replay::Target = match target.parse() {
                 Ok(target) => target,
                 Err(message) => {
@@ -129,7 +141,14 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            oncecheck_conformance::replay_command::run(&traces, &target)
+            let config = match oncecheck_conformance::replay_command::store_config(store_variant, &store_mutations) {
+                Ok(config) => config,
+                Err(message) => {
+                    eprintln!("oncecheck: {message}");
+                    return ExitCode::from(2);
+                }
+            };
+            oncecheck_conformance::replay_command::run(&traces, &target, config, only_replayable)
         }
         Command::Explore { model, variant, bounds, port } => {
             let jobs = match models::resolve(Some(&model), Some(&variant), &bounds) {
