@@ -840,55 +840,10 @@ where
     M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
     M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
 {
-    use std::collections::{HashMap, VecDeque};
-    let found = |state: &M::State| match property.kind {
-        Kind::Always => !(property.condition)(model, state),
-        Kind::Sometimes => (property.condition)(model, state),
-    };
-    // parent[state] = (previous state, action); the initial states have none. The map is only
-    // looked up, never iterated, so the result does not depend on hash order: the queue's order
-    // (initial states, then actions in `actions` order) alone decides which shortest path wins.
-    type Parents<S, A> = HashMap<S, Option<(S, A)>>;
-    let mut parent: Parents<M::State, M::Action> = HashMap::new();
-    let mut queue = VecDeque::new();
-    for state in model.init_states() {
-        parent.entry(state.clone()).or_insert(None);
-        queue.push_back(state);
-    }
-    let mut target = None;
-    while let Some(state) = queue.pop_front() {
-        if found(&state) {
-            target = Some(state);
-            break;
-        }
-        let mut actions = Vec::new();
-        model.actions(&state, &mut actions);
-        for action in actions {
-            let Some(next) = model.next_state(&state, action.clone()) else { continue };
-            if !parent.contains_key(&next) {
-                parent.insert(next.clone(), Some((state.clone(), action)));
-                queue.push_back(next);
-            }
-        }
-    }
-    let mut steps = Vec::new();
-    let mut current = target?;
-    while let Some(Some((previous, action))) = parent.get(&current).cloned() {
-        steps.push((previous.clone(), action, current));
-        current = previous;
-    }
-    steps.reverse();
-    Some(
-        steps
-            .into_iter()
-            .enumerate()
-            .map(|(index, (before, action, after))| crate::check::TraceStep {
-                step: index + 1,
-                action: format!("{action:?}"),
-                words: model.step_words(&before, &action, &after),
-            })
-            .collect(),
-    )
+    // One shortest-path search for every model: `check::shortest_paths`.
+    let matching = property.kind == Kind::Sometimes;
+    let mut found = crate::check::shortest_paths(model, &[(property.name, property.condition, matching)]);
+    found.remove(property.name).map(|path| crate::check::steps_of(model, &path))
 }
 
 #[cfg(test)]
