@@ -86,7 +86,8 @@ fn a_trace_of_another_model_or_other_bounds_is_rejected_with_exit_2() {
     assert!(text(&output).contains("traces of model `token` cannot be replayed"), "{}", text(&output));
 
     let mut other_bounds: serde_json::Value = serde_json::from_str(&original).unwrap();
-    other_bounds["#meta"]["bounds"]["add_era_writers"] = serde_json::json!(3);
+    let edited = other_bounds["#meta"]["bounds"].as_str().unwrap().replace("add_era_writers=2", "add_era_writers=3");
+    other_bounds["#meta"]["bounds"] = serde_json::json!(edited);
     let file = scratch("other-bounds.itf.json");
     std::fs::write(&file, other_bounds.to_string()).unwrap();
     let output = oncecheck(&["replay", file.to_str().unwrap(), "--target", "memory"]);
@@ -117,4 +118,14 @@ fn the_fixed_corpus_replays_on_memory_without_divergence() {
     let output = oncecheck(&arguments);
     assert_eq!(output.status.code(), Some(0), "{}", text(&output));
     assert!(text(&output).contains(" 0 diverged"));
+}
+
+#[test]
+fn corpus_traces_are_itf_that_the_itf_crate_reads() {
+    let text = std::fs::read_to_string(corpus_trace("relay-counter-only-counterexample-r1-no-skip.itf.json")).unwrap();
+    let trace: itf::Trace<serde_json::Value> = itf::trace_from_str(&text).expect("an ITF trace");
+    assert_eq!(trace.meta.format.as_deref(), Some("ITF"));
+    assert_eq!(trace.meta.other.get("property").map(String::as_str), Some("R1 no-skip"));
+    assert_eq!(trace.states.len(), 8);
+    assert!(trace.vars.contains(&"mbt::actionTaken".to_string()));
 }

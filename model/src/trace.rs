@@ -112,25 +112,24 @@ where
         states.push(Json::Object(object));
         taken = next_action.as_ref();
     }
-    let bounds: Map<String, Json> =
-        model.bounds().0.iter().map(|(key, value)| (key.clone(), json!(value))).collect();
     let mut vars: Vec<&str> = M::VARS.to_vec();
     vars.extend(["mbt::actionTaken", "mbt::nondetPicks"]);
-    json!({
-        "#meta": {
-            "format": "ITF",
-            "format-description": "https://apalache-mc.org/docs/adr/015adr-trace.html",
-            "source": "oncecheck",
-            "model": M::NAME,
-            "variant": model.variant(),
-            "bounds": bounds,
-            "kind": meta.kind,
-            "property": meta.property,
-            "description": meta.description,
-        },
-        "vars": vars,
-        "states": states,
-    })
+    // Every `#meta` value is a string: ITF leaves `#meta` open, and readers such as the `itf`
+    // crate accept only strings there. Bounds are written as `key=value` words.
+    let mut header = json!({
+        "format": "ITF",
+        "format-description": "https://apalache-mc.org/docs/adr/015adr-trace.html",
+        "source": "oncecheck",
+        "model": M::NAME,
+        "variant": model.variant(),
+        "bounds": model.bounds().to_string(),
+        "kind": meta.kind,
+        "description": meta.description,
+    });
+    if let Some(property) = &meta.property {
+        header["property"] = Json::String(property.clone());
+    }
+    json!({ "#meta": header, "vars": vars, "states": states })
 }
 
 /// A trace read back and re-executed against the model.
@@ -166,16 +165,15 @@ pub fn read_header(document: &Json) -> Result<Header, TraceError> {
     if text("format")? != "ITF" {
         return Err(error(None, "#meta.format", "not an ITF trace"));
     }
-    let bounds_object = meta
-        .get("bounds")
-        .and_then(Json::as_object)
-        .ok_or_else(|| error(None, "#meta.bounds", "missing or not an object"))?;
     let mut bounds = Vec::new();
-    for (key, value) in bounds_object {
-        let value = read_int(value)
-            .and_then(|value| u32::try_from(value).ok())
-            .ok_or_else(|| error(None, &format!("#meta.bounds.{key}"), "not a non-negative integer"))?;
-        bounds.push((key.clone(), value));
+    for word in text("bounds")?.split_whitespace() {
+        let (key, value) = word
+            .split_once('=')
+            .ok_or_else(|| error(None, "#meta.bounds", format!("`{word}` is not key=value")))?;
+        let value = value
+            .parse::<u32>()
+            .map_err(|_| error(None, &format!("#meta.bounds.{key}"), format!("`{value}` is not a non-negative integer")))?;
+        bounds.push((key.to_string(), value));
     }
     Ok(Header { model: text("model")?, variant: text("variant")?, bounds })
 }
@@ -384,13 +382,15 @@ mod tests {
         assert_eq!(error.field, "#meta.model");
 
         let mut bounds = document.clone();
-        bounds["#meta"]["bounds"]["pullers"] = json!(9);
+        let edited = bounds["#meta"]["bounds"].as_str().unwrap().replace("pullers=1", "pullers=9");
+        bounds["#meta"]["bounds"] = Json::String(edited);
         let error = from_itf::<RelayModel>(&bounds).unwrap_err();
         assert_eq!(error.field, "#meta.bounds");
         assert!(error.message.contains("out of range"), "{error}");
 
         let mut missing = document.clone();
-        missing["#meta"]["bounds"].as_object_mut().unwrap().remove("window");
+        let edited = missing["#meta"]["bounds"].as_str().unwrap().replace(" window=0", "");
+        missing["#meta"]["bounds"] = Json::String(edited);
         assert_eq!(from_itf::<RelayModel>(&missing).unwrap_err().field, "#meta.bounds.window");
     }
 
