@@ -3,6 +3,7 @@
 //!
 //! Invariant: this is the only crate that depends on both the model and the implementations.
 
+pub mod diagram;
 pub mod models;
 pub mod proxy;
 pub mod replay;

@@ -154,3 +154,24 @@ pub fn export_traces(
     let model = RelayModel::build(job.variant, &bounds)?;
     Ok(crate::traces::export(&model, out, options))
 }
+
+/// Writes the trace of every violated `always` (and of every mismatching property) as an SVG
+/// sequence diagram: `<model>-<variant>-<property>.svg`.
+pub fn write_diagrams(report: &CheckReport, directory: &std::path::Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+    std::fs::create_dir_all(directory)?;
+    let mut written = Vec::new();
+    for property in &report.properties {
+        let show = property.verdict == Verdict::Violated || !property.matches();
+        let Some(trace) = property.trace.as_ref().filter(|_| show) else { continue };
+        let slug: String = property
+            .name
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+            .collect();
+        let file = directory.join(format!("{}-{}-{}.svg", report.model, report.variant, slug.trim_matches('-')));
+        let title = format!("{}/{}: {} ({})", report.model, report.variant, property.name, property.verdict);
+        std::fs::write(&file, crate::diagram::sequence_svg(&title, trace))?;
+        written.push(file);
+    }
+    Ok(written)
+}

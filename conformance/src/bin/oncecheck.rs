@@ -37,6 +37,9 @@ enum Command {
         /// Give up after this many seconds per variant (verdicts then `unknown`).
         #[arg(long)]
         timeout_secs: Option<u64>,
+        /// Write every printed trace as an SVG sequence diagram into this directory.
+        #[arg(long)]
+        diagrams: Option<std::path::PathBuf>,
     },
     /// Write counterexamples, examples and covering paths as ITF trace files.
     Traces {
@@ -102,13 +105,13 @@ fn bad_input(error: SpecError) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Check { model, variant, bounds, threads, json, timeout_secs } => {
+        Command::Check { model, variant, bounds, threads, json, timeout_secs, diagrams } => {
             let jobs = match models::resolve(model.as_deref(), variant.as_deref(), &bounds) {
                 Ok(jobs) => jobs,
                 Err(error) => return bad_input(error),
             };
             let options = CheckOptions { threads, timeout_secs_max: timeout_secs, ..CheckOptions::default() };
-            check(&jobs, &options, json)
+            check(&jobs, &options, json, diagrams.as_deref())
         }
         Command::Traces { model, variant, bounds, out, count, seed } => {
             let jobs = match models::resolve(Some(&model), variant.as_deref(), &bounds) {
@@ -165,7 +168,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn check(jobs: &[Job], options: &CheckOptions, json: bool) -> ExitCode {
+fn check(jobs: &[Job], options: &CheckOptions, json: bool, diagrams: Option<&std::path::Path>) -> ExitCode {
     let mut all_match = true;
     let stdout = std::io::stdout();
     for job in jobs {
@@ -188,6 +191,12 @@ fn check(jobs: &[Job], options: &CheckOptions, json: bool) -> ExitCode {
             Err(error) => return bad_input(error),
         };
         all_match &= report.matches_expectations();
+        if let Some(directory) = diagrams {
+            if let Err(error) = models::write_diagrams(&report, directory) {
+                eprintln!("oncecheck: cannot write diagrams to {}: {error}", directory.display());
+                return ExitCode::from(1);
+            }
+        }
         let mut out = stdout.lock();
         let written = if json {
             serde_json::to_writer(&mut out, &report).map_err(std::io::Error::from).and_then(|_| writeln!(out))
