@@ -18,7 +18,7 @@
 //! is refused before anything runs, never replayed partially.
 
 use crate::traces::{LoadError, Loaded};
-use oncecheck_model::ddb::{op_name, OpId};
+use oncecheck_model::ddb::OpId;
 use oncecheck_model::relay::{Action, Build, Phase, RelayModel, RelayState};
 use oncecheck_model::trace::LoadedTrace;
 use oncecheck_store::{NewOp, OpStore, PushContext};
@@ -114,13 +114,9 @@ pub struct ReplayStats {
     pub requests: usize,
 }
 
-/// The real op id of a model op id.
+/// The real op id of a model op id: the label the trace files use.
 pub fn real_op_id(op: OpId) -> String {
-    if op >= 200 {
-        format!("legacy-{}", op - 200)
-    } else {
-        op_name(op).to_string()
-    }
+    oncecheck_model::relay::encoding::op_label(op)
 }
 
 pub fn payload_of(op: OpId) -> Vec<u8> {

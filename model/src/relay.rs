@@ -54,6 +54,10 @@ pub enum Mutation {
     ReadCounterEveryOp,
 }
 
+/// Op ids of legacy ops (stored before any writer of the model ran) start here, above every
+/// writer's op ids, so the two never collide.
+pub const LEGACY_OP_BASE: OpId = 200;
+
 /// The initial table: empty, or legacy data an ADD-era relay left behind.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum Legacy {
@@ -363,8 +367,7 @@ impl RelayModel {
     fn initial_table(legacy: Legacy) -> (Table, BTreeSet<Seq>) {
         let mut table = Table::default();
         let mut burned = BTreeSet::new();
-        // Legacy op ids sit above every writer's op ids so they never collide.
-        let legacy_op = |seq: Seq| 200 + seq;
+        let legacy_op = |seq: Seq| LEGACY_OP_BASE + seq;
         match legacy {
             Legacy::Empty => {}
             Legacy::Gap => {
@@ -894,7 +897,7 @@ fn in_flight<'a>(state: &'a RelayState) -> impl Iterator<Item = (&'a Round, &'a 
 fn reach_puller_receives_new_op(_: &RelayModel, state: &RelayState) -> bool {
     let committed = state.table.committed_ops();
     state.pullers.iter().any(|puller| {
-        puller.received.iter().any(|seq| committed.get(seq).is_some_and(|op| *op < 200))
+        puller.received.iter().any(|seq| committed.get(seq).is_some_and(|op| *op < LEGACY_OP_BASE))
     })
 }
 

@@ -1,17 +1,22 @@
 //! The relay model in ITF (see `crate::trace`): the table as the items a Scan would show, the
 //! writers' phases, the pullers' cursors and received seqs, and the answers given per op id.
 
-use super::{Action, Counter, Phase, RelayModel, RelayState};
+use super::{Action, Counter, Phase, RelayModel, RelayState, LEGACY_OP_BASE};
 use crate::ddb::{op_name, Key, OpId, Value};
 use crate::trace::{int, map, set, TraceEncoding};
 use serde_json::{json, Map, Value as Json};
 
-fn op_text(op: OpId) -> Json {
-    if op >= 200 {
-        Json::String(format!("legacy-{}", op - 200))
+/// The op id as traces and the real store spell it: `a`, `b`, ... or `legacy-N`.
+pub fn op_label(op: OpId) -> String {
+    if op >= LEGACY_OP_BASE {
+        format!("legacy-{}", op - LEGACY_OP_BASE)
     } else {
-        Json::String(op_name(op).to_string())
+        op_name(op).to_string()
     }
+}
+
+fn op_text(op: OpId) -> Json {
+    Json::String(op_label(op))
 }
 
 pub fn key_text(key: Key) -> String {
@@ -24,7 +29,7 @@ pub fn key_text(key: Key) -> String {
 
 fn parse_op(text: &str) -> Option<OpId> {
     if let Some(number) = text.strip_prefix("legacy-") {
-        return number.parse::<u8>().ok().filter(|seq| *seq <= 50).map(|seq| 200 + seq);
+        return number.parse::<u8>().ok().filter(|seq| *seq <= 50).map(|seq| LEGACY_OP_BASE + seq);
     }
     let mut chars = text.chars();
     match (chars.next(), chars.next()) {
