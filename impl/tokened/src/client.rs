@@ -541,13 +541,14 @@ impl ReliableWriter {
 
     async fn drive(&self, mut open: Open) -> Result<WriteReport, WriteError> {
         let mut answers = Vec::new();
-        let fresh = open.attempts == 0;
+        // `attempts_max` bounds the submissions of one call; `open.attempts` counts them all.
+        let mut submitted_now = 0u32;
         loop {
-            if fresh && open.attempts == 0 {
+            if open.attempts == 0 {
                 // The journal row records this first submission.
                 open.attempts = 1;
             } else {
-                if open.attempts >= self.limits.attempts_max {
+                if submitted_now >= self.limits.attempts_max {
                     let outcome = match answers.last() {
                         Some(Answer::InProgress) => Outcome::InProgress,
                         _ if !open.maybe_sent => {
@@ -567,7 +568,7 @@ impl ReliableWriter {
                     });
                 }
                 if !answers.is_empty() {
-                    tokio::time::sleep(backoff(&self.limits, open.attempts)).await;
+                    tokio::time::sleep(backoff(&self.limits, submitted_now)).await;
                 }
                 //= specs/tokened-writes.md#T1
                 //# The identical tokened request, retried within the window, applies its effects once.
@@ -584,6 +585,7 @@ impl ReliableWriter {
                         sent: open.maybe_sent,
                     })?;
             }
+            submitted_now += 1;
             let answer = self.submit(&open).await;
             answers.push(answer.clone());
             match answer {
