@@ -19,6 +19,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::process::ExitCode;
 
+use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, ConditionCheck, KeySchemaElement, KeyType,
@@ -132,17 +133,18 @@ fn row(
     }
 }
 
-fn error_text<E: ProvideErrorMetadata + std::fmt::Debug, R: std::fmt::Debug>(
-    error: &SdkError<E, R>,
+fn error_text<E: ProvideErrorMetadata + std::fmt::Debug>(
+    error: &SdkError<E, HttpResponse>,
 ) -> String {
     match error {
-        SdkError::ServiceError(service) => {
-            format!(
-                "{}: {}",
-                service.err().code().unwrap_or("?"),
-                service.err().message().unwrap_or("")
-            )
-        }
+        SdkError::ServiceError(service) => match service.err().code() {
+            Some(code) => format!("{code}: {}", service.err().message().unwrap_or("")),
+            // No error code: an emulator's own failure; the status is the evidence.
+            None => format!(
+                "HTTP {} without an error code",
+                service.raw().status().as_u16()
+            ),
+        },
         other => format!("{other}"),
     }
 }

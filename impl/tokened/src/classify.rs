@@ -80,6 +80,8 @@ impl Pattern {
     ];
 
     /// The pattern's row of the retry table.
+    //= specs/tokened-writes.md#T4
+    //# For each pattern, what the retry table says is what the model shows.
     pub fn row(self) -> Row {
         use Pattern::*;
         use RetryClass::*;
@@ -363,6 +365,8 @@ mod tests {
         AttributeValue::N(text.to_owned())
     }
 
+    //= specs/tokened-writes.md#T4
+    //# For each pattern, what the retry table says is what the model shows.
     #[test]
     fn every_row_of_the_table_has_its_class() {
         use Pattern::*;
