@@ -231,3 +231,53 @@ async fn an_unreachable_endpoint_is_a_typed_error_and_the_intent_ends_not_sent()
     let entry = writer.journal().entry(&token).await.unwrap().unwrap();
     assert_eq!(entry.outcome.as_deref(), Some("not-sent"));
 }
+
+/// A process that restarts finds its open intent in the journal and resends the journaled bytes:
+/// the same token and the identical request, not a rebuilt one.
+#[tokio::test]
+async fn a_restarted_writer_resumes_an_open_intent_with_the_journaled_request() {
+    let attempts_max = test_limits().attempts_max as usize;
+    let mut script =
+        vec![Scripted::error(500, "InternalServerError", "outcome unknown"); attempts_max];
+    script.push(Scripted::ok(json!({})));
+    let fake = FakeEndpoint::start(script).await;
+    let directory = tempfile::tempdir().unwrap();
+    let path = directory.path().join("journal.sqlite");
+    let first = ReliableWriter::connect(
+        Some(&fake.url),
+        Journal::open(&path).await.unwrap(),
+        test_limits(),
+    )
+    .await;
+    let report = first
+        .write(Intent::with_receipt(transfer(), receipt(TABLE, "r")))
+        .await
+        .unwrap();
+    assert_eq!(report.outcome, Outcome::Unresolved);
+    drop(first);
+
+    let restarted = ReliableWriter::connect(
+        Some(&fake.url),
+        Journal::open(&path).await.unwrap(),
+        test_limits(),
+    )
+    .await;
+    let open = restarted.journal().open_entries().await.unwrap();
+    assert_eq!(open.len(), 1);
+    let resumed = restarted.resume(&open[0].token, None).await.unwrap();
+    assert_eq!(resumed.outcome, Outcome::Applied);
+    let requests = fake.requests();
+    assert_eq!(requests.len(), attempts_max + 1);
+    assert_eq!(
+        requests[attempts_max].1, requests[0].1,
+        "the resumed request is the first one, byte for byte"
+    );
+    let entry = restarted
+        .journal()
+        .entry(&open[0].token)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(entry.attempts as usize, attempts_max + 1);
+    assert_eq!(entry.outcome.as_deref(), Some("applied"));
+}
