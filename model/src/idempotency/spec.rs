@@ -22,7 +22,7 @@ const BOUNDS: &[BoundSpec] = &[
     },
     BoundSpec {
         key: "outcomes",
-        default: 9,
+        default: 5,
         min: 1,
         max: 9,
         help: "handler outcomes explored, in Outcome::ALL order",
