@@ -363,6 +363,38 @@ pub struct IdempotencyState {
     pub history: History,
 }
 
+/// Where the layer awaits when a client cancels, named for a replay against the layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AwaitPoint {
+    /// The claim statement.
+    Claim,
+    /// SQLite's read of the row the claim did not take (a replay, 409 or 422 being read).
+    ReplayRead,
+    /// The handler.
+    Handler,
+    /// The body capture after the handler's response.
+    Capture,
+    /// A finalize statement.
+    Finalize,
+    /// The over-cap tail streaming to the client.
+    Tail,
+}
+
+impl Stage {
+    /// The await point a client at this stage is parked at, if any.
+    pub fn await_point(self) -> Option<AwaitPoint> {
+        match self {
+            Stage::Claiming { .. } => Some(AwaitPoint::Claim),
+            Stage::Reading { .. } => Some(AwaitPoint::ReplayRead),
+            Stage::Running { .. } => Some(AwaitPoint::Handler),
+            Stage::Capturing { .. } => Some(AwaitPoint::Capture),
+            Stage::Finalizing { .. } => Some(AwaitPoint::Finalize),
+            Stage::Streaming => Some(AwaitPoint::Tail),
+            _ => None,
+        }
+    }
+}
+
 /// What one database statement did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum DbResult {
@@ -408,9 +440,11 @@ pub enum Action {
     TailStreams {
         client: usize,
     },
-    /// The client drops the response future; an in-flight finalize statement may still commit.
+    /// The client drops the response future at the await point `at`; an in-flight finalize
+    /// statement may still commit.
     ClientCancels {
         client: usize,
+        at: AwaitPoint,
         in_flight_commits: bool,
     },
     DropGuardFinalizes {
@@ -871,18 +905,20 @@ impl stateright::Model for IdempotencyModel {
                 }
                 Stage::Done(_) | Stage::Gone => {}
             }
-            let awaiting = !matches!(
-                entry.stage,
-                Stage::Ready | Stage::Done(_) | Stage::Gone | Stage::Guarding { .. }
-            );
-            if state.budget.cancellations > 0 && awaiting {
+            if let Some(at) = entry
+                .stage
+                .await_point()
+                .filter(|_| state.budget.cancellations > 0)
+            {
                 actions.push(Action::ClientCancels {
                     client,
+                    at,
                     in_flight_commits: false,
                 });
-                if matches!(entry.stage, Stage::Finalizing { .. }) {
+                if at == AwaitPoint::Finalize {
                     actions.push(Action::ClientCancels {
                         client,
+                        at,
                         in_flight_commits: true,
                     });
                 }
@@ -1038,10 +1074,14 @@ impl stateright::Model for IdempotencyModel {
             }
             Action::ClientCancels {
                 client,
+                at,
                 in_flight_commits,
             } => {
                 state.budget.cancellations -= 1;
                 let stage = state.clients[client].stage;
+                if stage.await_point() != Some(at) {
+                    return None;
+                }
                 if let Stage::Finalizing {
                     generation, write, ..
                 } = stage

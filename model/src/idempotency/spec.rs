@@ -394,7 +394,7 @@ impl ModelSpec for IdempotencyModel {
                 generation_of(*client)
             ),
             Action::TailStreams { client } => format!("{}: the over-cap tail streams; the client has every byte", name(client)),
-            Action::ClientCancels { client, in_flight_commits } => {
+            Action::ClientCancels { client, in_flight_commits, .. } => {
                 let during = match before.clients[*client].stage {
                     Stage::Claiming { .. } => "while the key is claimed",
                     Stage::Reading { .. } => "while the row is read for a replay",
