@@ -493,6 +493,9 @@ pub enum Mutation {
     ExpiryByCleanupOnly,
     /// The first client gets an empty body when the finalize ends unknown (M7).
     UnknownFinalizeEmptiesBody,
+    /// The heartbeat renews only while the handler runs, not through the capture and the
+    /// finalizers (M1).
+    HeartbeatStopsAtResponse,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -803,11 +806,19 @@ impl IdempotencyModel {
         let Some(row) = state.row.as_mut() else {
             return;
         };
+        let handler_only = self.mutated(Mutation::HeartbeatStopsAtResponse);
         let renewing = row.status == RowStatus::Processing
-            && state
-                .clients
-                .iter()
-                .any(|client| client.stage.working_on() == Some(row.generation) && !client.stalled);
+            && state.clients.iter().any(|client| {
+                let renews = if handler_only {
+                    client.stage
+                        == Stage::Running {
+                            generation: row.generation,
+                        }
+                } else {
+                    client.stage.working_on() == Some(row.generation)
+                };
+                renews && !client.stalled
+            });
         if renewing {
             row.lease_expires_at = now + LEASE_TICKS;
         }

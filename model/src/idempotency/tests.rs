@@ -182,6 +182,26 @@ fn renewed_keeps_a_slow_handlers_claim() {
     );
 }
 
+/// Why the heartbeat must outlive the handler: stopped at the 2xx, the claim lapses while the
+/// body is still read and a duplicate runs the handler again.
+//= specs/idempotency-middleware.md#M1
+//# The handler runs only for the request that won the atomic claim of its key.
+#[test]
+fn a_heartbeat_that_stops_at_the_response_lets_the_capture_cross_the_lease() {
+    assert_eq!(
+        shortest_words("renewed", &[], Some(Mutation::HeartbeatStopsAtResponse), M1_AT_MOST_ONCE),
+        [
+            "C1 POST /transfers Idempotency-Key k fp A",
+            "C1: claim k inserts a processing row, generation 1",
+            "C1: handler returns 200, body under the cap",
+            "C2 POST /transfers Idempotency-Key k fp A",
+            "the clock ticks to 1",
+            "C2: claim k takes over the row whose lease lapsed, generation 2",
+            "C2: handler returns 200, body under the cap",
+        ]
+    );
+}
+
 /// The remaining limits of `renewed`: a process that dies after the 2xx, and a database that
 /// answers every finalize attempt with an error.
 //= specs/idempotency-middleware.md#M1
@@ -376,6 +396,13 @@ type MutationCase = (
 fn each_mutated_step_is_caught_by_observation() {
     use Mutation::*;
     let cases: &[MutationCase] = &[
+        (
+            HeartbeatStopsAtResponse,
+            &[],
+            &[M1_AT_MOST_ONCE],
+            M1_AT_MOST_ONCE,
+            7,
+        ),
         (
             ClaimTakesSucceeded,
             &[],
