@@ -234,7 +234,7 @@ pub struct TokenRecord {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Table {
     /// `applications[client][item]`: how often the client's write was applied to each item of it
-    /// (one item for single-item writes, `items` accounts for transactions).
+    /// (one item for single-item writes, [`ACCOUNTS`] accounts for transactions).
     pub applications: Vec<Vec<u8>>,
     /// Who last put the fixed profile item.
     pub profile_holder: Option<ClientId>,
