@@ -86,6 +86,8 @@ pub enum TokenError {
 }
 
 /// Checks a caller-supplied token.
+//= specs/tokened-writes.md#T5
+//# Bad input and damaged records fail closed.
 pub fn check_token(token: &str) -> Result<(), TokenError> {
     let chars = token.chars().count();
     if chars == 0 {

@@ -231,6 +231,8 @@ async fn inside_the_window_a_lost_request_is_resent() {
 }
 
 /// Bad input is refused before anything is journaled or sent.
+//= specs/tokened-writes.md#T5
+//# Bad input and damaged records fail closed.
 #[tokio::test]
 async fn bad_input_is_refused_before_anything_is_journaled_or_sent() {
     let (table, proxy, writer, _clock, _direct, _directory) = setup().await;
