@@ -831,14 +831,7 @@ impl RelayModel {
         writer: &mut Writer,
         _anomalies: &mut WriterAnomalies,
     ) {
-        // Only the phase and how the push went matter once it is done.
-        *writer = Writer {
-            phase: Phase::Done,
-            next_op: writer.next_op,
-            push_contended: writer.push_contended,
-            push_paid_extra: writer.push_paid_extra,
-            ..Writer::new()
-        };
+        writer.phase = Phase::Done;
     }
 
     /// A round that ended without progress; over the budget, the append gives up. A hint is
@@ -1351,6 +1344,13 @@ impl Model for RelayModel {
                 state.truncations_left -= 1;
             }
         }
+        // A finished writer keeps only how it finished: what it knew on the way there no longer
+        // matters, so finished pushes that differ only in their history share a state.
+        for writer in &mut state.writers {
+            if writer.is_finished() {
+                *writer = Writer { phase: writer.phase.clone(), next_op: writer.next_op, ..Writer::new() };
+            }
+        }
         Some(state)
     }
 
@@ -1570,19 +1570,23 @@ fn reach_deadline(_: &RelayModel, state: &RelayState) -> bool {
         .any(|writer| writer.phase == Phase::Failed(AppendError::DeadlineExceeded))
 }
 
-fn reach_push_uncontended(model: &RelayModel, state: &RelayState) -> bool {
-    state.writers.iter().enumerate().any(|(index, writer)| {
-        writer.phase == Phase::Done && !writer.push_contended && model.build_of(index) == Build::New
+/// A new-build writer is about to receive the commit of its push's last op: the push completes
+/// with the response (a finished writer forgets how its push went, so this is the last state
+/// that knows).
+fn completing_push<'a>(model: &'a RelayModel, state: &'a RelayState) -> impl Iterator<Item = &'a Writer> + 'a {
+    state.writers.iter().enumerate().filter_map(move |(index, writer)| {
+        let last_op = writer.next_op as usize + 1 == model.push_of(index).len();
+        let committing = matches!(&writer.phase, Phase::Sent { outcome: TransactOutcome::Committed, .. });
+        (last_op && committing && model.build_of(index) == Build::New).then_some(writer)
     })
 }
 
+fn reach_push_uncontended(model: &RelayModel, state: &RelayState) -> bool {
+    completing_push(model, state).any(|writer| !writer.push_contended)
+}
+
 fn reach_push_pays_extra_round(model: &RelayModel, state: &RelayState) -> bool {
-    state.writers.iter().enumerate().any(|(index, writer)| {
-        writer.phase == Phase::Done
-            && !writer.push_contended
-            && writer.push_paid_extra
-            && model.build_of(index) == Build::New
-    })
+    completing_push(model, state).any(|writer| !writer.push_contended && writer.push_paid_extra)
 }
 
 fn reach_fold_passes_two_new_ops(_: &RelayModel, state: &RelayState) -> bool {
