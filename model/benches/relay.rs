@@ -9,6 +9,7 @@
 //!   table: one exhaustive BFS (`fixed-3-all-tables`: every initial table);
 //! - `ONCECHECK_BENCH=counter-only-3 cargo bench ...` — `counter-only` with 3 writers until R1
 //!   is found;
+//! - `ONCECHECK_BENCH=fixed-ci cargo bench ...` — `fixed` at its CI bounds, the verdict BFS only;
 //! - `ONCECHECK_BENCH=fixed-lost cargo bench ...` — `fixed` at its CI bounds with a lost response;
 //! - `ONCECHECK_BENCH=unreduced cargo bench ...` — `fixed` at its CI bounds without reductions.
 
@@ -109,6 +110,7 @@ fn main() {
         "fixed-3-all-tables" => run_bfs("fixed 3 writers, every table", model("fixed", &[("new_writers", 3), ("push_rounds_max", 0)]), false),
         "counter-only-3" => run_bfs("counter-only 3 writers", model("counter-only", &[("new_writers", 3)]), true),
         "fixed-lost" => run_bfs("fixed lost_responses_max=1", model("fixed", &[("lost_responses_max", 1)]), false),
+        "fixed-ci" => run_bfs("fixed CI bounds", model("fixed", &[]), false),
         "unreduced" => run_bfs("fixed unreduced", model("fixed", &[]).without_reductions(), false),
         _ => {
             let started = Instant::now();
