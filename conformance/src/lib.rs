@@ -18,4 +18,5 @@ pub mod replay_command;
 pub mod replay_dynamodb;
 #[cfg(feature = "replay")]
 pub mod replay_session;
+pub mod report;
 pub mod traces;

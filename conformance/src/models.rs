@@ -5,7 +5,7 @@
 //! shape that lists the valid choices.
 
 use oncecheck_model::check::{
-    self, CheckOptions, CheckReport, Kind, ModelSpec, Progress, SpecError, Verdict,
+    self, CheckOptions, CheckReport, Kind, ModelSpec, Progress, SpecError,
 };
 use oncecheck_model::idempotency::IdempotencyModel;
 use oncecheck_model::relay::RelayModel;
@@ -212,6 +212,131 @@ pub fn prepare_directory(directory: &std::path::Path) -> std::io::Result<()> {
     std::fs::remove_file(&probe)
 }
 
+/// What an HTML page needs beyond the report: every shown trace step by step with the roles
+/// each step changed, and the coverage of the reachable state space.
+pub fn page_detail(
+    job: &Job,
+    report: &CheckReport,
+) -> Result<crate::report::PageDetail, SpecError> {
+    with_model!(
+        job.model,
+        |M| {
+            let bounds = M::resolve_bounds(job.variant, &job.overrides)?;
+            let model = M::build(job.variant, &bounds)?;
+            Ok(detail_of(&model, report))
+        },
+        Err(unknown_model(job.model))
+    )
+}
+
+/// What `check::shortest_paths` looks for: a property's name, its condition, and the
+/// condition's value that counts as found.
+type Wanted<M> = (
+    &'static str,
+    fn(&M, &<M as stateright::Model>::State) -> bool,
+    bool,
+);
+
+fn detail_of<M>(model: &M, report: &CheckReport) -> crate::report::PageDetail
+where
+    M: ModelSpec,
+    M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
+{
+    use oncecheck_model::view::{changes, roles};
+    let definitions = model.property_defs();
+    let wanted: Vec<Wanted<M>> = definitions
+        .iter()
+        .filter(|def| {
+            let property = report.property(def.name);
+            property.trace.is_some()
+                && crate::report::shows_trace(property.verdict, property.expected)
+        })
+        .map(|def| (def.name, def.condition, def.kind == Kind::Sometimes))
+        .collect();
+    let mut traces = std::collections::BTreeMap::new();
+    for (name, path) in check::shortest_paths(model, &wanted) {
+        let mut views = Vec::with_capacity(path.len());
+        let mut previous: Vec<(String, String)> = Vec::new();
+        for (index, (state, _)) in path.iter().enumerate() {
+            let now = roles(state);
+            let words = match index {
+                0 => String::new(),
+                _ => {
+                    let (before, action) = &path[index - 1];
+                    model.step_words(
+                        before,
+                        action
+                            .as_ref()
+                            .expect("every state of a path but the last has an action"),
+                        state,
+                    )
+                }
+            };
+            views.push(crate::report::StepView {
+                step: index,
+                words,
+                changes: changes(&previous, &now),
+            });
+            previous = now;
+        }
+        traces.insert(name.to_string(), views);
+    }
+    crate::report::PageDetail {
+        traces,
+        coverage: Some(coverage(model)),
+    }
+}
+
+/// The coverage of the reachable state space, by a breadth-first walk of its own: unique states
+/// per depth, and the transitions explored per action (named by the action's variant).
+pub fn coverage<M>(model: &M) -> crate::report::Coverage
+where
+    M: stateright::Model,
+    M::State: std::hash::Hash,
+    M::Action: std::fmt::Debug,
+{
+    use std::hash::{BuildHasher, BuildHasherDefault, DefaultHasher};
+    let fingerprint =
+        |state: &M::State| BuildHasherDefault::<DefaultHasher>::default().hash_one(state);
+    let mut seen = std::collections::HashSet::new();
+    let mut level: Vec<M::State> = model
+        .init_states()
+        .into_iter()
+        .filter(|state| seen.insert(fingerprint(state)))
+        .collect();
+    let mut coverage = crate::report::Coverage::default();
+    let mut actions = Vec::new();
+    while !level.is_empty() {
+        coverage.states_per_depth.push(level.len() as u64);
+        let mut next_level = Vec::new();
+        for state in &level {
+            actions.clear();
+            model.actions(state, &mut actions);
+            for action in actions.drain(..) {
+                let debug = format!("{action:?}");
+                let name = debug
+                    .split([' ', '{', '('])
+                    .next()
+                    .unwrap_or_default()
+                    .to_string();
+                let Some(next) = model.next_state(state, action) else {
+                    continue;
+                };
+                if !model.within_boundary(&next) {
+                    continue;
+                }
+                *coverage.action_counts.entry(name).or_insert(0) += 1;
+                if seen.insert(fingerprint(&next)) {
+                    next_level.push(next);
+                }
+            }
+        }
+        level = next_level;
+    }
+    coverage
+}
+
 /// The human report of one job: verdicts, and the shortest trace of every violation.
 pub fn write_human(report: &CheckReport, out: &mut dyn Write) -> std::io::Result<()> {
     let status = if report.matches_expectations() {
@@ -253,8 +378,7 @@ pub fn write_human(report: &CheckReport, out: &mut dyn Write) -> std::io::Result
         )?;
     }
     for property in &report.properties {
-        let show = property.verdict == Verdict::Violated
-            || (!property.matches() && property.trace.is_some());
+        let show = crate::report::shows_trace(property.verdict, property.expected);
         let Some(trace) = property.trace.as_ref().filter(|_| show) else {
             continue;
         };
@@ -296,7 +420,7 @@ pub fn write_diagrams(
     std::fs::create_dir_all(directory)?;
     let mut written = Vec::new();
     for property in &report.properties {
-        let show = property.verdict == Verdict::Violated || !property.matches();
+        let show = crate::report::shows_trace(property.verdict, property.expected);
         let Some(trace) = property.trace.as_ref().filter(|_| show) else {
             continue;
         };

@@ -25,90 +25,205 @@ pub fn element_name(field: &str, index: usize) -> String {
     }
 }
 
-/// Collapses a pretty-printed Debug fragment into one line.
-fn one_line(lines: &[&str]) -> String {
-    let mut text = String::new();
-    for line in lines {
-        let piece = line.trim();
-        if piece.is_empty() {
-            continue;
-        }
-        let joins_tight =
-            text.is_empty() || text.ends_with(['(', '[']) || piece.starts_with([')', ']']);
-        if !joins_tight {
-            text.push(' ');
-        }
-        text.push_str(piece);
-    }
-    text.trim_end_matches(',')
-        .replace(",)", ")")
-        .replace(",]", "]")
-        .replace(", }", " }")
-        .replace(",}", "}")
+/// A value as Rust's derived `Debug` prints it, parsed back into its shape.
+#[derive(Debug, Clone, PartialEq)]
+enum Shape {
+    /// `Name { field: value, .. }`
+    Struct(String, Vec<(String, Shape)>),
+    /// `[a, b]`
+    List(Vec<Shape>),
+    /// `{k: v, ..}` (a map) or `{a, b}` (a set, values only)
+    Map(Vec<(Option<Shape>, Shape)>),
+    /// `Name(a, b)`
+    Tuple(String, Vec<Shape>),
+    /// A number, a unit variant, a string literal.
+    Atom(String),
 }
 
-/// The state by role: `(role, value)` per top-level field of a struct state, a list field split
-/// into one role per element (see [`element_name`]). Built from the state's pretty Debug form,
-/// so it works for every model without a per-model encoder.
-pub fn roles<T: Debug>(state: &T) -> Vec<(String, String)> {
-    let text = format!("{state:#?}");
-    let lines: Vec<&str> = text.lines().collect();
-    let mut roles = Vec::new();
-    let field_indent = "    ";
-    let at_field_indent =
-        |line: &str| line.starts_with(field_indent) && !line[field_indent.len()..].starts_with(' ');
-    let mut index = 1;
-    while index + 1 < lines.len() {
-        let line = lines[index];
-        let Some(rest) = line
-            .strip_prefix(field_indent)
-            .filter(|rest| !rest.starts_with(' '))
-        else {
-            index += 1;
-            continue;
-        };
-        let Some((name, value)) = rest.split_once(": ") else {
-            index += 1;
-            continue;
-        };
-        // The field's lines run until the next line at the field indent.
-        let mut end = index + 1;
-        while end < lines.len() - 1 && !at_field_indent(lines[end]) {
-            end += 1;
+struct Parser<'a> {
+    text: &'a [u8],
+    at: usize,
+}
+
+impl Parser<'_> {
+    fn skip_spaces(&mut self) {
+        while self.at < self.text.len() && self.text[self.at] == b' ' {
+            self.at += 1;
         }
-        // A closing bracket at the field indent belongs to this field.
-        if end < lines.len() - 1 && lines[end].trim_start().starts_with([']', '}', ')']) {
-            end += 1;
-        }
-        let body = &lines[index + 1..end];
-        if value == "[" && !body.is_empty() {
-            // A list: one role per element, elements start at the next indent.
-            let element_indent = "        ";
-            let mut element_start = None;
-            let mut element = 0;
-            for (offset, element_line) in body.iter().enumerate() {
-                let at_indent = element_line.starts_with(element_indent)
-                    && !element_line[element_indent.len()..].starts_with(' ');
-                if at_indent && !element_line.trim_start().starts_with([']', '}', ')']) {
-                    if let Some(start) = element_start {
-                        roles.push((element_name(name, element), one_line(&body[start..offset])));
-                        element += 1;
-                    }
-                    element_start = Some(offset);
-                }
-            }
-            if let Some(start) = element_start {
-                let last = body.len() - 1;
-                roles.push((element_name(name, element), one_line(&body[start..last])));
-            }
-        } else {
-            let mut all = vec![value];
-            all.extend_from_slice(body);
-            roles.push((name.to_string(), one_line(&all)));
-        }
-        index = end;
     }
-    roles
+
+    fn eat(&mut self, token: &str) -> bool {
+        self.skip_spaces();
+        if self.text[self.at..].starts_with(token.as_bytes()) {
+            self.at += token.len();
+            true
+        } else {
+            false
+        }
+    }
+
+    fn word(&mut self) -> String {
+        self.skip_spaces();
+        let start = self.at;
+        if self.at < self.text.len() && self.text[self.at] == b'"' {
+            self.at += 1;
+            while self.at < self.text.len() && self.text[self.at] != b'"' {
+                self.at += if self.text[self.at] == b'\\' { 2 } else { 1 };
+            }
+            self.at = (self.at + 1).min(self.text.len());
+        } else {
+            while self.at < self.text.len() && !b" ,:{}[]()".contains(&self.text[self.at]) {
+                self.at += 1;
+            }
+        }
+        String::from_utf8_lossy(&self.text[start..self.at]).to_string()
+    }
+
+    fn items(&mut self, close: &str) -> Vec<Shape> {
+        let mut items = Vec::new();
+        while !self.eat(close) {
+            if self.at >= self.text.len() {
+                break;
+            }
+            items.push(self.value());
+            self.eat(",");
+        }
+        items
+    }
+
+    fn value(&mut self) -> Shape {
+        self.skip_spaces();
+        if self.eat("[") {
+            return Shape::List(self.items("]"));
+        }
+        if self.eat("{") {
+            let mut entries = Vec::new();
+            while !self.eat("}") {
+                if self.at >= self.text.len() {
+                    break;
+                }
+                let first = self.value();
+                if self.eat(":") {
+                    entries.push((Some(first), self.value()));
+                } else {
+                    entries.push((None, first));
+                }
+                self.eat(",");
+            }
+            return Shape::Map(entries);
+        }
+        if self.eat("(") {
+            return Shape::Tuple(String::new(), self.items(")"));
+        }
+        let name = self.word();
+        if self.eat("{") {
+            let mut fields = Vec::new();
+            while !self.eat("}") {
+                if self.at >= self.text.len() {
+                    break;
+                }
+                let field = self.word();
+                self.eat(":");
+                fields.push((field, self.value()));
+                self.eat(",");
+            }
+            return Shape::Struct(name, fields);
+        }
+        if self.eat("(") {
+            return Shape::Tuple(name, self.items(")"));
+        }
+        if name.is_empty() {
+            // Nothing this parser knows: take one character so parsing always ends.
+            self.at += 1;
+        }
+        Shape::Atom(name)
+    }
+}
+
+/// A shape back in one line, as compact as `Debug` prints it.
+fn render(shape: &Shape) -> String {
+    let join = |items: &[Shape]| items.iter().map(render).collect::<Vec<_>>().join(", ");
+    match shape {
+        Shape::Atom(text) => text.clone(),
+        Shape::List(items) => format!("[{}]", join(items)),
+        Shape::Tuple(name, items) => format!("{name}({})", join(items)),
+        Shape::Struct(name, fields) => {
+            let fields: Vec<String> = fields
+                .iter()
+                .map(|(field, value)| format!("{field}: {}", render(value)))
+                .collect();
+            format!("{name} {{ {} }}", fields.join(", "))
+        }
+        Shape::Map(entries) => {
+            let entries: Vec<String> = entries
+                .iter()
+                .map(|(key, value)| match key {
+                    Some(key) => format!("{}: {}", render(key), render(value)),
+                    None => render(value),
+                })
+                .collect();
+            format!("{{{}}}", entries.join(", "))
+        }
+    }
+}
+
+/// Flattens a shape into roles: struct fields and list elements are followed (lists of actors
+/// named as the CLI names them), maps are split per key, anything else is one role. `role` is
+/// this value's role, `field` the field name it sits in.
+fn flatten(role: &str, field: &str, shape: &Shape, depth: usize, out: &mut Vec<(String, String)>) {
+    match shape {
+        Shape::Struct(_, fields) if depth < 3 && !fields.is_empty() => {
+            for (name, value) in fields {
+                flatten(&format!("{role}.{name}"), name, value, depth + 1, out);
+            }
+        }
+        Shape::List(items) if depth < 3 && !items.is_empty() => {
+            for (index, item) in items.iter().enumerate() {
+                let name = element_name(field, index);
+                let element = if name.contains('[') {
+                    format!("{role}[{index}]")
+                } else {
+                    match role.rsplit_once('.') {
+                        Some((parent, _)) => format!("{parent}.{name}"),
+                        None => name,
+                    }
+                };
+                flatten(&element, "", item, depth + 1, out);
+            }
+        }
+        Shape::Map(entries)
+            if depth < 3 && !entries.is_empty() && entries.iter().all(|(key, _)| key.is_some()) =>
+        {
+            for (key, value) in entries {
+                let key = key.as_ref().map(render).unwrap_or_default();
+                out.push((format!("{role}[{key}]"), render(value)));
+            }
+        }
+        _ => out.push((role.to_string(), render(shape))),
+    }
+}
+
+/// The state by role, one `(role, value)` per leaf: struct fields by name (`table.pending`),
+/// actors as the CLI names them (`W1.phase`, `C2.stage`), map entries by key
+/// (`answers[0]`). Built from the state's Debug form, so every model has it without a
+/// per-model encoder; what changes at a step is then a short list of roles.
+pub fn roles<T: Debug>(state: &T) -> Vec<(String, String)> {
+    let text = format!("{state:?}");
+    let mut parser = Parser {
+        text: text.as_bytes(),
+        at: 0,
+    };
+    let shape = parser.value();
+    let mut out = Vec::new();
+    match &shape {
+        Shape::Struct(_, fields) => {
+            for (name, value) in fields {
+                flatten(name, name, value, 1, &mut out);
+            }
+        }
+        other => out.push(("state".to_string(), render(other))),
+    }
+    out
 }
 
 /// A role whose value differs between two states: `(role, before, after)`; `None` when the
@@ -126,7 +241,9 @@ pub fn changes(before: &[(String, String)], after: &[(String, String)]) -> Vec<C
         }
     }
     for (role, value) in before {
-        if !after.iter().any(|(known, _)| known == role) {
+        // An empty map that gained entries is shown by its entries, not as removed.
+        let split = |known: &String| known.starts_with(&format!("{role}["));
+        if !after.iter().any(|(known, _)| known == role || split(known)) {
             out.push((role.clone(), Some(value.clone()), None));
         }
     }
@@ -302,17 +419,18 @@ mod tests {
         };
         let roles_before = roles(&before);
         assert_eq!(
-            roles_before
-                .iter()
-                .map(|(role, _)| role.as_str())
-                .collect::<Vec<_>>(),
-            ["counter", "writers", "W1", "W2", "P1", "now"]
-                .iter()
-                .filter(|role| **role != "writers")
-                .copied()
-                .collect::<Vec<_>>()
+            roles_before,
+            [
+                ("counter", "None"),
+                ("W1.phase", "Ready"),
+                ("W1.next_op", "0"),
+                ("W2.phase", "Ready"),
+                ("W2.next_op", "1"),
+                ("P1", "3"),
+                ("now", "0")
+            ]
+            .map(|(role, value)| (role.to_string(), value.to_string()))
         );
-        assert_eq!(roles_before[1].1, "Writer { phase: Ready, next_op: 0 }");
         let changed = changes(&roles_before, &roles(&after));
         assert_eq!(
             changed,
@@ -323,11 +441,32 @@ mod tests {
                     Some("Some(2)".to_string())
                 ),
                 (
-                    "W2".to_string(),
-                    Some("Writer { phase: Ready, next_op: 1 }".to_string()),
-                    Some("Writer { phase: Sent { seq: 2 }, next_op: 1 }".to_string())
+                    "W2.phase".to_string(),
+                    Some("Ready".to_string()),
+                    Some("Sent { seq: 2 }".to_string())
                 ),
             ]
+        );
+    }
+
+    #[test]
+    fn maps_split_per_key_and_strings_stay_whole() {
+        let mut map = std::collections::BTreeMap::new();
+        map.insert("claim {a}", vec![1, 2]);
+        #[derive(Debug)]
+        #[allow(dead_code)]
+        struct Table {
+            items: std::collections::BTreeMap<&'static str, Vec<u8>>,
+            seen: std::collections::BTreeSet<u8>,
+        }
+        let table = Table {
+            items: map,
+            seen: [4, 5].into_iter().collect(),
+        };
+        assert_eq!(
+            roles(&table),
+            [("items[\"claim {a}\"]", "[1, 2]"), ("seen", "{4, 5}")]
+                .map(|(role, value)| (role.to_string(), value.to_string()))
         );
     }
 

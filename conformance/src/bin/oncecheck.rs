@@ -78,6 +78,11 @@ enum Command {
         /// Write every printed trace as an SVG sequence diagram into this directory.
         #[arg(long, value_name = "DIR")]
         diagrams: Option<PathBuf>,
+        /// Write an HTML report into this directory: index.html and a page per (model,
+        /// variant) with verdicts, counterexamples with the roles each step changed, their
+        /// sequence diagrams and the coverage. Walks each state space once more for coverage.
+        #[arg(long, value_name = "DIR")]
+        html: Option<PathBuf>,
     },
     /// Write counterexamples, examples and seeded covering paths as ITF trace files.
     Traces {
@@ -173,6 +178,7 @@ fn main() -> ExitCode {
             json,
             timeout_secs,
             diagrams,
+            html,
         } => {
             let jobs = match models::resolve(model.as_deref(), variant.as_deref(), &bounds) {
                 Ok(jobs) => jobs,
@@ -186,12 +192,25 @@ fn main() -> ExitCode {
                     ));
                 }
             }
+            if let Some(directory) = &html {
+                if let Err(error) = models::prepare_directory(directory) {
+                    return bad_input(format!(
+                        "cannot write the HTML report to {}: {error}",
+                        directory.display()
+                    ));
+                }
+            }
             let options = CheckOptions {
                 threads,
                 timeout_secs_max: timeout_secs,
                 ..CheckOptions::default()
             };
-            check(&jobs, &options, json, diagrams.as_deref())
+            let outputs = Outputs {
+                json,
+                diagrams: diagrams.as_deref(),
+                html: html.as_deref(),
+            };
+            check(&jobs, &options, &outputs)
         }
         Command::Traces {
             model,
@@ -294,13 +313,18 @@ fn replay(_: &[PathBuf], _: &str, _: Option<String>, _: &[String], _: bool) -> E
     )
 }
 
-fn check(
-    jobs: &[Job],
-    options: &CheckOptions,
+/// Where `check` writes besides the human report.
+struct Outputs<'a> {
+    /// JSON lines on stdout instead of the human report.
     json: bool,
-    diagrams: Option<&std::path::Path>,
-) -> ExitCode {
+    diagrams: Option<&'a std::path::Path>,
+    html: Option<&'a std::path::Path>,
+}
+
+fn check(jobs: &[Job], options: &CheckOptions, outputs: &Outputs) -> ExitCode {
+    let (json, diagrams, html) = (outputs.json, outputs.diagrams, outputs.html);
     let mut all_match = true;
+    let mut reports = Vec::new();
     let stdout = std::io::stdout();
     for job in jobs {
         let bar = ProgressBar::new_spinner();
@@ -329,6 +353,29 @@ fn check(
                     "cannot write diagrams to {}: {error}",
                     directory.display()
                 ));
+            }
+        }
+        if let Some(directory) = html {
+            let written = models::page_detail(job, &report).map(|detail| {
+                reports.push(report.clone());
+                oncecheck_conformance::report::write_page(directory, &report, &detail).and_then(
+                    |_| {
+                        oncecheck_conformance::report::write_index(
+                            directory,
+                            &reports.iter().collect::<Vec<_>>(),
+                        )
+                    },
+                )
+            });
+            match written {
+                Ok(Ok(_)) => {}
+                Ok(Err(error)) => {
+                    return bad_input(format!(
+                        "cannot write the HTML report to {}: {error}",
+                        directory.display()
+                    ))
+                }
+                Err(error) => return bad_input(error),
             }
         }
         let mut out = stdout.lock();
