@@ -403,3 +403,76 @@ fn a_full_disk_while_writing_diagrams_exits_2_with_one_line() {
         "{line}"
     );
 }
+
+/// GET `path` from a local server, answering the body (None until the server answers).
+fn http_get(port: u16, path: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(("127.0.0.1", port)).ok()?;
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(20)))
+        .ok()?;
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nConnection: close\r\n\r\n"
+    )
+    .ok()?;
+    let mut response = String::new();
+    stream.read_to_string(&mut response).ok()?;
+    response
+        .split_once("\r\n\r\n")
+        .map(|(_, body)| body.to_string())
+}
+
+#[test]
+fn the_explorer_speaks_the_clis_words_and_shows_variant_bounds_and_expectations() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut explorer = Command::new(env!("CARGO_BIN_EXE_oncecheck"))
+        .args([
+            "explore",
+            "relay",
+            "--variant",
+            "add-era",
+            "--port",
+            &port.to_string(),
+        ])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut body = None;
+    for _ in 0..100 {
+        body = http_get(port, "/.states/0");
+        if body.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    explorer.kill().unwrap();
+    explorer.wait().unwrap();
+    let body = body.expect("the Explorer answers");
+    let steps: serde_json::Value = serde_json::from_str(&body).unwrap();
+    let first = &steps[0];
+    // The same words as `oncecheck check relay --variant add-era` prints for this step.
+    assert_eq!(first["action"], "WriterAddsToCounter W1", "{body}");
+    assert_eq!(
+        first["outcome"], "W1 (ADD-era) UpdateItem ADD next_seq 1 -> 1",
+        "{body}"
+    );
+    let svg = first["svg"].as_str().expect("a picture of the state");
+    assert!(
+        svg.contains("relay / add-era   bounds: add_era_writers=2"),
+        "{svg}"
+    );
+    assert!(
+        svg.contains("R1 no-skip: expected violated")
+            && svg.contains("R5 reach: a legacy gap is crossed by a flip: expected unreached"),
+        "{svg}"
+    );
+    assert!(
+        svg.contains("W1.phase: Allocated { seq: 1 }"),
+        "the state by role: {svg}"
+    );
+}

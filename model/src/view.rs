@@ -272,6 +272,18 @@ pub fn action_words<A: Debug>(action: &A) -> String {
     words.join(" ")
 }
 
+/// A step in protocol words for the Explorer's `format_step`: the model's own `step_words`
+/// from the state before and the state the action leads to (none when it leads nowhere).
+pub fn step_outcome<M>(model: &M, before: &M::State, action: M::Action) -> Option<String>
+where
+    M: ModelSpec,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let after = model.next_state(before, action.clone())?;
+    Some(model.step_words(before, &action, &after))
+}
+
 fn escape(text: &str) -> String {
     text.replace('&', "&amp;")
         .replace('<', "&lt;")
@@ -301,11 +313,7 @@ where
     let definitions: Vec<PropertyDef<M>> = model.property_defs();
     for def in &definitions {
         lines.push((
-            format!(
-                "expected {:<9} {}",
-                model.expected(def).to_string(),
-                def.name
-            ),
+            format!("{}: expected {}", def.name, model.expected(def)),
             "property",
         ));
     }

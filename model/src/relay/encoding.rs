@@ -68,6 +68,23 @@ fn phase_text(phase: &Phase) -> String {
     }
 }
 
+/// An action in the reviewer's words, as the Explorer lists it: its trace name with its picks,
+/// actors numbered from 1 and keys as the traces spell them (`ItemApplied claim a`,
+/// `WriterSendsRound W1`).
+pub fn action_words(action: &Action) -> String {
+    let (name, picks) = RelayModel::encode_action_parts(action);
+    let mut words = vec![name];
+    for (field, value) in picks {
+        let text = match (field.as_str(), crate::trace::read_int(&value)) {
+            ("writer", Some(index)) => crate::view::element_name("writers", index as usize),
+            ("puller", Some(index)) => crate::view::element_name("pullers", index as usize),
+            _ => value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string()),
+        };
+        words.push(text);
+    }
+    words.join(" ")
+}
+
 fn read_index(picks: &Map<String, Json>, field: &str, count: usize) -> Result<u8, String> {
     let value = picks.get(field).ok_or_else(|| format!("`{field}` is missing"))?;
     let index = crate::trace::read_int(value).ok_or_else(|| format!("`{field}` is not an integer: {value}"))?;
@@ -119,19 +136,7 @@ impl TraceEncoding for RelayModel {
     }
 
     fn encode_action(&self, action: &Action) -> (String, Map<String, Json>) {
-        let mut picks = Map::new();
-        let name = match *action {
-            Action::WriterReadsCounter { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterReadsCounter" }
-            Action::WriterAddsToCounter { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterAddsToCounter" }
-            Action::WriterSendsRound { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterSendsRound" }
-            Action::WriterReceivesResponse { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterReceivesResponse" }
-            Action::ResponseLost { writer } => { picks.insert("writer".into(), int(writer.into())); "ResponseLost" }
-            Action::WriterReadsClaim { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterReadsClaim" }
-            Action::WriterQueriesTop { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterQueriesTop" }
-            Action::ItemApplied { key } => { picks.insert("key".into(), Json::String(key_text(key))); "ItemApplied" }
-            Action::PullerQueries { puller } => { picks.insert("puller".into(), int(puller.into())); "PullerQueries" }
-        };
-        (name.to_string(), picks)
+        RelayModel::encode_action_parts(action)
     }
 
     fn decode_action(&self, name: &str, picks: &Map<String, Json>) -> Result<Action, String> {
@@ -152,5 +157,24 @@ impl TraceEncoding for RelayModel {
             "PullerQueries" => Action::PullerQueries { puller: read_index(picks, "puller", self.bounds.pullers as usize)? },
             other => return Err(format!("unknown action `{other}` (valid: WriterReadsCounter, WriterAddsToCounter, WriterSendsRound, WriterReceivesResponse, ResponseLost, WriterReadsClaim, WriterQueriesTop, ItemApplied, PullerQueries)")),
         })
+    }
+}
+
+impl RelayModel {
+    /// The action's trace name and picks; needs no model, so the Explorer's words use it too.
+    fn encode_action_parts(action: &Action) -> (String, Map<String, Json>) {
+        let mut picks = Map::new();
+        let name = match *action {
+            Action::WriterReadsCounter { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterReadsCounter" }
+            Action::WriterAddsToCounter { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterAddsToCounter" }
+            Action::WriterSendsRound { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterSendsRound" }
+            Action::WriterReceivesResponse { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterReceivesResponse" }
+            Action::ResponseLost { writer } => { picks.insert("writer".into(), int(writer.into())); "ResponseLost" }
+            Action::WriterReadsClaim { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterReadsClaim" }
+            Action::WriterQueriesTop { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterQueriesTop" }
+            Action::ItemApplied { key } => { picks.insert("key".into(), Json::String(key_text(key))); "ItemApplied" }
+            Action::PullerQueries { puller } => { picks.insert("puller".into(), int(puller.into())); "PullerQueries" }
+        };
+        (name.to_string(), picks)
     }
 }
