@@ -229,14 +229,6 @@ pub fn page_detail(
     )
 }
 
-/// What `check::shortest_paths` looks for: a property's name, its condition, and the
-/// condition's value that counts as found.
-type Wanted<M> = (
-    &'static str,
-    fn(&M, &<M as stateright::Model>::State) -> bool,
-    bool,
-);
-
 fn detail_of<M>(model: &M, report: &CheckReport) -> crate::report::PageDetail
 where
     M: ModelSpec,
@@ -245,7 +237,7 @@ where
 {
     use oncecheck_model::view::{changes, roles};
     let definitions = model.property_defs();
-    let wanted: Vec<Wanted<M>> = definitions
+    let wanted: Vec<crate::traces::Wanted<M>> = definitions
         .iter()
         .filter(|def| {
             let property = report.property(def.name);

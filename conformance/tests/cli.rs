@@ -167,18 +167,52 @@ fn a_trace_of_another_model_or_other_bounds_is_rejected_with_exit_2() {
     assert!(text(&output).contains("valid targets: memory, sqlite, dynamodb, dynamodb=URL"));
 }
 
+/// The corpus's covering walks written out from the manifest (once per test process).
+fn walks() -> &'static Vec<PathBuf> {
+    static WALKS: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
+    WALKS.get_or_init(|| {
+        let out = scratch("walks");
+        let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("traces/relay");
+        let output = oncecheck(&[
+            "corpus",
+            "--dir",
+            corpus.to_str().unwrap(),
+            "--walks-out",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+        let mut files: Vec<PathBuf> = std::fs::read_dir(&out)
+            .unwrap()
+            .map(|entry| entry.unwrap().path())
+            .collect();
+        files.sort();
+        files
+    })
+}
+
+fn corpus_files() -> Vec<PathBuf> {
+    let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("traces/relay");
+    let mut files: Vec<PathBuf> = std::fs::read_dir(&corpus)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.to_string_lossy().ends_with(".itf.json"))
+        .collect();
+    files.sort();
+    files
+}
+
 #[test]
 fn the_fixed_corpus_replays_on_memory_without_divergence() {
-    let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("traces/relay");
-    let mut files: Vec<String> = std::fs::read_dir(&corpus)
-        .unwrap()
-        .map(|entry| entry.unwrap().path().to_string_lossy().to_string())
+    let mut files: Vec<String> = corpus_files()
+        .iter()
+        .chain(walks().iter())
+        .map(|path| path.to_string_lossy().to_string())
         .filter(|path| path.contains("relay-fixed-"))
         .collect();
     files.sort();
     assert!(
         files.len() >= 200,
-        "the corpus holds at least 200 fixed traces"
+        "the corpus holds at least 200 fixed traces, walks included"
     );
     let mut arguments = vec!["replay", "--target", "memory", "--only-replayable"];
     arguments.extend(files.iter().map(String::as_str));
@@ -188,19 +222,79 @@ fn the_fixed_corpus_replays_on_memory_without_divergence() {
 }
 
 #[test]
-fn corpus_traces_are_itf_that_the_itf_crate_reads() {
+fn every_corpus_trace_is_itf_that_the_itf_crate_reads() {
+    let files: Vec<PathBuf> = corpus_files()
+        .into_iter()
+        .chain(walks().iter().cloned())
+        .collect();
+    assert!(files.len() >= 218, "{} files", files.len());
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        // The crate's documented entry point, over its own value type.
+        let trace: itf::Trace<itf::Value> = itf::trace_from_str(&text)
+            .unwrap_or_else(|error| panic!("{}: {error}", file.display()));
+        assert_eq!(trace.meta.format.as_deref(), Some("ITF"));
+        assert!(trace.vars.contains(&"mbt::nondetPicks".to_string()));
+    }
     let text = std::fs::read_to_string(corpus_trace(
         "relay-counter-only-counterexample-r1-no-skip.itf.json",
     ))
     .unwrap();
-    let trace: itf::Trace<serde_json::Value> = itf::trace_from_str(&text).expect("an ITF trace");
-    assert_eq!(trace.meta.format.as_deref(), Some("ITF"));
+    let trace: itf::Trace<itf::Value> = itf::trace_from_str(&text).unwrap();
     assert_eq!(
         trace.meta.other.get("property").map(String::as_str),
         Some("R1 no-skip")
     );
     assert_eq!(trace.states.len(), 8);
-    assert!(trace.vars.contains(&"mbt::actionTaken".to_string()));
+}
+
+#[test]
+fn the_corpus_is_small_and_a_disagreement_with_the_model_or_manifest_fails_the_check() {
+    let bytes: u64 = corpus_files()
+        .iter()
+        .map(|file| std::fs::metadata(file).unwrap().len())
+        .sum();
+    assert!(
+        bytes <= 2 * 1024 * 1024,
+        "the corpus on disk is {bytes} bytes"
+    );
+    // A copy with one kept trace edited and the walk digest changed: the check lists exactly
+    // those two (so everything else agrees with the model) and exits 1.
+    let copy = scratch("corpus-copy");
+    let _ = std::fs::remove_dir_all(&copy);
+    std::fs::create_dir_all(&copy).unwrap();
+    let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("traces/relay");
+    for entry in std::fs::read_dir(&corpus).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, copy.join(path.file_name().unwrap())).unwrap();
+    }
+    let edited = copy.join("relay-mixed-counterexample-r1-no-skip.itf.json");
+    let content = std::fs::read_to_string(&edited).unwrap();
+    std::fs::write(
+        &edited,
+        content.replace("\"description\":\"", "\"description\":\"edited "),
+    )
+    .unwrap();
+    let manifest = copy.join("walks.manifest.json");
+    let content = std::fs::read_to_string(&manifest).unwrap();
+    std::fs::write(&manifest, content.replace("fnv1a64:", "fnv1a64:0")).unwrap();
+    let output = oncecheck(&["corpus", "--dir", copy.to_str().unwrap()]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    let stdout = String::from_utf8_lossy(&output.stdout).to_string();
+    assert_eq!(
+        stdout
+            .lines()
+            .filter(|line| line.starts_with("FAIL "))
+            .count(),
+        2,
+        "{stdout}"
+    );
+    assert!(stdout.contains("FAIL relay-mixed-counterexample-r1-no-skip.itf.json: differs from what the model generates"), "{stdout}");
+    assert!(
+        stdout.contains("FAIL walks.manifest.json: the 200 walks of fixed (seed 1) now digest to"),
+        "{stdout}"
+    );
+    assert!(one_clear_line(&output).contains("oncecheck corpus --write"));
 }
 
 /// Asserts a failure is exactly one line on stderr, with no panic or backtrace.

@@ -41,6 +41,17 @@ Examples:
   oncecheck replay conformance/traces/relay/relay-counter-only-counterexample-r1-no-skip.itf.json \\
       --target dynamodb --store-variant fixed     diverges at the predecessor check";
 
+const CORPUS_HELP: &str = "\
+Exit codes:
+  0  the corpus agrees with the model (or was written)
+  1  files and model disagree: every disagreement is listed; `oncecheck corpus --write` regenerates
+  2  bad input: an unreadable manifest or an unwritable directory
+
+Examples:
+  oncecheck corpus                         check (CI runs this in scripts/replay-corpus)
+  oncecheck corpus --write                 regenerate after a model change, then commit the diff
+  oncecheck corpus --walks-out /tmp/walks  the covering walks as files, for oncecheck replay";
+
 #[derive(Parser)]
 #[command(
     name = "oncecheck",
@@ -103,6 +114,20 @@ enum Command {
         /// Seed of the covering paths; the same seed writes the same files.
         #[arg(long, default_value_t = 1)]
         seed: u64,
+    },
+    /// Check the regression corpus against the model (the default), regenerate it, or write
+    /// its covering walks for a replay.
+    #[command(after_help = CORPUS_HELP)]
+    Corpus {
+        /// The corpus directory (counterexamples, examples, promoted traces, the walk manifest).
+        #[arg(long, value_name = "DIR", default_value = oncecheck_conformance::traces::CORPUS_DIR)]
+        dir: PathBuf,
+        /// Regenerate the kept traces and the manifest's digests from the model.
+        #[arg(long, conflicts_with = "walks_out")]
+        write: bool,
+        /// Write the manifest's covering walks into this directory (checked against their digest).
+        #[arg(long, value_name = "DIR")]
+        walks_out: Option<PathBuf>,
     },
     /// Replay trace files against the real implementation, step by step.
     #[command(after_help = REPLAY_HELP)]
@@ -251,6 +276,11 @@ fn main() -> ExitCode {
             println!("wrote {total} traces to {}", out.display());
             ExitCode::SUCCESS
         }
+        Command::Corpus {
+            dir,
+            write,
+            walks_out,
+        } => corpus(&dir, write, walks_out.as_deref()),
         Command::Replay {
             traces,
             target,
@@ -279,6 +309,49 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => bad_input(error),
             }
+        }
+    }
+}
+
+fn corpus(
+    directory: &std::path::Path,
+    write: bool,
+    walks_out: Option<&std::path::Path>,
+) -> ExitCode {
+    use oncecheck_conformance::traces;
+    if write {
+        return match traces::write_corpus(directory) {
+            Ok(summary) => {
+                println!(
+                    "wrote the corpus in {}: {}",
+                    directory.display(),
+                    summary.join("; ")
+                );
+                ExitCode::SUCCESS
+            }
+            Err(error) => bad_input(error),
+        };
+    }
+    if let Some(out) = walks_out {
+        return match traces::write_walks(directory, out) {
+            Ok(files) => {
+                println!("wrote {} walks to {}", files.len(), out.display());
+                ExitCode::SUCCESS
+            }
+            Err(error) => bad_input(error),
+        };
+    }
+    match traces::check_corpus(directory) {
+        Ok(summary) => {
+            println!("{summary}");
+            ExitCode::SUCCESS
+        }
+        Err(problems) => {
+            for problem in &problems {
+                println!("FAIL {problem}");
+            }
+            eprintln!("oncecheck: {} disagreements between the corpus and the model; `oncecheck corpus --write` regenerates it", problems.len());
+            ExitCode::from(1)
         }
     }
 }
