@@ -318,21 +318,40 @@ fn check_help_lists_every_model_variant_and_bound_with_exit_codes_and_examples()
     let output = oncecheck(&["check", "--help"]);
     assert_eq!(output.status.code(), Some(0));
     let help = String::from_utf8(output.stdout).unwrap();
-    // From the registry, not from a copy of it: every name the resolver accepts is listed.
-    for line in [
-        "relay  variants: add-era, counter-only, fixed, mixed",
-        "idempotency  variants: pre-fix, fixed, fenced",
-        "token  variants: tokened, tokenless, late-retry",
-    ] {
-        assert!(help.contains(line), "missing `{line}` in\n{help}");
+    // Every model, variant and bound the resolver accepts is listed with its default and range.
+    fn listed<M: oncecheck_model::check::ModelSpec>(help: &str)
+    where
+        M::State: Clone + std::fmt::Debug + std::hash::Hash + PartialEq + Send + Sync + 'static,
+        M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
+    {
+        let line = format!("{}  variants: {}", M::NAME, M::VARIANTS.join(", "));
+        assert!(help.contains(&line), "missing `{line}` in\n{help}");
+        let section: Vec<&str> = help
+            .lines()
+            .skip_while(|row| !row.contains(&line))
+            .take_while(|row| !row.trim().is_empty())
+            .collect();
+        for bound in M::BOUNDS {
+            let row = section
+                .iter()
+                .find(|row| row.trim_start().starts_with(&format!("{} ", bound.key)))
+                .unwrap_or_else(|| panic!("bound {} of {} missing in\n{help}", bound.key, M::NAME));
+            assert!(row.contains(&format!("default {}", bound.default)), "{row}");
+            assert!(
+                row.contains(&format!(
+                    "range {}..={}: {}",
+                    bound.min, bound.max, bound.help
+                )),
+                "{row}"
+            );
+        }
     }
+    listed::<oncecheck_model::relay::RelayModel>(&help);
+    listed::<oncecheck_model::idempotency::IdempotencyModel>(&help);
+    listed::<oncecheck_model::token::TokenModel>(&help);
     assert!(
-        help.contains("window") && help.contains("default 1 (add-era: 0"),
-        "{help}"
-    );
-    assert!(
-        help.contains("lease_expiries") && help.contains("range 0..=2"),
-        "{help}"
+        help.contains("default 1 (add-era: 0"),
+        "per-variant defaults: {help}"
     );
     assert!(
         help.contains("Exit codes:") && help.contains("  2  bad input"),
