@@ -65,6 +65,16 @@ install_postgres() {
   pg_bin_dir >/dev/null
 }
 
+# The HTML report's test opens the report in a real headless browser: Debian's chromium.
+install_chromium() {
+  if command -v chromium >/dev/null; then return 0; fi
+  log "installing Debian's chromium"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq >/dev/null
+  apt-get install -y -qq chromium >/dev/null
+  command -v chromium >/dev/null
+}
+
 start_postgres() {
   if [ -n "${ONCECHECK_PG_URL:-}" ]; then log "using PostgreSQL at $ONCECHECK_PG_URL"; return 0; fi
   install_postgres

@@ -1,6 +1,6 @@
 //! `oncecheck replay TRACE... --target T`: replays every file, prints one line per trace and a
 //! summary (traces, steps, requests, seconds), and answers the exit code: 0 all replayed without
-//! divergence, 1 a divergence or an environment failure, 2 a file or target that cannot be used.
+//! divergence, 1 a divergence, 2 a file or target that cannot be used (unreachable included).
 
 use crate::replay::{replay_file_logical, ReplayError, ReplayStats, Target};
 use crate::replay_dynamodb::StoreConfig;
@@ -48,8 +48,9 @@ async fn run_all(files: &[PathBuf], target: &Target, config: StoreConfig, only_r
     let mut session = match crate::replay_session::Session::open_with(target, config).await {
         Ok(session) => session,
         Err(detail) => {
+            // Bad input, not a divergence: nothing was replayed (exit 1 is kept for divergences).
             eprintln!("oncecheck: cannot reach the {target} target: {detail}");
-            return ExitCode::from(1);
+            return ExitCode::from(2);
         }
     };
     for file in files {

@@ -6,7 +6,9 @@
 
 use oncecheck_model::check::{shortest_paths, Kind};
 use oncecheck_model::relay::RelayModel;
-use oncecheck_model::trace::{from_itf, random_paths, read_header, to_itf, LoadedTrace, TraceEncoding, TraceError, TraceMeta};
+use oncecheck_model::trace::{
+    from_itf, random_paths, read_header, to_itf, LoadedTrace, TraceEncoding, TraceError, TraceMeta,
+};
 use std::path::{Path, PathBuf};
 
 /// Why a trace file could not be used. Always names the file.
@@ -36,7 +38,11 @@ pub struct ExportOptions {
 
 impl Default for ExportOptions {
     fn default() -> Self {
-        ExportOptions { paths_count: 240, seed: 1, path_steps_max: 200 }
+        ExportOptions {
+            paths_count: 240,
+            seed: 1,
+            path_steps_max: 200,
+        }
     }
 }
 
@@ -52,6 +58,116 @@ fn slug(name: &str) -> String {
     out.trim_matches('-').chars().take(60).collect()
 }
 
+/// What `check::shortest_paths` looks for: a property's name, its condition, and the
+/// condition's value that counts as found.
+pub type Wanted<M> = (
+    &'static str,
+    fn(&M, &<M as stateright::Model>::State) -> bool,
+    bool,
+);
+
+/// The trace text as files hold it: canonical and small — the header, then one state per line
+/// (compact JSON), so a diff of two traces is a diff of states.
+pub fn canonical_text(document: &serde_json::Value) -> String {
+    let compact =
+        |value: &serde_json::Value| serde_json::to_string(value).expect("JSON values serialize");
+    let states: Vec<String> = document["states"]
+        .as_array()
+        .map(|states| states.iter().map(compact).collect())
+        .unwrap_or_default();
+    format!(
+        "{{\"#meta\": {},\n\"vars\": {},\n\"states\": [\n{}\n]}}\n",
+        compact(&document["#meta"]),
+        compact(&document["vars"]),
+        states.join(",\n")
+    )
+}
+
+/// (file name, document) of the shortest trace of every property of the given kinds that the
+/// model can show: a counterexample of a violated `always`, an example of a reached `sometimes`.
+pub fn property_documents<M>(model: &M, kinds: &[Kind]) -> Vec<(String, serde_json::Value)>
+where
+    M: TraceEncoding,
+    M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
+{
+    let variant = model.variant();
+    let definitions: Vec<_> = model
+        .property_defs()
+        .into_iter()
+        .filter(|def| kinds.contains(&def.kind))
+        .collect();
+    let wanted: Vec<Wanted<M>> = definitions
+        .iter()
+        .map(|def| (def.name, def.condition, def.kind == Kind::Sometimes))
+        .collect();
+    let found = shortest_paths(model, &wanted);
+    let mut documents = Vec::new();
+    for def in &definitions {
+        let Some(path) = found.get(def.name) else {
+            continue;
+        };
+        let kind = match def.kind {
+            Kind::Always => "counterexample",
+            Kind::Sometimes => "example",
+        };
+        let meta = TraceMeta {
+            kind: kind.to_string(),
+            property: Some(def.name.to_string()),
+            description: format!("{} of `{}` in {}/{}", kind, def.name, M::NAME, variant),
+        };
+        documents.push((
+            format!("{}-{variant}-{kind}-{}.itf.json", M::NAME, slug(def.name)),
+            to_itf(model, path, &meta),
+        ));
+    }
+    documents
+}
+
+/// (file name, document) of `count` distinct random covering paths, reproducible from `seed`.
+pub fn path_documents<M>(
+    model: &M,
+    count: usize,
+    seed: u64,
+    steps_max: usize,
+) -> Vec<(String, serde_json::Value)>
+where
+    M: TraceEncoding,
+    M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
+{
+    let paths = random_paths(model, count, seed, steps_max);
+    paths
+        .iter()
+        .enumerate()
+        .map(|(index, path)| {
+            let meta = TraceMeta {
+                kind: "path".to_string(),
+                property: None,
+                description: format!("covering path {index} of {} (seed {seed})", paths.len()),
+            };
+            (
+                format!("{}-{}-path-{index:04}.itf.json", M::NAME, model.variant()),
+                to_itf(model, path, &meta),
+            )
+        })
+        .collect()
+}
+
+fn write_documents(
+    out: &Path,
+    documents: &[(String, serde_json::Value)],
+) -> std::io::Result<Vec<PathBuf>> {
+    std::fs::create_dir_all(out)?;
+    let mut written = Vec::new();
+    for (name, document) in documents {
+        let file = out.join(name);
+        std::fs::write(&file, canonical_text(document))?;
+        written.push(file);
+    }
+    Ok(written)
+}
+
 /// Writes the counterexample of every violated `always`, an example of every reached
 /// `sometimes`, and `paths_count` random covering paths. Answers the files written.
 pub fn export<M>(model: &M, out: &Path, options: &ExportOptions) -> std::io::Result<Vec<PathBuf>>
@@ -60,43 +176,14 @@ where
     M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
     M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
 {
-    std::fs::create_dir_all(out)?;
-    let variant = model.variant();
-    let definitions = model.property_defs();
-    let wanted: Vec<(&'static str, fn(&M, &M::State) -> bool, bool)> =
-        definitions.iter().map(|def| (def.name, def.condition, def.kind == Kind::Sometimes)).collect();
-    let found = shortest_paths(model, &wanted);
-    let mut written = Vec::new();
-    let mut write = |name: String, document: serde_json::Value| -> std::io::Result<()> {
-        let file = out.join(name);
-        let text = serde_json::to_string_pretty(&document).map_err(std::io::Error::other)?;
-        std::fs::write(&file, text + "\n")?;
-        written.push(file);
-        Ok(())
-    };
-    for def in &definitions {
-        let Some(path) = found.get(def.name) else { continue };
-        let (kind, prefix) = match def.kind {
-            Kind::Always => ("counterexample", "counterexample"),
-            Kind::Sometimes => ("example", "example"),
-        };
-        let meta = TraceMeta {
-            kind: kind.to_string(),
-            property: Some(def.name.to_string()),
-            description: format!("{} of `{}` in {}/{}", kind, def.name, M::NAME, variant),
-        };
-        write(format!("{}-{variant}-{prefix}-{}.itf.json", M::NAME, slug(def.name)), to_itf(model, path, &meta))?;
-    }
-    let paths = random_paths(model, options.paths_count, options.seed, options.path_steps_max);
-    for (index, path) in paths.iter().enumerate() {
-        let meta = TraceMeta {
-            kind: "path".to_string(),
-            property: None,
-            description: format!("covering path {index} of {} (seed {})", paths.len(), options.seed),
-        };
-        write(format!("{}-{variant}-path-{index:04}.itf.json", M::NAME), to_itf(model, path, &meta))?;
-    }
-    Ok(written)
+    let mut documents = property_documents(model, &[Kind::Always, Kind::Sometimes]);
+    documents.extend(path_documents(
+        model,
+        options.paths_count,
+        options.seed,
+        options.path_steps_max,
+    ));
+    write_documents(out, &documents)
 }
 
 /// A loaded trace of a model the replayer knows.
@@ -118,15 +205,26 @@ where
     M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
     M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
 {
-    from_itf::<M>(document).map_err(|error: TraceError| LoadError { file: file.to_path_buf(), detail: error.to_string() })
+    from_itf::<M>(document).map_err(|error: TraceError| LoadError {
+        file: file.to_path_buf(),
+        detail: error.to_string(),
+    })
 }
 
 /// Reads a trace file, picks its model from `#meta`, and re-executes it.
 pub fn load(file: &Path) -> Result<Loaded, LoadError> {
-    let failure = |detail: String| LoadError { file: file.to_path_buf(), detail };
-    let text = std::fs::read_to_string(file).map_err(|error| failure(format!("cannot read: {error}")))?;
+    let failure = |detail: String| LoadError {
+        file: file.to_path_buf(),
+        detail,
+    };
+    let text =
+        std::fs::read_to_string(file).map_err(|error| failure(format!("cannot read: {error}")))?;
     let document: serde_json::Value = serde_json::from_str(&text).map_err(|error| {
-        failure(format!("not JSON (line {}, column {}): {error}", error.line(), error.column()))
+        failure(format!(
+            "not JSON (line {}, column {}): {error}",
+            error.line(),
+            error.column()
+        ))
     })?;
     let header = read_header(&document).map_err(|error| failure(error.to_string()))?;
     match header.model.as_str() {
@@ -135,4 +233,226 @@ pub fn load(file: &Path) -> Result<Loaded, LoadError> {
             "field `#meta.model`: traces of model `{other}` cannot be replayed; replayable models: relay"
         ))),
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// The regression corpus (conformance/traces/relay/): counterexamples and examples kept as files,
+// covering walks kept as a manifest (variant, seed, count, a digest of their actions) and
+// regenerated on demand, and promoted traces (any other file name) kept forever as they are.
+
+/// Where the corpus lives, relative to the repository root.
+pub const CORPUS_DIR: &str = "conformance/traces/relay";
+/// The manifest of the covering walks, inside the corpus directory.
+pub const MANIFEST_FILE: &str = "walks.manifest.json";
+
+/// One set of covering walks: regenerated from (variant, seed, count, steps_max) at the
+/// variant's CI bounds; `digest` pins their actions.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct WalkSet {
+    pub variant: String,
+    pub seed: u64,
+    pub count: usize,
+    pub steps_max: usize,
+    /// FNV-1a 64 over every walk's actions and picks, in order (see [`walks_digest`]).
+    pub digest: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Manifest {
+    pub model: String,
+    pub walks: Vec<WalkSet>,
+}
+
+impl Default for Manifest {
+    fn default() -> Self {
+        let walks = vec![WalkSet {
+            variant: "fixed".to_string(),
+            seed: 1,
+            count: 200,
+            steps_max: 200,
+            digest: String::new(),
+        }];
+        Manifest {
+            model: "relay".to_string(),
+            walks,
+        }
+    }
+}
+
+fn relay_model(variant: &str) -> Result<RelayModel, String> {
+    use oncecheck_model::check::ModelSpec;
+    let bounds = RelayModel::resolve_bounds(variant, &[]).map_err(|error| error.to_string())?;
+    RelayModel::build(variant, &bounds).map_err(|error| error.to_string())
+}
+
+/// The files the corpus keeps, as the model writes them today: the counterexample of every
+/// violated `always` of every relay variant, and the example of every reached `sometimes` of
+/// `fixed` (the design's interesting states, replayed against the real store).
+pub fn corpus_documents() -> Result<Vec<(String, serde_json::Value)>, String> {
+    use oncecheck_model::check::ModelSpec;
+    let mut documents = Vec::new();
+    for variant in RelayModel::VARIANTS {
+        let model = relay_model(variant)?;
+        documents.extend(property_documents(&model, &[Kind::Always]));
+        if *variant == "fixed" {
+            documents.extend(property_documents(&model, &[Kind::Sometimes]));
+        }
+    }
+    Ok(documents)
+}
+
+/// The walks of one manifest entry.
+pub fn walk_documents(set: &WalkSet) -> Result<Vec<(String, serde_json::Value)>, String> {
+    let model = relay_model(&set.variant)?;
+    Ok(path_documents(&model, set.count, set.seed, set.steps_max))
+}
+
+/// FNV-1a 64 over the actions (`mbt::actionTaken`, `mbt::nondetPicks`) of every document, in
+/// order: it changes exactly when a walk would replay differently.
+pub fn walks_digest(documents: &[(String, serde_json::Value)]) -> String {
+    let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+    let mut feed = |bytes: &[u8]| {
+        for byte in bytes {
+            hash ^= u64::from(*byte);
+            hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+        }
+    };
+    for (_, document) in documents {
+        for state in document["states"].as_array().into_iter().flatten() {
+            feed(state["mbt::actionTaken"].to_string().as_bytes());
+            feed(state["mbt::nondetPicks"].to_string().as_bytes());
+            feed(b"\n");
+        }
+        feed(b"\n");
+    }
+    format!("fnv1a64:{hash:016x}")
+}
+
+/// Whether a file name is one the corpus generates (the rest are promoted traces, kept as is).
+fn generated_name(name: &str) -> bool {
+    name.starts_with("relay-")
+        && (name.contains("-counterexample-")
+            || name.contains("-example-")
+            || name.contains("-path-"))
+}
+
+pub fn read_manifest(directory: &Path) -> Result<Manifest, String> {
+    let file = directory.join(MANIFEST_FILE);
+    let text = std::fs::read_to_string(&file)
+        .map_err(|error| format!("{}: cannot read: {error}", file.display()))?;
+    serde_json::from_str(&text)
+        .map_err(|error| format!("{}: not a walk manifest: {error}", file.display()))
+}
+
+/// Regenerates the corpus in `directory`: the kept counterexamples and examples, and the
+/// manifest's digests (seeds and counts from the manifest there, or the defaults). Stale
+/// generated files are removed; promoted traces are left alone. Answers what it wrote.
+pub fn write_corpus(directory: &Path) -> Result<Vec<String>, String> {
+    let mut manifest = read_manifest(directory).unwrap_or_default();
+    let documents = corpus_documents()?;
+    let failure = |error: std::io::Error| {
+        format!(
+            "cannot write the corpus to {}: {error}",
+            directory.display()
+        )
+    };
+    std::fs::create_dir_all(directory).map_err(failure)?;
+    for entry in std::fs::read_dir(directory).map_err(failure)? {
+        let name = entry
+            .map_err(failure)?
+            .file_name()
+            .to_string_lossy()
+            .to_string();
+        if generated_name(&name) && !documents.iter().any(|(kept, _)| *kept == name) {
+            std::fs::remove_file(directory.join(&name)).map_err(failure)?;
+        }
+    }
+    write_documents(directory, &documents).map_err(failure)?;
+    let mut summary = vec![format!("{} counterexamples and examples", documents.len())];
+    for set in &mut manifest.walks {
+        let walks = walk_documents(set)?;
+        set.digest = walks_digest(&walks);
+        summary.push(format!(
+            "{} walks of {} (seed {}): {}",
+            walks.len(),
+            set.variant,
+            set.seed,
+            set.digest
+        ));
+    }
+    let text = serde_json::to_string_pretty(&manifest).expect("the manifest serializes") + "\n";
+    std::fs::write(directory.join(MANIFEST_FILE), text).map_err(failure)?;
+    Ok(summary)
+}
+
+/// Compares the corpus in `directory` with what the model generates today: every kept file
+/// byte for byte, none missing or stale, every walk digest, and every promoted trace loads
+/// strictly. Answers a summary, or every disagreement.
+pub fn check_corpus(directory: &Path) -> Result<String, Vec<String>> {
+    let mut problems = Vec::new();
+    let manifest = read_manifest(directory).map_err(|error| vec![error])?;
+    let documents = corpus_documents().map_err(|error| vec![error])?;
+    for (name, document) in &documents {
+        match std::fs::read_to_string(directory.join(name)) {
+            Ok(text) if text == canonical_text(document) => {}
+            Ok(_) => problems.push(format!("{name}: differs from what the model generates")),
+            Err(_) => problems.push(format!("{name}: missing")),
+        }
+    }
+    let mut promoted = 0;
+    let entries = std::fs::read_dir(directory)
+        .map_err(|error| vec![format!("{}: {error}", directory.display())])?;
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        if !name.ends_with(".itf.json") {
+            continue;
+        }
+        if generated_name(&name) {
+            if !documents.iter().any(|(kept, _)| *kept == name) {
+                problems.push(format!("{name}: stale (the model no longer generates it)"));
+            }
+        } else {
+            promoted += 1;
+            if let Err(error) = load(&entry.path()) {
+                problems.push(format!("promoted trace {error}"));
+            }
+        }
+    }
+    for set in &manifest.walks {
+        match walk_documents(set) {
+            Ok(walks) if walks_digest(&walks) == set.digest => {}
+            Ok(walks) => problems.push(format!(
+                "{MANIFEST_FILE}: the {} walks of {} (seed {}) now digest to {}, the manifest says {}",
+                walks.len(),
+                set.variant,
+                set.seed,
+                walks_digest(&walks),
+                set.digest
+            )),
+            Err(error) => problems.push(format!("{MANIFEST_FILE}: {error}")),
+        }
+    }
+    if problems.is_empty() {
+        let walks: usize = manifest.walks.iter().map(|set| set.count).sum();
+        Ok(format!("corpus agrees with the model: {} kept traces, {promoted} promoted, {walks} walks in the manifest", documents.len()))
+    } else {
+        Err(problems)
+    }
+}
+
+/// Writes the manifest's walks into `out` (after checking their digests), for a replay.
+pub fn write_walks(directory: &Path, out: &Path) -> Result<Vec<PathBuf>, String> {
+    let manifest = read_manifest(directory)?;
+    let mut written = Vec::new();
+    for set in &manifest.walks {
+        let walks = walk_documents(set)?;
+        if walks_digest(&walks) != set.digest {
+            return Err(format!("{MANIFEST_FILE}: the walks of {} no longer match their digest; run `oncecheck corpus --write`", set.variant));
+        }
+        written.extend(
+            write_documents(out, &walks)
+                .map_err(|error| format!("cannot write walks to {}: {error}", out.display()))?,
+        );
+    }
+    Ok(written)
 }

@@ -1361,8 +1361,17 @@ impl Model for RelayModel {
             .collect()
     }
 
+    // The Explorer's vocabulary is the CLI's (crate::view): protocol words, actors from 1.
     fn format_action(&self, action: &Action) -> String {
-        format!("{action:?}")
+        encoding::action_words(action)
+    }
+
+    fn format_step(&self, last_state: &RelayState, action: Action) -> Option<String> {
+        crate::view::step_outcome(self, last_state, action)
+    }
+
+    fn as_svg(&self, path: stateright::Path<RelayState, Action>) -> Option<String> {
+        Some(crate::view::explorer_svg(self, &path.into_vec()))
     }
 }
 

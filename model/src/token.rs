@@ -1397,6 +1397,19 @@ impl Model for TokenModel {
     fn properties(&self) -> Vec<Property<Self>> {
         self.property_defs().iter().map(PropertyDef::to_stateright).collect()
     }
+
+    // The Explorer's vocabulary is the CLI's (crate::view): protocol words, actors from 1.
+    fn format_action(&self, action: &Action) -> String {
+        crate::view::action_words(action)
+    }
+
+    fn format_step(&self, last_state: &TokenState, action: Action) -> Option<String> {
+        crate::view::step_outcome(self, last_state, action)
+    }
+
+    fn as_svg(&self, path: stateright::Path<TokenState, Action>) -> Option<String> {
+        Some(crate::view::explorer_svg(self, &path.into_vec()))
+    }
 }
 
 #[cfg(test)]

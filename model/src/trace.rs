@@ -4,7 +4,11 @@
 //! `vars` lists the state variables; every state records its variables plus `mbt::actionTaken`
 //! (the action that led to it, `init` for the first) and `mbt::nondetPicks` (that action's
 //! parameters). Integers are written `{"#bigint": "n"}`, sets `{"#set": [...]}`, maps
-//! `{"#map": [[k, v], ...]}`, as the ITF specification requires.
+//! `{"#map": [[k, v], ...]}`, as the ITF specification requires. Where ITF leaves a choice the
+//! files are shaped as Quint writes them: `mbt::nondetPicks` is a record of every
+//! nondeterministic parameter of the model (`TraceEncoding::PICKS`), each `{"tag": "Some",
+//! "value": v}` when the step picked it and `{"tag": "None", "value": []}` when not; variants
+//! are `{"tag": T, "value": v}` records; a variant without data carries `[]` (see [`unit`]).
 //!
 //! Loading is strict: the loader rebuilds the model from `#meta`, re-executes every action
 //! (which must be enabled in the state before it) and compares every variable of every state
@@ -26,11 +30,14 @@ where
 {
     /// The state variables, in the order of `vars`.
     const VARS: &'static [&'static str];
+    /// Every parameter an action may pick (the fields of `mbt::nondetPicks`).
+    const PICKS: &'static [&'static str];
     /// The variables of one state, keyed by the names in `VARS`.
     fn encode_state(&self, state: &Self::State) -> Map<String, Json>;
-    /// The action's name and its parameters (`mbt::nondetPicks`).
+    /// The action's name and the parameters it picked (the `Some` fields of `mbt::nondetPicks`).
     fn encode_action(&self, action: &Self::Action) -> (String, Map<String, Json>);
-    /// The inverse of `encode_action`; the error names the offending parameter.
+    /// The inverse of `encode_action` (given the picked parameters only); the error names the
+    /// offending parameter.
     fn decode_action(&self, name: &str, picks: &Map<String, Json>) -> Result<Self::Action, String>;
 }
 
@@ -71,6 +78,51 @@ pub fn read_int(value: &Json) -> Option<i64> {
     }
 }
 
+/// The value of a variant that carries no data. Quint writes its unit as `{"#tup": []}` (older
+/// versions `{}`), but the `itf` crate's reader (0.4, `itf::Value`) refuses both inside a
+/// record; the empty list is read by every ITF reader, so it stands for "no data".
+pub fn unit() -> Json {
+    json!([])
+}
+
+/// A variant (Quint's sum type): `{"tag": T, "value": v}`.
+pub fn variant(tag: &str, value: Json) -> Json {
+    json!({ "tag": tag, "value": value })
+}
+
+/// The full `mbt::nondetPicks` record of a step: every parameter of `names`, `Some` when picked.
+fn picks_record(names: &[&str], picked: &Map<String, Json>) -> Json {
+    let mut record = Map::new();
+    for name in names {
+        let value = match picked.get(*name) {
+            Some(value) => variant("Some", value.clone()),
+            None => variant("None", unit()),
+        };
+        record.insert(name.to_string(), value);
+    }
+    Json::Object(record)
+}
+
+/// The picked parameters of a `mbt::nondetPicks` record; every field must be `Some`/`None` and
+/// named in `names`.
+fn picked_of(names: &[&str], record: &Map<String, Json>) -> Result<Map<String, Json>, String> {
+    let mut picked = Map::new();
+    for (name, value) in record {
+        if !names.contains(&name.as_str()) {
+            return Err(format!("`{name}` is no parameter of this model (valid: {})", names.join(", ")));
+        }
+        match value.get("tag").and_then(Json::as_str) {
+            Some("Some") => {
+                let inner = value.get("value").ok_or_else(|| format!("`{name}` is Some without a value"))?;
+                picked.insert(name.clone(), inner.clone());
+            }
+            Some("None") => {}
+            _ => return Err(format!("`{name}` is not a Some/None variant: {value}")),
+        }
+    }
+    Ok(picked)
+}
+
 pub fn set(values: impl IntoIterator<Item = Json>) -> Json {
     json!({ "#set": values.into_iter().collect::<Vec<_>>() })
 }
@@ -105,7 +157,7 @@ where
             Some(action) => model.encode_action(action),
         };
         vars.insert("mbt::actionTaken".to_string(), Json::String(name));
-        vars.insert("mbt::nondetPicks".to_string(), Json::Object(picks));
+        vars.insert("mbt::nondetPicks".to_string(), picks_record(M::PICKS, &picks));
         let mut object = Map::new();
         object.insert("#meta".to_string(), json!({ "index": index }));
         object.extend(vars);
@@ -229,7 +281,8 @@ where
                 .map(|(state, _)| state)
                 .ok_or_else(|| error(step, "(state)", "matches none of the model's initial states at these bounds"))?
         } else {
-            let action = model.decode_action(taken, picks).map_err(|message| error(step, "mbt::nondetPicks", message))?;
+            let picked = picked_of(M::PICKS, picks).map_err(|message| error(step, "mbt::nondetPicks", message))?;
+            let action = model.decode_action(taken, &picked).map_err(|message| error(step, "mbt::nondetPicks", message))?;
             let before = &path.last().expect("a state before every step").0;
             let mut enabled = Vec::new();
             model.actions(before, &mut enabled);
@@ -278,9 +331,12 @@ impl SplitMix64 {
     }
 }
 
+/// A model path: every state with the action taken from it (none for the last).
+pub type ModelPath<M> = Vec<(<M as stateright::Model>::State, Option<<M as stateright::Model>::Action>)>;
+
 /// Up to `count` distinct random walks, each run until no action is enabled or `depth_max`
 /// steps, starting from the initial states in turn. Reproducible from `seed`.
-pub fn random_paths<M>(model: &M, count: usize, seed: u64, depth_max: usize) -> Vec<Vec<(M::State, Option<M::Action>)>>
+pub fn random_paths<M>(model: &M, count: usize, seed: u64, depth_max: usize) -> Vec<ModelPath<M>>
 where
     M: ModelSpec,
     M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
@@ -347,18 +403,63 @@ mod tests {
         assert!(text.contains(r##"{"#bigint":"2"}"##), "integers are ITF bigints");
     }
 
+    /// Every object non-empty and every string a plain word: no `{}` (some ITF readers refuse
+    /// it) and no Debug-shaped text such as "Sent(seq 2, expected 1)" or "claim a".
+    fn assert_quint_shaped(value: &Json, at: &str) {
+        match value {
+            Json::Object(object) => {
+                assert!(!object.is_empty(), "an empty record at {at}");
+                for (key, inner) in object {
+                    assert_quint_shaped(inner, &format!("{at}.{key}"));
+                }
+            }
+            Json::Array(items) => items.iter().enumerate().for_each(|(index, item)| assert_quint_shaped(item, &format!("{at}[{index}]"))),
+            Json::String(text) => assert!(
+                text.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
+                "a Debug-shaped string {text:?} at {at}"
+            ),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn traces_are_shaped_as_quint_writes_them() {
+        let (_, document) = counterexample();
+        for (index, state) in document["states"].as_array().unwrap().iter().enumerate() {
+            let mut state = state.clone();
+            state.as_object_mut().unwrap().remove("#meta");
+            assert_quint_shaped(&state, &format!("states[{index}]"));
+        }
+        let first = &document["states"][0]["mbt::nondetPicks"];
+        assert_eq!(first["writer"], json!({ "tag": "None", "value": [] }));
+        let second = &document["states"][1]["mbt::nondetPicks"];
+        assert_eq!(second["writer"], json!({ "tag": "Some", "value": { "#bigint": "0" } }));
+        assert_eq!(second["key"]["tag"], "None");
+        let writers = &document["states"][1]["writers"][0];
+        assert_eq!(writers["phase"], json!({ "tag": "Allocated", "value": { "seq": { "#bigint": "1" } } }));
+        assert_eq!(writers["counter"], json!({ "tag": "Unknown", "value": [] }));
+        let items = &document["states"][1]["items"];
+        assert_eq!(items["counter"], json!({ "tag": "Some", "value": { "next_seq": { "#bigint": "1" } } }));
+        assert_eq!(items["claims"], json!({ "#map": [] }));
+        let mut not_an_option = document.clone();
+        not_an_option["states"][2]["mbt::nondetPicks"]["writer"] = int(1);
+        let error = from_itf::<RelayModel>(&not_an_option).unwrap_err();
+        assert_eq!((error.step, error.field.as_str()), (Some(2), "mbt::nondetPicks"));
+        assert!(error.message.contains("not a Some/None variant"), "{error}");
+    }
+
     #[test]
     fn a_truncated_or_edited_trace_is_rejected_with_step_and_field() {
         let (_, document) = counterexample();
         let mut edited = document.clone();
-        edited["states"][3]["mbt::nondetPicks"]["writer"] = int(7);
+        edited["states"][3]["mbt::nondetPicks"]["writer"] = variant("Some", int(7));
         let error = from_itf::<RelayModel>(&edited).unwrap_err();
         assert_eq!(error.step, Some(3));
         assert_eq!(error.field, "mbt::nondetPicks");
         assert!(error.message.contains("names no actor"), "{error}");
 
         let mut drifted = document.clone();
-        drifted["states"][2]["items"] = map([]);
+        drifted["states"][2]["items"]["claims"] = map([(Json::String("z".into()), int(1))]);
         let error = from_itf::<RelayModel>(&drifted).unwrap_err();
         assert_eq!((error.step, error.field.as_str()), (Some(2), "items"));
 

@@ -1196,4 +1196,17 @@ impl stateright::Model for IdempotencyModel {
             .map(PropertyDef::to_stateright)
             .collect()
     }
+
+    // The Explorer's vocabulary is the CLI's (crate::view): protocol words, actors from 1.
+    fn format_action(&self, action: &Action) -> String {
+        crate::view::action_words(action)
+    }
+
+    fn format_step(&self, last_state: &IdempotencyState, action: Action) -> Option<String> {
+        crate::view::step_outcome(self, last_state, action)
+    }
+
+    fn as_svg(&self, path: stateright::Path<IdempotencyState, Action>) -> Option<String> {
+        Some(crate::view::explorer_svg(self, &path.into_vec()))
+    }
 }

@@ -1,9 +1,13 @@
 //! The relay model in ITF (see `crate::trace`): the table as the items a Scan would show, the
 //! writers' phases, the pullers' cursors and received seqs, and the answers given per op id.
+//!
+//! Shaped as Quint writes its values: item keys and phases are variants (`{"tag": "Claim",
+//! "value": "a"}`), a variant without data carries `[]` (`crate::trace::unit`), op ids are
+//! the strings the real store uses (`a`, `legacy-1`); no value is a Debug string.
 
 use super::{Action, Counter, Phase, RelayModel, RelayState, LEGACY_OP_BASE};
 use crate::ddb::{op_name, Key, OpId, Value};
-use crate::trace::{int, map, set, TraceEncoding};
+use crate::trace::{int, map, set, unit, variant, TraceEncoding};
 use serde_json::{json, Map, Value as Json};
 
 /// The op id as traces and the real store spell it: `a`, `b`, ... or `legacy-N`.
@@ -17,6 +21,28 @@ pub fn op_label(op: OpId) -> String {
 
 fn op_text(op: OpId) -> Json {
     Json::String(op_label(op))
+}
+
+/// An item key as an ITF variant: `Counter`, `Claim` (the op id), `Op` (the seq).
+pub fn key_json(key: Key) -> Json {
+    match key {
+        Key::Counter => variant("Counter", unit()),
+        Key::Claim(op) => variant("Claim", op_text(op)),
+        Key::Op(seq) => variant("Op", int(seq.into())),
+    }
+}
+
+/// The inverse of [`key_json`].
+pub fn parse_key_json(value: &Json) -> Option<Key> {
+    let value_of = |tag: &str| value.get("tag").and_then(Json::as_str).filter(|found| *found == tag).and(value.get("value"));
+    if value_of("Counter").is_some() {
+        return Some(Key::Counter);
+    }
+    if let Some(op) = value_of("Claim") {
+        return parse_op(op.as_str()?).map(Key::Claim);
+    }
+    let seq = crate::trace::read_int(value_of("Op")?)?;
+    u8::try_from(seq).ok().map(Key::Op)
 }
 
 pub fn key_text(key: Key) -> String {
@@ -38,16 +64,6 @@ fn parse_op(text: &str) -> Option<OpId> {
     }
 }
 
-pub fn parse_key(text: &str) -> Option<Key> {
-    if text == "counter" {
-        return Some(Key::Counter);
-    }
-    if let Some(op) = text.strip_prefix("claim ") {
-        return parse_op(op).map(Key::Claim);
-    }
-    text.strip_prefix("op ")?.parse::<u8>().ok().map(Key::Op)
-}
-
 fn value_json(value: Value) -> Json {
     match value {
         Value::Counter { next_seq } => json!({ "next_seq": int(next_seq.into()) }),
@@ -56,17 +72,57 @@ fn value_json(value: Value) -> Json {
     }
 }
 
-fn phase_text(phase: &Phase) -> String {
+/// Items by kind, keyed by plain values (ITF readers such as the `itf` crate refuse variants
+/// as map keys): `counter` (Some/None), `claims` (op id -> seq), `ops` (seq -> op id).
+fn table_json(items: &std::collections::BTreeMap<Key, Value>) -> Json {
+    let counter = items.iter().find(|(key, _)| **key == Key::Counter).map(|(_, value)| value_json(*value));
+    let claims = items.iter().filter_map(|(key, value)| match key {
+        Key::Claim(op) => Some((op_text(*op), value_json(*value))),
+        _ => None,
+    });
+    let ops = items.iter().filter_map(|(key, value)| match key {
+        Key::Op(seq) => Some((int((*seq).into()), value_json(*value))),
+        _ => None,
+    });
+    json!({
+        "counter": match counter {
+            Some(value) => variant("Some", value),
+            None => variant("None", unit()),
+        },
+        "claims": map(claims),
+        "ops": map(ops),
+    })
+}
+
+fn phase_json(phase: &Phase) -> Json {
     match phase {
-        Phase::Ready => "Ready".to_string(),
-        Phase::Allocated { seq } => format!("Allocated({seq})"),
-        Phase::Sent { round, .. } => format!("Sent(seq {}, expected {})", round.seq, round.expected),
-        Phase::ReadingClaim { op } => format!("ReadingClaim({})", op_name(*op)),
-        Phase::ReadingClaims => "ReadingClaims".to_string(),
-        Phase::QueryingTop => "QueryingTop".to_string(),
-        Phase::Done => "Done".to_string(),
-        Phase::Failed(error) => format!("Failed({error:?})"),
+        Phase::Ready => variant("Ready", unit()),
+        Phase::Allocated { seq } => variant("Allocated", json!({ "seq": int((*seq).into()) })),
+        Phase::Sent { round, .. } => {
+            variant("Sent", json!({ "seq": int(round.seq.into()), "expected": int(round.expected.into()) }))
+        }
+        Phase::ReadingClaim { op } => variant("ReadingClaim", json!({ "op": op_text(*op) })),
+        Phase::ReadingClaims => variant("ReadingClaims", unit()),
+        Phase::QueryingTop => variant("QueryingTop", unit()),
+        Phase::Done => variant("Done", unit()),
+        // The error's variant name (a unit variant) as the inner tag.
+        Phase::Failed(error) => variant("Failed", variant(&format!("{error:?}"), unit())),
     }
+}
+
+pub fn action_words(action: &Action) -> String {
+    let (name, picks) = RelayModel::encode_action_parts(action);
+    let mut words = vec![name];
+    for (field, value) in picks {
+        let text = match (field.as_str(), crate::trace::read_int(&value)) {
+            ("writer", Some(index)) => crate::view::element_name("writers", index as usize),
+            ("puller", Some(index)) => crate::view::element_name("pullers", index as usize),
+            ("key", _) => parse_key_json(&value).map(key_text).unwrap_or_else(|| value.to_string()),
+            _ => value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string()),
+        };
+        words.push(text);
+    }
+    words.join(" ")
 }
 
 fn read_index(picks: &Map<String, Json>, field: &str, count: usize) -> Result<u8, String> {
@@ -86,20 +142,21 @@ fn read_seq(picks: &Map<String, Json>) -> Result<u8, String> {
 
 impl TraceEncoding for RelayModel {
     const VARS: &'static [&'static str] = &["items", "pending", "writers", "pullers", "answers", "folders", "truncated"];
+    const PICKS: &'static [&'static str] = &["writer", "puller", "key", "seq"];
 
     fn encode_state(&self, state: &RelayState) -> Map<String, Json> {
-        let items = map(state.table.applied.iter().map(|(key, value)| (Json::String(key_text(*key)), value_json(*value))));
-        let pending = map(state.table.pending.iter().map(|(key, value)| (Json::String(key_text(*key)), value_json(*value))));
+        let items = table_json(&state.table.applied);
+        let pending = table_json(&state.table.pending);
         let writers: Vec<Json> = state
             .writers
             .iter()
             .map(|writer| {
                 json!({
-                    "phase": phase_text(&writer.phase),
+                    "phase": phase_json(&writer.phase),
                     "next_op": int(writer.next_op.into()),
                     "counter": match writer.counter {
-                        Counter::Unknown => json!({ "tag": "Unknown", "value": {} }),
-                        Counter::Known(value) => json!({ "tag": "Known", "value": int(value.into()) }),
+                        Counter::Unknown => variant("Unknown", unit()),
+                        Counter::Known(value) => variant("Known", int(value.into())),
                     },
                 })
             })
@@ -138,23 +195,7 @@ impl TraceEncoding for RelayModel {
     }
 
     fn encode_action(&self, action: &Action) -> (String, Map<String, Json>) {
-        let mut picks = Map::new();
-        let name = match *action {
-            Action::WriterReadsCounter { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterReadsCounter" }
-            Action::WriterAddsToCounter { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterAddsToCounter" }
-            Action::WriterSendsRound { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterSendsRound" }
-            Action::WriterReceivesResponse { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterReceivesResponse" }
-            Action::ResponseLost { writer } => { picks.insert("writer".into(), int(writer.into())); "ResponseLost" }
-            Action::WriterReadsClaim { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterReadsClaim" }
-            Action::WriterQueriesTop { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterQueriesTop" }
-            Action::WriterReadsClaims { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterReadsClaims" }
-            Action::PushDeadlinePasses { writer } => { picks.insert("writer".into(), int(writer.into())); "PushDeadlinePasses" }
-            Action::FolderReceivesRecord { seq } => { picks.insert("seq".into(), int(seq.into())); "FolderReceivesRecord" }
-            Action::TruncatorDeletes { seq } => { picks.insert("seq".into(), int(seq.into())); "TruncatorDeletes" }
-            Action::ItemApplied { key } => { picks.insert("key".into(), Json::String(key_text(key))); "ItemApplied" }
-            Action::PullerQueries { puller } => { picks.insert("puller".into(), int(puller.into())); "PullerQueries" }
-        };
-        (name.to_string(), picks)
+        RelayModel::encode_action_parts(action)
     }
 
     fn decode_action(&self, name: &str, picks: &Map<String, Json>) -> Result<Action, String> {
@@ -173,11 +214,34 @@ impl TraceEncoding for RelayModel {
             "FolderReceivesRecord" => Action::FolderReceivesRecord { seq: read_seq(picks)? },
             "TruncatorDeletes" => Action::TruncatorDeletes { seq: read_seq(picks)? },
             "ItemApplied" => {
-                let text = picks.get("key").and_then(Json::as_str).ok_or("`key` is missing or not a string")?;
-                Action::ItemApplied { key: parse_key(text).ok_or_else(|| format!("`key` = {text:?} is no item key"))? }
+                let value = picks.get("key").ok_or("`key` is missing")?;
+                Action::ItemApplied { key: parse_key_json(value).ok_or_else(|| format!("`key` = {value} is no item key"))? }
             }
             "PullerQueries" => Action::PullerQueries { puller: read_index(picks, "puller", self.bounds.pullers as usize)? },
             other => return Err(format!("unknown action `{other}` (valid: WriterReadsCounter, WriterAddsToCounter, WriterSendsRound, WriterReceivesResponse, ResponseLost, WriterReadsClaim, WriterReadsClaims, WriterQueriesTop, PushDeadlinePasses, ItemApplied, PullerQueries, FolderReceivesRecord, TruncatorDeletes)")),
         })
+    }
+}
+
+impl RelayModel {
+    /// The action's trace name and picks; needs no model, so the Explorer's words use it too.
+    fn encode_action_parts(action: &Action) -> (String, Map<String, Json>) {
+        let mut picks = Map::new();
+        let name = match *action {
+            Action::WriterReadsCounter { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterReadsCounter" }
+            Action::WriterAddsToCounter { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterAddsToCounter" }
+            Action::WriterSendsRound { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterSendsRound" }
+            Action::WriterReceivesResponse { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterReceivesResponse" }
+            Action::ResponseLost { writer } => { picks.insert("writer".into(), int(writer.into())); "ResponseLost" }
+            Action::WriterReadsClaim { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterReadsClaim" }
+            Action::WriterQueriesTop { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterQueriesTop" }
+            Action::WriterReadsClaims { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterReadsClaims" }
+            Action::PushDeadlinePasses { writer } => { picks.insert("writer".into(), int(writer.into())); "PushDeadlinePasses" }
+            Action::FolderReceivesRecord { seq } => { picks.insert("seq".into(), int(seq.into())); "FolderReceivesRecord" }
+            Action::TruncatorDeletes { seq } => { picks.insert("seq".into(), int(seq.into())); "TruncatorDeletes" }
+            Action::ItemApplied { key } => { picks.insert("key".into(), key_json(key)); "ItemApplied" }
+            Action::PullerQueries { puller } => { picks.insert("puller".into(), int(puller.into())); "PullerQueries" }
+        };
+        (name.to_string(), picks)
     }
 }

@@ -1,0 +1,338 @@
+//! `oncecheck check --html DIR`: a static HTML report a reviewer opens in a browser, one page
+//! per (model, variant) and an `index.html` linking them.
+//!
+//! A page shows the verdict of every property against its expectation; for every violation
+//! (and every verdict that differs from its expectation) the shortest trace as protocol words
+//! with only the roles that changed at each step (as TLC's difftrace does), and its sequence
+//! diagram with the breaking step marked; and the coverage: how often each action fired and
+//! how many states each BFS depth holds, as pictures.
+//!
+//! Invariants: every page is self-contained (inline CSS and SVG, no script, no network); all
+//! text is escaped; a page is written only from a finished `CheckReport`.
+
+use crate::diagram::{sequence_svg, text_width};
+use oncecheck_model::check::{CheckReport, Kind, Verdict};
+use oncecheck_model::view::Change;
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+/// One step of a shown trace: its protocol words and the roles it changed. Step 0 is the
+/// initial state, whose "changes" are every role (from nothing).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StepView {
+    pub step: usize,
+    pub words: String,
+    pub changes: Vec<Change>,
+}
+
+/// How much of the model a check exercised.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Coverage {
+    /// Unique states first reached at each BFS depth (index = depth).
+    pub states_per_depth: Vec<u64>,
+    /// Per action name: how many transitions of that action the search explored.
+    pub action_counts: BTreeMap<String, u64>,
+}
+
+/// Everything one page needs beyond the `CheckReport`.
+#[derive(Debug, Clone, Default)]
+pub struct PageDetail {
+    /// Per property name: its shortest trace, step by step (only for the traces the page shows).
+    pub traces: BTreeMap<String, Vec<StepView>>,
+    pub coverage: Option<Coverage>,
+}
+
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// The file name of a (model, variant) page.
+pub fn page_name(model: &str, variant: &str) -> String {
+    format!("{model}-{variant}.html")
+}
+
+fn anchor(name: &str) -> String {
+    name.chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '-'
+            }
+        })
+        .collect()
+}
+
+/// The traces a page (and `--diagrams`) shows: every violation, and every verdict that differs
+/// from its expectation and has a trace.
+pub fn shows_trace(verdict: Verdict, expected: Verdict) -> bool {
+    verdict == Verdict::Violated || verdict != expected
+}
+
+const STYLE: &str = "
+body { font-family: system-ui, sans-serif; margin: 24px; color: #222; max-width: 1400px; }
+h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 32px; } h3 { font-size: 15px; }
+table { border-collapse: collapse; margin: 8px 0; }
+td, th { border: 1px solid #ccd; padding: 3px 8px; text-align: left; vertical-align: top; font-size: 13px; }
+th { background: #eef; }
+.ok { color: #185; font-weight: bold; } .fail { color: #b00; font-weight: bold; }
+.words, .change, code { font-family: 'DejaVu Sans Mono', monospace; font-size: 12px; }
+.change { margin: 1px 0; } .before { color: #888; } .after { color: #124; }
+tr.breaking td { background: #fde2e2; }
+.diagram { overflow-x: auto; border: 1px solid #ccd; padding: 4px; margin: 8px 0; }
+.summary { font-size: 14px; }
+";
+
+fn bar_chart(title: &str, bars: &[(String, u64)], class: &str) -> String {
+    let label_px = bars
+        .iter()
+        .map(|(label, _)| text_width(label, 12.0))
+        .fold(40.0, f64::max)
+        + 12.0;
+    let count_px = bars
+        .iter()
+        .map(|(_, count)| text_width(&count.to_string(), 12.0))
+        .fold(0.0, f64::max)
+        + 12.0;
+    let bar_max_px = 360.0;
+    let row_px = 18.0;
+    let largest = bars
+        .iter()
+        .map(|(_, count)| *count)
+        .max()
+        .unwrap_or(1)
+        .max(1) as f64;
+    let width = (label_px + bar_max_px + count_px + 8.0).ceil();
+    let height = (bars.len() as f64 * row_px + 30.0).ceil();
+    let mut svg = format!(
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"{class}\" width=\"{width}\" height=\"{height}\" font-family=\"DejaVu Sans Mono, monospace\" font-size=\"12\">\n<text x=\"4\" y=\"14\" font-weight=\"bold\">{}</text>\n",
+        escape(title)
+    );
+    for (index, (label, count)) in bars.iter().enumerate() {
+        let y = 24.0 + index as f64 * row_px;
+        let bar = (*count as f64 / largest * bar_max_px).max(1.0);
+        let _ = writeln!(
+            svg,
+            "<text x=\"4\" y=\"{}\">{}</text><rect x=\"{label_px}\" y=\"{}\" width=\"{bar:.1}\" height=\"{}\" fill=\"#68a\"/><text x=\"{:.1}\" y=\"{}\">{count}</text>",
+            y + 12.0,
+            escape(label),
+            y + 2.0,
+            row_px - 4.0,
+            label_px + bar + 6.0,
+            y + 12.0
+        );
+    }
+    svg.push_str("</svg>\n");
+    svg
+}
+
+fn changes_html(changes: &[Change]) -> String {
+    let mut html = String::new();
+    for (role, before, after) in changes {
+        let before = before
+            .as_deref()
+            .map(|text| format!("<span class=\"before\">{}</span> &rarr; ", escape(text)))
+            .unwrap_or_default();
+        let after = after
+            .as_deref()
+            .map(escape)
+            .unwrap_or_else(|| "(gone)".to_string());
+        let _ = write!(
+            html,
+            "<div class=\"change\"><b>{}</b>: {before}<span class=\"after\">{after}</span></div>",
+            escape(role)
+        );
+    }
+    html
+}
+
+/// The HTML page of one report.
+pub fn page(report: &CheckReport, detail: &PageDetail) -> String {
+    let title = format!("{}/{}", report.model, report.variant);
+    let matches = report.matches_expectations();
+    let mut html = String::new();
+    let _ = write!(
+        html,
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>oncecheck {}</title><style>{STYLE}</style></head><body>\n",
+        escape(&title)
+    );
+    let _ = writeln!(
+        html,
+        "<p><a href=\"index.html\">all models</a></p><h1>{}</h1>",
+        escape(&title)
+    );
+    let _ = writeln!(
+        html,
+        "<p class=\"summary\"><span class=\"{}\" id=\"verdict\">{}</span> &mdash; bounds <code>{}</code>; {} unique states ({} generated), depth {}, {:.2}s, {}</p>",
+        if matches { "ok" } else { "fail" },
+        if matches { "every verdict equals its expectation" } else { "MISMATCH: a verdict differs from its expectation" },
+        escape(&report.bounds.to_string()),
+        report.unique_states,
+        report.states,
+        report.max_depth,
+        report.seconds,
+        if report.complete { "complete" } else { "INCOMPLETE" }
+    );
+    html.push_str("<h2>Properties</h2>\n<table id=\"properties\"><tr><th>ID</th><th>kind</th><th>property</th><th>verdict</th><th>expected</th><th></th></tr>\n");
+    for property in &report.properties {
+        let kind = match property.kind {
+            Kind::Always => "always",
+            Kind::Sometimes => "sometimes",
+        };
+        let name = if detail.traces.contains_key(property.name) {
+            format!(
+                "<a href=\"#{}\">{}</a>",
+                anchor(property.name),
+                escape(property.name)
+            )
+        } else {
+            escape(property.name)
+        };
+        let _ = writeln!(
+            html,
+            "<tr><td>{}</td><td>{kind}</td><td>{name}</td><td>{}</td><td>{}</td><td class=\"{}\">{}</td></tr>",
+            property.id,
+            property.verdict,
+            property.expected,
+            if property.matches() { "ok" } else { "fail" },
+            if property.matches() { "as expected" } else { "MISMATCH" }
+        );
+    }
+    html.push_str("</table>\n");
+    for property in &report.properties {
+        let (Some(steps), Some(trace)) =
+            (detail.traces.get(property.name), property.trace.as_ref())
+        else {
+            continue;
+        };
+        let breaking = format!("{} {}", property.name, property.verdict);
+        let _ = write!(
+            html,
+            "<section class=\"counterexample\" id=\"{}\"><h2>{} &mdash; {} (expected {})</h2>\n<p>The shortest trace, {} steps; each step shows only the roles it changed.</p>\n<table class=\"steps\"><tr><th>#</th><th>step</th><th>changed</th></tr>\n",
+            anchor(property.name),
+            escape(property.name),
+            property.verdict,
+            property.expected,
+            trace.len()
+        );
+        for view in steps {
+            let last = view.step == trace.len() && view.step > 0;
+            let words = if view.step == 0 {
+                "initial state".to_string()
+            } else {
+                escape(&view.words)
+            };
+            let mark = if last {
+                format!("<div class=\"fail\">{} here</div>", escape(&breaking))
+            } else {
+                String::new()
+            };
+            let _ = writeln!(
+                html,
+                "<tr{}><td>{}</td><td class=\"words\">{words}{mark}</td><td>{}</td></tr>",
+                if last { " class=\"breaking\"" } else { "" },
+                view.step,
+                changes_html(&view.changes)
+            );
+        }
+        html.push_str("</table>\n<h3>Sequence diagram</h3>\n<div class=\"diagram\">\n");
+        let title = format!(
+            "{}/{}: {} ({})",
+            report.model, report.variant, property.name, property.verdict
+        );
+        html.push_str(&sequence_svg(&title, trace, Some(&breaking)));
+        html.push_str("</div></section>\n");
+    }
+    html.push_str("<h2 id=\"coverage\">Coverage</h2>\n");
+    match &detail.coverage {
+        Some(coverage) => {
+            let actions: Vec<(String, u64)> = coverage
+                .action_counts
+                .iter()
+                .map(|(name, count)| (name.clone(), *count))
+                .collect();
+            let depths: Vec<(String, u64)> = coverage
+                .states_per_depth
+                .iter()
+                .enumerate()
+                .map(|(depth, count)| (format!("depth {depth}"), *count))
+                .collect();
+            let never: Vec<&String> = coverage
+                .action_counts
+                .iter()
+                .filter(|(_, count)| **count == 0)
+                .map(|(name, _)| name)
+                .collect();
+            if !never.is_empty() {
+                let names: Vec<String> = never.iter().map(|name| escape(name)).collect();
+                let _ = writeln!(
+                    html,
+                    "<p class=\"fail\">never fired: {}</p>",
+                    names.join(", ")
+                );
+            }
+            html.push_str(&bar_chart(
+                "transitions explored per action",
+                &actions,
+                "actions",
+            ));
+            html.push_str(&bar_chart(
+                "unique states first reached per BFS depth",
+                &depths,
+                "depths",
+            ));
+        }
+        None => html.push_str("<p>No coverage recorded for this run.</p>\n"),
+    }
+    html.push_str("</body></html>\n");
+    html
+}
+
+/// The index page: one row per (model, variant) with its verdict against expectations.
+pub fn index(reports: &[&CheckReport]) -> String {
+    let mut html = format!(
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>oncecheck report</title><style>{STYLE}</style></head><body>\n<h1>oncecheck check</h1>\n<table id=\"runs\"><tr><th>model/variant</th><th>verdicts</th><th>unique states</th><th>violations shown</th></tr>\n"
+    );
+    for report in reports {
+        let matches = report.matches_expectations();
+        let violations = report
+            .properties
+            .iter()
+            .filter(|property| property.verdict == Verdict::Violated)
+            .count();
+        let _ = writeln!(
+            html,
+            "<tr><td><a href=\"{}\">{}/{}</a></td><td class=\"{}\">{}</td><td>{}</td><td>{violations}</td></tr>",
+            page_name(report.model, report.variant),
+            report.model,
+            report.variant,
+            if matches { "ok" } else { "fail" },
+            if matches { "as expected" } else { "MISMATCH" },
+            report.unique_states
+        );
+    }
+    html.push_str("</table></body></html>\n");
+    html
+}
+
+/// Writes one page; answers its path.
+pub fn write_page(
+    directory: &Path,
+    report: &CheckReport,
+    detail: &PageDetail,
+) -> std::io::Result<PathBuf> {
+    let file = directory.join(page_name(report.model, report.variant));
+    std::fs::write(&file, page(report, detail))?;
+    Ok(file)
+}
+
+/// Writes `index.html` over every report written so far.
+pub fn write_index(directory: &Path, reports: &[&CheckReport]) -> std::io::Result<PathBuf> {
+    let file = directory.join("index.html");
+    std::fs::write(&file, index(reports))?;
+    Ok(file)
+}
