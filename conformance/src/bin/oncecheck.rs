@@ -78,6 +78,9 @@ enum Command {
         /// the run (they are still counted and printed).
         #[arg(long)]
         only_replayable: bool,
+        /// Replay this many traces at once (each on its own stream, table and proxy).
+        #[arg(long, default_value_t = 1)]
+        jobs: usize,
     },
     /// Serve the stateright Explorer for a model on 127.0.0.1.
     Explore {
@@ -136,7 +139,7 @@ fn main() -> ExitCode {
             println!("wrote {total} traces to {}", out.display());
             ExitCode::SUCCESS
         }
-        Command::Replay { traces, target, store_variant, store_mutations, only_replayable } => {
+        Command::Replay { traces, target, store_variant, store_mutations, only_replayable, jobs } => {
             let target: oncecheck_conformance::replay::Target = match target.parse() {
                 Ok(target) => target,
                 Err(message) => {
@@ -151,7 +154,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(2);
                 }
             };
-            oncecheck_conformance::replay_command::run(&traces, &target, config, only_replayable)
+            oncecheck_conformance::replay_command::run(&traces, &target, config, only_replayable, jobs)
         }
         Command::Explore { model, variant, bounds, port } => {
             let jobs = match models::resolve(Some(&model), Some(&variant), &bounds) {
