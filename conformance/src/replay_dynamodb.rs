@@ -338,6 +338,11 @@ struct Running {
 /// One relay trace on DynamoDB, on a table of its own behind a proxy of its own.
 pub struct DynamoTarget {
     context: Arc<DynamoContext>,
+    /// The committed items as last read; dropped whenever a write goes upstream. Nothing else
+    /// writes the trace's table (it is the trace's own, and every request passes this target's
+    /// proxy), so between two writes the last read is the real state: a read per write, not per
+    /// step, with every step still compared.
+    committed: Option<BTreeMap<String, String>>,
     stream: String,
     table: String,
     running: Option<Running>,
@@ -360,6 +365,7 @@ impl DynamoTarget {
             running: None,
             requests: 0,
             lost_responses: 0,
+            committed: None,
         }
     }
 
@@ -517,6 +523,13 @@ impl ReplayTarget for DynamoTarget {
         let table = self.table.clone();
         let writers = model.writers.len();
         let mut requests = 0;
+        // Every step that may send a write upstream invalidates the last read of the table.
+        if matches!(
+            *step.action,
+            Action::WriterSendsRound { .. } | Action::WriterAddsToCounter { .. }
+        ) {
+            self.committed = None;
+        }
         let running = self.running()?;
         let proxy = &running.proxy;
         match *step.action {
@@ -735,11 +748,16 @@ impl ReplayTarget for DynamoTarget {
     }
 
     async fn observe(&mut self) -> Result<BTreeMap<String, String>, Fault> {
+        if let Some(committed) = &self.committed {
+            return Ok(committed.clone());
+        }
         let stream = self.stream.clone();
         let running = self.running()?;
-        real_view(&running.set_up, &stream)
+        let committed = real_view(&running.set_up, &stream)
             .await
-            .map_err(Fault::Environment)
+            .map_err(Fault::Environment)?;
+        self.committed = Some(committed.clone());
+        Ok(committed)
     }
 
     async fn finish(&mut self, trace: &LoadedTrace<RelayModel>) -> Result<(), Fault> {
