@@ -1,42 +1,83 @@
 //! Counterexamples as sequence diagrams (SVG): one lifeline per actor (W1, P1, C1, ...) and one
-//! for the server; each step an arrow in protocol words. A reviewer sees the interleaving at a
+//! for the server; each step a row in protocol words. A reviewer sees the interleaving at a
 //! glance instead of reading it.
 //!
 //! The actor of a step is the first word of its protocol words when it names one (`W1`, `P2`,
-//! `C1`); a step of no actor (an item applied, a clock tick, a lost response) is a note on the
-//! server's lifeline. Invariant: the output is a self-contained SVG; all text is escaped.
+//! `C1`, `C1:`). An actor's step is a dot on the actor's lifeline with an arrow to the server (a
+//! request) or from it (`receives`, an answer); a step of no actor (an item applied, a lease
+//! expiring, a lost response) is a dot on the server's lifeline. The step at which the property
+//! breaks (the last step of a counterexample) is marked with a red band and says so.
+//!
+//! Invariants: the output is a self-contained SVG and all text is escaped; nothing is cut — the
+//! canvas is as wide as its longest text at [`CHAR_WIDTH_PX`] per character (an upper bound of
+//! the monospace advance at [`FONT_PX`]), and every lane header is as wide as its name. Layout
+//! is computed first as boxes and texts ([`Layout`]) so a test can check every extent.
 
 use oncecheck_model::check::TraceStep;
 
-const LANE_WIDTH: usize = 150;
-const ROW_HEIGHT: usize = 34;
-const TOP: usize = 60;
-const LABEL_CHARS_MAX: usize = 96;
+/// The font size of step labels and lane names, in pixels.
+pub const FONT_PX: f64 = 12.0;
+/// The font size of the title.
+pub const TITLE_FONT_PX: f64 = 15.0;
+/// Width of one character at [`FONT_PX`]: monospace fonts advance 0.6 em; 0.62 em leaves room
+/// for the widest of them (DejaVu Sans Mono, Liberation Mono, Courier).
+pub const CHAR_WIDTH_PX: f64 = FONT_PX * 0.62;
+const LANE_GAP_PX: f64 = 110.0;
+const ROW_HEIGHT_PX: f64 = 30.0;
+const TOP_PX: f64 = 76.0;
+const MARGIN_PX: f64 = 16.0;
 
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+/// The horizontal extent of `text` at `font_px` in a monospace font.
+pub fn text_width(text: &str, font_px: f64) -> f64 {
+    text.chars().count() as f64 * font_px * 0.62
 }
 
-/// The actor a step belongs to, if its words start with one (`W1`, `P1 `, `C2`).
-fn actor_of(words: &str) -> Option<String> {
-    let first = words.split_whitespace().next()?;
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
+/// The actor a step belongs to, if its words start with one (`W1`, `P1 `, `C2:`).
+pub fn actor_of(words: &str) -> Option<String> {
+    let first = words.split_whitespace().next()?.trim_end_matches(':');
     let mut characters = first.chars();
     let letter = characters.next()?;
     let rest: String = characters.collect();
-    (letter.is_ascii_uppercase() && !rest.is_empty() && rest.chars().all(|c| c.is_ascii_digit())).then(|| first.to_string())
+    (letter.is_ascii_uppercase() && !rest.is_empty() && rest.chars().all(|c| c.is_ascii_digit()))
+        .then(|| first.to_string())
 }
 
-fn shorten(text: &str) -> String {
-    if text.chars().count() <= LABEL_CHARS_MAX {
-        text.to_string()
-    } else {
-        let cut: String = text.chars().take(LABEL_CHARS_MAX - 1).collect();
-        format!("{cut}…")
-    }
+/// A text as placed: `x` is its left edge (every text is start-anchored).
+#[derive(Debug, Clone, PartialEq)]
+pub struct PlacedText {
+    pub x: f64,
+    pub y: f64,
+    pub font_px: f64,
+    pub text: String,
+    /// The box the text must stay inside (x, width), when it has one (lane headers).
+    pub inside: Option<(f64, f64)>,
 }
 
-/// An SVG sequence diagram of `steps`, titled `title`.
-pub fn sequence_svg(title: &str, steps: &[TraceStep]) -> String {
+/// One step's row: its y, the lane its dot is on, the arrow (from x, to x) if any.
+pub type Row = (f64, usize, Option<(f64, f64)>);
+
+/// Everything a diagram draws, in canvas coordinates.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Layout {
+    pub width: f64,
+    pub height: f64,
+    pub lanes: Vec<(String, f64)>,
+    pub texts: Vec<PlacedText>,
+    pub rows: Vec<Row>,
+    /// The row index of the breaking step, and what it says.
+    pub breaking: Option<(usize, String)>,
+}
+
+/// Lays out a diagram of `steps`, titled `title`; `breaking` names what the last step breaks
+/// (e.g. "R1 no-skip violated") and marks that step.
+pub fn layout(title: &str, steps: &[TraceStep], breaking: Option<&str>) -> Layout {
     let mut actors: Vec<String> = Vec::new();
     for step in steps {
         if let Some(actor) = actor_of(&step.words) {
@@ -45,60 +86,171 @@ pub fn sequence_svg(title: &str, steps: &[TraceStep]) -> String {
             }
         }
     }
-    // Pullers last: they read what the writers wrote.
+    // Clients and writers first, pullers last (they read what the writers wrote).
     actors.sort_by_key(|actor| (actor.starts_with('P'), actor.clone()));
-    let server_lane = actors.len();
-    let lane_x = |lane: usize| 80 + lane * LANE_WIDTH;
-    let width = lane_x(server_lane) + 620;
-    let height = TOP + 40 + steps.len() * ROW_HEIGHT + 30;
+    let mut names = actors.clone();
+    names.push("server".to_string());
+    let header_width = |name: &str| (text_width(name, FONT_PX) + 16.0).max(60.0);
+    let mut lanes = Vec::new();
+    let mut x = MARGIN_PX + header_width(&names[0]) / 2.0;
+    for (index, name) in names.iter().enumerate() {
+        if index > 0 {
+            x += header_width(&names[index - 1]) / 2.0
+                + LANE_GAP_PX.max(header_width(name) / 2.0 + 20.0);
+        }
+        lanes.push((name.clone(), x));
+    }
+    let server_x = lanes.last().expect("the server lane").1;
+    let label_x = server_x + 24.0;
+    let mut texts = Vec::new();
+    texts.push(PlacedText {
+        x: MARGIN_PX,
+        y: 26.0,
+        font_px: TITLE_FONT_PX,
+        text: title.to_string(),
+        inside: None,
+    });
+    for (name, lane_x) in &lanes {
+        let width = header_width(name);
+        texts.push(PlacedText {
+            x: lane_x - text_width(name, FONT_PX) / 2.0,
+            y: TOP_PX - 9.0,
+            font_px: FONT_PX,
+            text: name.clone(),
+            inside: Some((lane_x - width / 2.0, width)),
+        });
+    }
+    let mut rows = Vec::new();
+    for (row, step) in steps.iter().enumerate() {
+        let y = TOP_PX + 28.0 + row as f64 * ROW_HEIGHT_PX;
+        let lane =
+            actor_of(&step.words).and_then(|actor| actors.iter().position(|known| *known == actor));
+        let (dot_lane, arrow) = match lane {
+            Some(lane) => {
+                let actor_x = lanes[lane].1;
+                let inbound = step.words.contains(" receives ");
+                (
+                    lane,
+                    Some(if inbound {
+                        (server_x, actor_x)
+                    } else {
+                        (actor_x, server_x)
+                    }),
+                )
+            }
+            None => (lanes.len() - 1, None),
+        };
+        rows.push((y, dot_lane, arrow));
+        texts.push(PlacedText {
+            x: label_x,
+            y: y + 4.0,
+            font_px: FONT_PX,
+            text: format!("{}. {}", step.step, step.words),
+            inside: None,
+        });
+    }
+    let breaking = match (breaking, steps.len()) {
+        (Some(what), rows_count) if rows_count > 0 => {
+            let (y, _, _) = rows[rows_count - 1];
+            texts.push(PlacedText {
+                x: label_x,
+                y: y + 19.0,
+                font_px: FONT_PX,
+                text: format!("^ {what} here"),
+                inside: None,
+            });
+            Some((rows_count - 1, what.to_string()))
+        }
+        _ => None,
+    };
+    let right = texts
+        .iter()
+        .map(|text| text.x + text_width(&text.text, text.font_px))
+        .fold(0.0, f64::max);
+    let width = (right + MARGIN_PX).ceil();
+    let extra = if breaking.is_some() { 18.0 } else { 0.0 };
+    let height = (TOP_PX + 28.0 + steps.len() as f64 * ROW_HEIGHT_PX + extra + MARGIN_PX).ceil();
+    Layout {
+        width,
+        height,
+        lanes,
+        texts,
+        rows,
+        breaking,
+    }
+}
+
+/// An SVG sequence diagram of `steps`, titled `title`, the breaking step marked when `breaking`
+/// names what breaks.
+pub fn sequence_svg(title: &str, steps: &[TraceStep], breaking: Option<&str>) -> String {
+    let layout = layout(title, steps, breaking);
+    let (width, height) = (layout.width, layout.height);
     let mut svg = String::new();
     svg.push_str(&format!(
-        "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{width}\" height=\"{height}\" font-family=\"monospace\" font-size=\"12\">\n"
+        "<svg xmlns=\"http://www.w3.org/2000/svg\" class=\"sequence\" width=\"{width}\" height=\"{height}\" viewBox=\"0 0 {width} {height}\" font-family=\"DejaVu Sans Mono, Liberation Mono, monospace\" font-size=\"{FONT_PX}\">\n"
     ));
     svg.push_str("<defs><marker id=\"arrow\" markerWidth=\"10\" markerHeight=\"7\" refX=\"10\" refY=\"3.5\" orient=\"auto\"><polygon points=\"0 0, 10 3.5, 0 7\"/></marker></defs>\n");
-    svg.push_str(&format!("<rect width=\"{width}\" height=\"{height}\" fill=\"white\"/>\n"));
-    svg.push_str(&format!("<text x=\"10\" y=\"22\" font-size=\"15\" font-weight=\"bold\">{}</text>\n", escape(title)));
-    let bottom = height - 20;
-    let mut lanes: Vec<String> = actors.clone();
-    lanes.push("server".to_string());
-    for (lane, name) in lanes.iter().enumerate() {
-        let x = lane_x(lane);
-        svg.push_str(&format!("<rect x=\"{}\" y=\"{}\" width=\"90\" height=\"24\" fill=\"#eef\" stroke=\"#335\"/>\n", x - 45, TOP - 24));
-        svg.push_str(&format!("<text x=\"{x}\" y=\"{}\" text-anchor=\"middle\">{}</text>\n", TOP - 8, escape(name)));
-        svg.push_str(&format!("<line x1=\"{x}\" y1=\"{TOP}\" x2=\"{x}\" y2=\"{bottom}\" stroke=\"#99a\" stroke-dasharray=\"4 3\"/>\n"));
+    svg.push_str(&format!(
+        "<rect width=\"{width}\" height=\"{height}\" fill=\"white\"/>\n"
+    ));
+    if let Some((row, _)) = &layout.breaking {
+        let y = layout.rows[*row].0;
+        svg.push_str(&format!(
+            "<rect class=\"breaking\" x=\"0\" y=\"{}\" width=\"{width}\" height=\"{}\" fill=\"#fde2e2\"/>\n",
+            y - ROW_HEIGHT_PX / 2.0,
+            ROW_HEIGHT_PX + 14.0
+        ));
     }
-    for (row, step) in steps.iter().enumerate() {
-        let y = TOP + 30 + row * ROW_HEIGHT;
-        let label = format!("{}. {}", step.step, shorten(&step.words));
-        let server_x = lane_x(server_lane);
-        match actor_of(&step.words).and_then(|actor| actors.iter().position(|known| *known == actor)) {
-            Some(lane) => {
-                let actor_x = lane_x(lane);
-                let inbound = step.words.contains(" receives ");
-                let (from, to) = if inbound { (server_x, actor_x) } else { (actor_x, server_x) };
-                svg.push_str(&format!(
-                    "<line x1=\"{from}\" y1=\"{y}\" x2=\"{to}\" y2=\"{y}\" stroke=\"{}\" stroke-width=\"1.5\" marker-end=\"url(#arrow)\"/>\n",
-                    if inbound { "#264" } else { "#224" }
-                ));
-                svg.push_str(&format!(
-                    "<text x=\"{}\" y=\"{}\"><title>{}</title>{}</text>\n",
-                    server_x + 12,
-                    y + 4,
-                    escape(&step.words),
-                    escape(&label)
-                ));
-            }
-            None => {
-                svg.push_str(&format!("<circle cx=\"{server_x}\" cy=\"{y}\" r=\"4\" fill=\"#a33\"/>\n"));
-                svg.push_str(&format!(
-                    "<text x=\"{}\" y=\"{}\" fill=\"#a33\"><title>{}</title>{}</text>\n",
-                    server_x + 12,
-                    y + 4,
-                    escape(&step.words),
-                    escape(&label)
-                ));
-            }
+    let bottom = height - MARGIN_PX;
+    for (name, x) in &layout.lanes {
+        let header = (text_width(name, FONT_PX) + 16.0).max(60.0);
+        svg.push_str(&format!(
+            "<rect x=\"{}\" y=\"{}\" width=\"{header}\" height=\"24\" fill=\"#eef\" stroke=\"#335\"/>\n",
+            x - header / 2.0,
+            TOP_PX - 26.0
+        ));
+        svg.push_str(&format!("<line x1=\"{x}\" y1=\"{}\" x2=\"{x}\" y2=\"{bottom}\" stroke=\"#99a\" stroke-dasharray=\"4 3\"/>\n", TOP_PX - 2.0));
+    }
+    for (index, (y, lane, arrow)) in layout.rows.iter().enumerate() {
+        let breaking = layout
+            .breaking
+            .as_ref()
+            .is_some_and(|(row, _)| *row == index);
+        let colour = if breaking {
+            "#b00"
+        } else if arrow.is_none() {
+            "#a33"
+        } else {
+            "#224"
+        };
+        if let Some((from, to)) = arrow {
+            svg.push_str(&format!(
+                "<line x1=\"{from}\" y1=\"{y}\" x2=\"{to}\" y2=\"{y}\" stroke=\"{colour}\" stroke-width=\"1.5\" marker-end=\"url(#arrow)\"/>\n"
+            ));
         }
+        svg.push_str(&format!(
+            "<circle cx=\"{}\" cy=\"{y}\" r=\"4\" fill=\"{colour}\"/>\n",
+            layout.lanes[*lane].1
+        ));
+    }
+    for text in &layout.texts {
+        let weight = if text.font_px == TITLE_FONT_PX || text.text.ends_with(" here") {
+            " font-weight=\"bold\""
+        } else {
+            ""
+        };
+        let fill = if text.text.ends_with(" here") && layout.breaking.is_some() {
+            " fill=\"#b00\""
+        } else {
+            ""
+        };
+        svg.push_str(&format!(
+            "<text x=\"{:.1}\" y=\"{}\" font-size=\"{}\"{weight}{fill}>{}</text>\n",
+            text.x,
+            text.y,
+            text.font_px,
+            escape(&text.text)
+        ));
     }
     svg.push_str("</svg>\n");
     svg
@@ -109,28 +261,103 @@ mod tests {
     use super::*;
 
     fn step(step: usize, words: &str) -> TraceStep {
-        TraceStep { step, action: String::new(), words: words.to_string() }
+        TraceStep {
+            step,
+            action: String::new(),
+            words: words.to_string(),
+        }
     }
 
     #[test]
-    fn actors_get_lanes_and_server_events_are_notes() {
+    fn every_step_sits_on_its_actors_lifeline_and_the_breaking_step_is_marked() {
+        let steps = [
+            step(1, "W1 (ADD-era) UpdateItem ADD next_seq 1 -> 1"),
+            step(2, "op 2 applied (op_id b)"),
+            step(3, "C1: claim k inserts a processing row, generation 1"),
+            step(4, "P1 Query seq>0 limit 2 -> [2]; P1 stores cursor 2"),
+            step(5, "W1 receives committed: a stored at 1"),
+        ];
+        let layout = layout(
+            "relay/add-era R1 <no-skip>",
+            &steps,
+            Some("R1 no-skip violated"),
+        );
+        let lane = |name: &str| {
+            layout
+                .lanes
+                .iter()
+                .position(|(lane, _)| lane == name)
+                .unwrap()
+        };
+        assert_eq!(
+            layout
+                .lanes
+                .iter()
+                .map(|(name, _)| name.as_str())
+                .collect::<Vec<_>>(),
+            ["C1", "W1", "P1", "server"]
+        );
+        let on = |row: usize| layout.rows[row].1;
+        assert_eq!(
+            [on(0), on(1), on(2), on(3), on(4)],
+            [
+                lane("W1"),
+                lane("server"),
+                lane("C1"),
+                lane("P1"),
+                lane("W1")
+            ]
+        );
+        let x = |name: &str| layout.lanes[lane(name)].1;
+        assert_eq!(
+            layout.rows[0].2,
+            Some((x("W1"), x("server"))),
+            "a request goes from the actor to the server"
+        );
+        assert_eq!(
+            layout.rows[4].2,
+            Some((x("server"), x("W1"))),
+            "an answer comes back"
+        );
+        assert_eq!(layout.rows[1].2, None, "an apply is the server's own step");
+        assert_eq!(
+            layout.breaking,
+            Some((4, "R1 no-skip violated".to_string()))
+        );
+
         let svg = sequence_svg(
             "relay/add-era R1 <no-skip>",
-            &[
-                step(1, "W1 (ADD-era) UpdateItem ADD next_seq 1 -> 1"),
-                step(2, "op 2 applied (op_id b)"),
-                step(3, "P1 Query seq>0 limit 2 -> [2]; P1 stores cursor 2"),
-                step(4, "W1 receives committed: a stored at 1"),
-            ],
+            &steps,
+            Some("R1 no-skip violated"),
         );
-        assert!(svg.starts_with("<svg"));
-        assert!(svg.trim_end().ends_with("</svg>"));
-        assert!(svg.contains(">W1</text>") && svg.contains(">P1</text>") && svg.contains(">server</text>"));
-        assert!(svg.contains("relay/add-era R1 &lt;no-skip&gt;"), "titles are escaped");
-        assert!(svg.contains("3. P1 Query seq&gt;0 limit 2 -&gt; [2]; P1 stores cursor 2"));
-        assert_eq!(svg.matches("<circle").count(), 1, "the apply is a note on the server lane");
-        assert_eq!(svg.matches("marker-end").count(), 3);
+        assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
+        assert!(
+            svg.contains("relay/add-era R1 &lt;no-skip&gt;"),
+            "titles are escaped"
+        );
+        assert!(svg.contains("4. P1 Query seq&gt;0 limit 2 -&gt; [2]; P1 stores cursor 2"));
+        assert!(svg.contains("class=\"breaking\"") && svg.contains("^ R1 no-skip violated here"));
+        assert_eq!(svg.matches("marker-end").count(), 4);
         assert_eq!(actor_of("op 1 applied"), None);
-        assert_eq!(actor_of("C2 POST /transfers"), Some("C2".to_string()));
+        assert_eq!(actor_of("C2: POST /transfers"), Some("C2".to_string()));
+        assert!(!sequence_svg("t", &steps, None).contains("class=\"breaking\""));
+    }
+
+    #[test]
+    fn the_canvas_grows_with_the_longest_label() {
+        let short = layout("t", &[step(1, "W1 reads")], None);
+        let long_words = format!("W1 {}", "x".repeat(300));
+        let long = layout("t", &[step(1, &long_words)], None);
+        assert!(
+            long.width
+                >= long.texts.last().unwrap().x + text_width(&format!("1. {long_words}"), FONT_PX)
+        );
+        let grown = ("1. ".len() + long_words.len() - "1. W1 reads".len()) as f64 * CHAR_WIDTH_PX;
+        assert!(
+            (long.width - short.width - grown).abs() < 1.0,
+            "{} vs {}",
+            long.width,
+            short.width
+        );
     }
 }

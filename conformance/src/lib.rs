@@ -1,14 +1,23 @@
-//! oncecheck-conformance: the `oncecheck` command, trace export, the DynamoDB proxy and trace
+//! oncecheck-conformance: the `oncecheck` command — model checks, the Explorer, diagrams, HTML
+//! reports and trace files — and, behind the `replay` feature, the DynamoDB proxy and trace
 //! replay against the real implementations.
 //!
-//! Invariant: this is the only crate that depends on both the model and the implementations.
+//! Invariants: this is the only crate that depends on both the model and the implementations;
+//! without `replay` it depends on no implementation (no AWS SDK, no sqlx, no aws-lc), so the
+//! main job builds the model checker only.
 
 pub mod diagram;
 pub mod models;
+#[cfg(feature = "replay")]
 pub mod proxy;
+#[cfg(feature = "replay")]
 pub mod replay;
+#[cfg(feature = "replay")]
 pub mod replay_command;
+#[cfg(feature = "replay")]
 pub mod replay_dynamodb;
+#[cfg(feature = "replay")]
 pub mod replay_log;
+#[cfg(feature = "replay")]
 pub mod replay_session;
 pub mod traces;

@@ -4,7 +4,9 @@
 //! resolves names through [`resolve`], so an unknown model, variant or bound gets one error
 //! shape that lists the valid choices.
 
-use oncecheck_model::check::{self, CheckOptions, CheckReport, Kind, ModelSpec, Progress, SpecError, Verdict};
+use oncecheck_model::check::{
+    self, CheckOptions, CheckReport, Kind, ModelSpec, Progress, SpecError, Verdict,
+};
 use oncecheck_model::idempotency::IdempotencyModel;
 use oncecheck_model::relay::RelayModel;
 use oncecheck_model::token::TokenModel;
@@ -50,10 +52,17 @@ pub struct Job {
 
 /// Resolves what `check [MODEL] [--variant V] [--bound K=N]` names into jobs, validating every
 /// name and bound before any checking starts.
-pub fn resolve(model: Option<&str>, variant: Option<&str>, overrides: &[(String, u32)]) -> Result<Vec<Job>, SpecError> {
+pub fn resolve(
+    model: Option<&str>,
+    variant: Option<&str>,
+    overrides: &[(String, u32)],
+) -> Result<Vec<Job>, SpecError> {
     let models: Vec<&'static str> = match model {
         None => MODEL_NAMES.to_vec(),
-        Some(name) => vec![*MODEL_NAMES.iter().find(|known| **known == name).ok_or_else(|| unknown_model(name))?],
+        Some(name) => vec![*MODEL_NAMES
+            .iter()
+            .find(|known| **known == name)
+            .ok_or_else(|| unknown_model(name))?],
     };
     if model.is_none() && variant.is_some() {
         // A variant only makes sense for one model: say which models have it.
@@ -66,46 +75,155 @@ pub fn resolve(model: Option<&str>, variant: Option<&str>, overrides: &[(String,
     }
     let mut jobs = Vec::new();
     for model in models {
-        let variants: Vec<&'static str> = with_model!(model, |M| {
-            match variant {
-                Some(name) => vec![M::resolve_variant(name)?],
-                None => M::VARIANTS.to_vec(),
-            }
-        }, return Err(unknown_model(model)));
+        let variants: Vec<&'static str> = with_model!(
+            model,
+            |M| {
+                match variant {
+                    Some(name) => vec![M::resolve_variant(name)?],
+                    None => M::VARIANTS.to_vec(),
+                }
+            },
+            return Err(unknown_model(model))
+        );
         for variant in variants {
             // Resolve now so a bad bound is reported before hours of checking.
-            with_model!(model, |M| { M::resolve_bounds(variant, overrides)?; }, return Err(unknown_model(model)));
-            jobs.push(Job { model, variant, overrides: overrides.to_vec() });
+            with_model!(
+                model,
+                |M| {
+                    M::resolve_bounds(variant, overrides)?;
+                },
+                return Err(unknown_model(model))
+            );
+            jobs.push(Job {
+                model,
+                variant,
+                overrides: overrides.to_vec(),
+            });
         }
     }
     Ok(jobs)
 }
 
-/// Runs one job; `progress` is called while the checker runs.
-pub fn run_job(job: &Job, options: &CheckOptions, progress: &mut dyn FnMut(Progress)) -> Result<CheckReport, SpecError> {
-    with_model!(job.model, |M| {
-        let bounds = M::resolve_bounds(job.variant, &job.overrides)?;
-        let model = M::build(job.variant, &bounds)?;
-        Ok(check::run(model, options, progress))
-    }, Err(unknown_model(job.model)))
+/// The part of `oncecheck check --help` that comes from the registry: every model with its
+/// variants and its bounds (CI default, valid range, per-variant defaults, meaning). Generated,
+/// so the help cannot drift from the models.
+pub fn registry_help() -> String {
+    let mut text = String::from(
+        "Models, variants and bounds (default = the CI bound; override with --bound KEY=N):\n",
+    );
+    for model in MODEL_NAMES {
+        with_model!(
+            *model,
+            |M| {
+                text.push_str(&format!(
+                    "\n  {}  variants: {}\n",
+                    M::NAME,
+                    M::VARIANTS.join(", ")
+                ));
+                let width = M::BOUNDS
+                    .iter()
+                    .map(|spec| spec.key.len())
+                    .max()
+                    .unwrap_or(0);
+                for spec in M::BOUNDS {
+                    let per_variant: Vec<String> = M::VARIANT_DEFAULTS
+                        .iter()
+                        .filter(|(_, key, _)| *key == spec.key)
+                        .map(|(variant, _, value)| format!("{variant}: {value}"))
+                        .collect();
+                    let per_variant = if per_variant.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" ({})", per_variant.join(", "))
+                    };
+                    text.push_str(&format!(
+                        "    {:<width$}  default {}{per_variant}, range {}..={}: {}\n",
+                        spec.key, spec.default, spec.min, spec.max, spec.help
+                    ));
+                }
+            },
+            unreachable!("MODEL_NAMES lists only registered models")
+        );
+    }
+    text
 }
 
-/// Serves the stateright Explorer for one model on `address` (blocks).
-pub fn explore(job: &Job, address: &str) -> Result<(), SpecError> {
-    with_model!(job.model, |M| {
-        let bounds = M::resolve_bounds(job.variant, &job.overrides)?;
-        let model = M::build(job.variant, &bounds)?;
-        use stateright::Model;
-        // `serve` blocks until the web server stops.
-        let _checker = model.checker().serve(address);
-        Ok(())
-    }, Err(unknown_model(job.model)))
+/// Runs one job; `progress` is called while the checker runs.
+pub fn run_job(
+    job: &Job,
+    options: &CheckOptions,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<CheckReport, SpecError> {
+    with_model!(
+        job.model,
+        |M| {
+            let bounds = M::resolve_bounds(job.variant, &job.overrides)?;
+            let model = M::build(job.variant, &bounds)?;
+            Ok(check::run(model, options, progress))
+        },
+        Err(unknown_model(job.model))
+    )
+}
+
+/// Serves the stateright Explorer for one model on `address` (blocks). `banner` receives what a
+/// reviewer needs next to the Explorer: its address, the variant, the bounds and each property's
+/// expectation (the Explorer itself lists properties without them).
+///
+/// A port that cannot be bound is an error value: stateright's server panics on it, so the port
+/// is tried first and released just before the Explorer binds it.
+pub fn explore(job: &Job, address: &str, banner: &mut dyn FnMut(String)) -> Result<(), String> {
+    with_model!(
+        job.model,
+        |M| {
+            let bounds = M::resolve_bounds(job.variant, &job.overrides)
+                .map_err(|error| error.to_string())?;
+            let model = M::build(job.variant, &bounds).map_err(|error| error.to_string())?;
+            let probe = std::net::TcpListener::bind(address).map_err(|error| {
+                format!("cannot serve the Explorer on {address}: {error} (choose another --port)")
+            })?;
+            drop(probe);
+            banner(format!(
+                "Explorer for {}/{} on http://{address}/ (ctrl-c to stop)",
+                job.model, job.variant
+            ));
+            banner(format!("  bounds: {bounds}"));
+            for def in model.property_defs() {
+                banner(format!(
+                    "  expected {:<9} {}",
+                    model.expected(&def).to_string(),
+                    def.name
+                ));
+            }
+            use stateright::Model;
+            // `serve` blocks until the web server stops.
+            let _checker = model.checker().serve(address);
+            Ok(())
+        },
+        Err(unknown_model(job.model).to_string())
+    )
+}
+
+/// Makes sure `directory` exists and takes files, before any checking starts: an unwritable
+/// output directory is bad input found in a second, not after the run.
+pub fn prepare_directory(directory: &std::path::Path) -> std::io::Result<()> {
+    std::fs::create_dir_all(directory)?;
+    let probe = directory.join(format!(".oncecheck-probe-{}", std::process::id()));
+    std::fs::write(&probe, b"probe")?;
+    std::fs::remove_file(&probe)
 }
 
 /// The human report of one job: verdicts, and the shortest trace of every violation.
 pub fn write_human(report: &CheckReport, out: &mut dyn Write) -> std::io::Result<()> {
-    let status = if report.matches_expectations() { "ok" } else { "MISMATCH" };
-    writeln!(out, "{}/{} [{}]  {}", report.model, report.variant, report.bounds, status)?;
+    let status = if report.matches_expectations() {
+        "ok"
+    } else {
+        "MISMATCH"
+    };
+    writeln!(
+        out,
+        "{}/{} [{}]  {}",
+        report.model, report.variant, report.bounds, status
+    )?;
     writeln!(
         out,
         "  {} unique states ({} generated), depth {}, {:.2}s, {}",
@@ -113,7 +231,11 @@ pub fn write_human(report: &CheckReport, out: &mut dyn Write) -> std::io::Result
         report.states,
         report.max_depth,
         report.seconds,
-        if report.complete { "complete" } else { "INCOMPLETE" }
+        if report.complete {
+            "complete"
+        } else {
+            "INCOMPLETE"
+        }
     )?;
     for property in &report.properties {
         let mark = if property.matches() { "ok  " } else { "FAIL" };
@@ -124,13 +246,23 @@ pub fn write_human(report: &CheckReport, out: &mut dyn Write) -> std::io::Result
         writeln!(
             out,
             "  {mark} {:<9} {:<74} {:<9} (expected {})",
-            kind, property.name, property.verdict.to_string(), property.expected
+            kind,
+            property.name,
+            property.verdict.to_string(),
+            property.expected
         )?;
     }
     for property in &report.properties {
-        let show = property.verdict == Verdict::Violated || (!property.matches() && property.trace.is_some());
-        let Some(trace) = property.trace.as_ref().filter(|_| show) else { continue };
-        writeln!(out, "  shortest trace for {} ({}):", property.name, property.verdict)?;
+        let show = property.verdict == Verdict::Violated
+            || (!property.matches() && property.trace.is_some());
+        let Some(trace) = property.trace.as_ref().filter(|_| show) else {
+            continue;
+        };
+        writeln!(
+            out,
+            "  shortest trace for {} ({}):",
+            property.name, property.verdict
+        )?;
         for step in trace {
             writeln!(out, "    {:>3}. {}", step.step, step.words)?;
         }
@@ -157,20 +289,43 @@ pub fn export_traces(
 
 /// Writes the trace of every violated `always` (and of every mismatching property) as an SVG
 /// sequence diagram: `<model>-<variant>-<property>.svg`.
-pub fn write_diagrams(report: &CheckReport, directory: &std::path::Path) -> std::io::Result<Vec<std::path::PathBuf>> {
+pub fn write_diagrams(
+    report: &CheckReport,
+    directory: &std::path::Path,
+) -> std::io::Result<Vec<std::path::PathBuf>> {
     std::fs::create_dir_all(directory)?;
     let mut written = Vec::new();
     for property in &report.properties {
         let show = property.verdict == Verdict::Violated || !property.matches();
-        let Some(trace) = property.trace.as_ref().filter(|_| show) else { continue };
+        let Some(trace) = property.trace.as_ref().filter(|_| show) else {
+            continue;
+        };
         let slug: String = property
             .name
             .chars()
-            .map(|c| if c.is_ascii_alphanumeric() { c.to_ascii_lowercase() } else { '-' })
+            .map(|c| {
+                if c.is_ascii_alphanumeric() {
+                    c.to_ascii_lowercase()
+                } else {
+                    '-'
+                }
+            })
             .collect();
-        let file = directory.join(format!("{}-{}-{}.svg", report.model, report.variant, slug.trim_matches('-')));
-        let title = format!("{}/{}: {} ({})", report.model, report.variant, property.name, property.verdict);
-        std::fs::write(&file, crate::diagram::sequence_svg(&title, trace))?;
+        let file = directory.join(format!(
+            "{}-{}-{}.svg",
+            report.model,
+            report.variant,
+            slug.trim_matches('-')
+        ));
+        let title = format!(
+            "{}/{}: {} ({})",
+            report.model, report.variant, property.name, property.verdict
+        );
+        let breaking = format!("{} {}", property.name, property.verdict);
+        std::fs::write(
+            &file,
+            crate::diagram::sequence_svg(&title, trace, Some(&breaking)),
+        )?;
         written.push(file);
     }
     Ok(written)

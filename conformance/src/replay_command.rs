@@ -146,7 +146,7 @@ async fn run_all(
     let session = match Session::open_with(target, config).await {
         Ok(session) => Arc::new(session),
         Err(detail) => {
-            eprintln!("oncecheck: cannot use the {target} target: {detail}");
+            eprintln!("oncecheck: cannot reach the {target} target: {detail}");
             return ExitCode::from(2);
         }
     };

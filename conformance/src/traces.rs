@@ -6,7 +6,9 @@
 
 use oncecheck_model::check::{shortest_paths, Kind};
 use oncecheck_model::relay::RelayModel;
-use oncecheck_model::trace::{from_itf, random_paths, read_header, to_itf, LoadedTrace, TraceEncoding, TraceError, TraceMeta};
+use oncecheck_model::trace::{
+    from_itf, random_paths, read_header, to_itf, LoadedTrace, TraceEncoding, TraceError, TraceMeta,
+};
 use std::path::{Path, PathBuf};
 
 /// Why a trace file could not be used. Always names the file.
@@ -36,7 +38,11 @@ pub struct ExportOptions {
 
 impl Default for ExportOptions {
     fn default() -> Self {
-        ExportOptions { paths_count: 240, seed: 1, path_steps_max: 200 }
+        ExportOptions {
+            paths_count: 240,
+            seed: 1,
+            path_steps_max: 200,
+        }
     }
 }
 
@@ -63,8 +69,10 @@ where
     std::fs::create_dir_all(out)?;
     let variant = model.variant();
     let definitions = model.property_defs();
-    let wanted: Vec<(&'static str, fn(&M, &M::State) -> bool, bool)> =
-        definitions.iter().map(|def| (def.name, def.condition, def.kind == Kind::Sometimes)).collect();
+    let wanted: Vec<(&'static str, fn(&M, &M::State) -> bool, bool)> = definitions
+        .iter()
+        .map(|def| (def.name, def.condition, def.kind == Kind::Sometimes))
+        .collect();
     let found = shortest_paths(model, &wanted);
     let mut written = Vec::new();
     let mut write = |name: String, document: serde_json::Value| -> std::io::Result<()> {
@@ -75,7 +83,9 @@ where
         Ok(())
     };
     for def in &definitions {
-        let Some(path) = found.get(def.name) else { continue };
+        let Some(path) = found.get(def.name) else {
+            continue;
+        };
         let (kind, prefix) = match def.kind {
             Kind::Always => ("counterexample", "counterexample"),
             Kind::Sometimes => ("example", "example"),
@@ -85,16 +95,31 @@ where
             property: Some(def.name.to_string()),
             description: format!("{} of `{}` in {}/{}", kind, def.name, M::NAME, variant),
         };
-        write(format!("{}-{variant}-{prefix}-{}.itf.json", M::NAME, slug(def.name)), to_itf(model, path, &meta))?;
+        write(
+            format!("{}-{variant}-{prefix}-{}.itf.json", M::NAME, slug(def.name)),
+            to_itf(model, path, &meta),
+        )?;
     }
-    let paths = random_paths(model, options.paths_count, options.seed, options.path_steps_max);
+    let paths = random_paths(
+        model,
+        options.paths_count,
+        options.seed,
+        options.path_steps_max,
+    );
     for (index, path) in paths.iter().enumerate() {
         let meta = TraceMeta {
             kind: "path".to_string(),
             property: None,
-            description: format!("covering path {index} of {} (seed {})", paths.len(), options.seed),
+            description: format!(
+                "covering path {index} of {} (seed {})",
+                paths.len(),
+                options.seed
+            ),
         };
-        write(format!("{}-{variant}-path-{index:04}.itf.json", M::NAME), to_itf(model, path, &meta))?;
+        write(
+            format!("{}-{variant}-path-{index:04}.itf.json", M::NAME),
+            to_itf(model, path, &meta),
+        )?;
     }
     Ok(written)
 }
@@ -118,15 +143,26 @@ where
     M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
     M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
 {
-    from_itf::<M>(document).map_err(|error: TraceError| LoadError { file: file.to_path_buf(), detail: error.to_string() })
+    from_itf::<M>(document).map_err(|error: TraceError| LoadError {
+        file: file.to_path_buf(),
+        detail: error.to_string(),
+    })
 }
 
 /// Reads a trace file, picks its model from `#meta`, and re-executes it.
 pub fn load(file: &Path) -> Result<Loaded, LoadError> {
-    let failure = |detail: String| LoadError { file: file.to_path_buf(), detail };
-    let text = std::fs::read_to_string(file).map_err(|error| failure(format!("cannot read: {error}")))?;
+    let failure = |detail: String| LoadError {
+        file: file.to_path_buf(),
+        detail,
+    };
+    let text =
+        std::fs::read_to_string(file).map_err(|error| failure(format!("cannot read: {error}")))?;
     let document: serde_json::Value = serde_json::from_str(&text).map_err(|error| {
-        failure(format!("not JSON (line {}, column {}): {error}", error.line(), error.column()))
+        failure(format!(
+            "not JSON (line {}, column {}): {error}",
+            error.line(),
+            error.column()
+        ))
     })?;
     let header = read_header(&document).map_err(|error| failure(error.to_string()))?;
     match header.model.as_str() {

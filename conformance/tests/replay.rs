@@ -99,7 +99,7 @@ fn an_unparsable_or_unreachable_endpoint_is_bad_input_on_one_line() {
         ("dynamodb=", "target `dynamodb=`: `` is not an endpoint URL"),
         ("dynamodb=http://:8000", "is not an endpoint URL"),
         // Port 1 on loopback: nothing listens there.
-        ("dynamodb=http://127.0.0.1:1", "cannot use the dynamodb=http://127.0.0.1:1 target: DynamoDB at http://127.0.0.1:1 does not answer"),
+        ("dynamodb=http://127.0.0.1:1", "cannot reach the dynamodb=http://127.0.0.1:1 target: DynamoDB at http://127.0.0.1:1 does not answer"),
     ] {
         let output = oncecheck(&["replay", trace.to_str().unwrap(), "--target", target]);
         assert_eq!(output.status.code(), Some(2), "{target}: {}", stderr(&output));

@@ -10,3 +10,4 @@ pub mod idempotency;
 pub mod relay;
 pub mod token;
 pub mod trace;
+pub mod view;

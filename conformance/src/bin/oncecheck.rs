@@ -1,18 +1,52 @@
 //! `oncecheck`: check models exhaustively, explore them in a browser, export and replay traces.
 //!
-//! Exit codes: 0 every verdict matches its expectation; 1 a verdict differs (or a replay
-//! diverges); 2 bad input (unknown model, variant or bound; malformed arguments).
+//! Exit codes: 0 every verdict matches its expectation (replay: every trace conforms); 1 a
+//! verdict differs (replay: a divergence); 2 bad input (unknown model, variant or bound;
+//! malformed arguments; an unusable file, directory, port or replay target). Every failure is
+//! one line on stderr, never a panic or a backtrace.
 
-use clap::{Parser, Subcommand};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use oncecheck_conformance::models::{self, Job};
-use oncecheck_model::check::{CheckOptions, SpecError};
+use oncecheck_model::check::CheckOptions;
 use std::io::Write;
+use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+const CHECK_EXAMPLES: &str = "\
+Exit codes:
+  0  every verdict equals its expectation (a buggy variant must still fail where expected)
+  1  a verdict differs from its expectation, or the run was incomplete
+  2  bad input: unknown model, variant or bound; an unusable --diagrams or --html directory
+
+Examples:
+  oncecheck check                                     every model and variant at the CI bounds
+  oncecheck check relay --variant add-era             the seed's bug: R1 violated, shortest trace printed
+  oncecheck check relay --variant counter-only --bound window=0
+  oncecheck check relay --variant fixed --bound lost_responses_max=1 --threads 2
+  oncecheck check idempotency --html /tmp/report      an HTML report per (model, variant)
+  oncecheck check token --diagrams /tmp/diagrams      every counterexample as an SVG sequence diagram";
+
+const REPLAY_HELP: &str = "\
+Exit codes:
+  0  every trace replayed and conformed (traces listed n/a with --only-replayable included)
+  1  a trace diverged: the implementation did something the model did not
+  2  bad input: a file that is not a loadable trace, an unknown target, store variant or
+     mutation, a trace the target cannot show, or a target that cannot be reached
+
+Examples:
+  oncecheck replay conformance/traces/relay/*.itf.json --target dynamodb=http://127.0.0.1:5000
+  oncecheck replay conformance/traces/relay/*.itf.json --target memory --only-replayable
+  oncecheck replay conformance/traces/relay/relay-counter-only-counterexample-r1-no-skip.itf.json \\
+      --target dynamodb --store-variant fixed     diverges at the predecessor check";
+
 #[derive(Parser)]
-#[command(name = "oncecheck", version, about = "Model checks and conformance replays for three write paths that must never lose, reorder or duplicate work")]
+#[command(
+    name = "oncecheck",
+    version,
+    about = "Model checks and conformance replays for three write paths that must never lose, reorder or duplicate work"
+)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -20,38 +54,44 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Exhaustive BFS of a model (all models and variants at the CI bounds by default).
+    /// Exhaustive BFS of a model: every property's verdict against its expectation, and the
+    /// shortest trace of every violation in protocol words.
     Check {
-        /// relay, idempotency or token (all models when omitted)
+        /// The model to check: relay, idempotency or token (every model when omitted).
         model: Option<String>,
+        /// One variant of MODEL (every variant when omitted); the list is below.
         #[arg(long)]
         variant: Option<String>,
-        /// Override a bound: --bound KEY=N (repeatable).
-        #[arg(long = "bound", value_parser = parse_bound)]
+        /// Override a bound: KEY=N (repeatable); the keys, defaults and ranges are below.
+        #[arg(long = "bound", value_name = "KEY=N", value_parser = parse_bound)]
         bounds: Vec<(String, u32)>,
+        /// Checker threads (the verdicts and traces do not depend on it).
         #[arg(long, default_value_t = 1)]
         threads: usize,
-        /// One JSON object per (model, variant) on stdout.
+        /// One JSON object per (model, variant) on stdout instead of the human report.
         #[arg(long)]
         json: bool,
-        /// Give up after this many seconds per variant (verdicts then `unknown`).
-        #[arg(long)]
+        /// Give up after this many seconds per variant (undecided verdicts are then `unknown`
+        /// and the exit code 1).
+        #[arg(long, value_name = "SECONDS")]
         timeout_secs: Option<u64>,
         /// Write every printed trace as an SVG sequence diagram into this directory.
-        #[arg(long)]
-        diagrams: Option<std::path::PathBuf>,
+        #[arg(long, value_name = "DIR")]
+        diagrams: Option<PathBuf>,
     },
-    /// Write counterexamples, examples and covering paths as ITF trace files.
+    /// Write counterexamples, examples and seeded covering paths as ITF trace files.
     Traces {
-        /// relay (the model whose traces can be replayed)
+        /// The model: relay (the one model whose traces can be replayed).
         model: String,
-        /// One variant (all variants when omitted).
+        /// One variant (every variant when omitted): add-era, counter-only, fixed, mixed.
         #[arg(long)]
         variant: Option<String>,
-        #[arg(long = "bound", value_parser = parse_bound)]
+        /// Override a bound: KEY=N (repeatable); see `oncecheck check --help`.
+        #[arg(long = "bound", value_name = "KEY=N", value_parser = parse_bound)]
         bounds: Vec<(String, u32)>,
-        #[arg(long)]
-        out: std::path::PathBuf,
+        /// Directory the trace files are written into (created if missing).
+        #[arg(long, value_name = "DIR")]
+        out: PathBuf,
         /// Random covering paths per variant (distinct action sequences).
         #[arg(long, default_value_t = 240)]
         count: usize,
@@ -59,11 +99,13 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         seed: u64,
     },
-    /// Replay trace files against the real implementation; exit 1 on a divergence.
+    /// Replay trace files against the real implementation, step by step.
+    #[command(after_help = REPLAY_HELP)]
     Replay {
-        #[arg(required = true)]
-        traces: Vec<std::path::PathBuf>,
-        /// memory | sqlite | dynamodb | dynamodb=URL
+        /// ITF trace files written by `oncecheck traces` (or kept in conformance/traces/).
+        #[arg(required = true, value_name = "TRACE")]
+        traces: Vec<PathBuf>,
+        /// Where to replay: memory | sqlite | dynamodb (ONCECHECK_DDB_ENDPOINT) | dynamodb=URL.
         #[arg(long, default_value = "dynamodb")]
         target: String,
         /// Run the writers as this store build instead of the trace's own variant
@@ -72,7 +114,7 @@ enum Command {
         store_variant: Option<String>,
         /// Switch on a deliberate defect in the real store (repeatable):
         /// no-predecessor-check | unconditional-counter-set | read-counter-every-op.
-        #[arg(long = "store-mutation")]
+        #[arg(long = "store-mutation", value_name = "MUTATION")]
         store_mutations: Vec<String>,
         /// Traces a logical target cannot show are listed as not applicable instead of failing
         /// the run (they are still counted and printed).
@@ -82,46 +124,98 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         jobs: usize,
     },
-    /// Serve the stateright Explorer for a model on 127.0.0.1.
+    /// Serve the stateright Explorer for one model variant on 127.0.0.1 (blocks until ctrl-c).
     Explore {
+        /// The model: relay, idempotency or token.
         model: String,
+        /// The variant to explore (see `oncecheck check --help` for each model's variants).
         #[arg(long, default_value = "fixed")]
         variant: String,
-        #[arg(long = "bound", value_parser = parse_bound)]
+        /// Override a bound: KEY=N (repeatable); see `oncecheck check --help`.
+        #[arg(long = "bound", value_name = "KEY=N", value_parser = parse_bound)]
         bounds: Vec<(String, u32)>,
+        /// Loopback port of the Explorer (a busy port exits 2).
         #[arg(long, default_value_t = 3000)]
         port: u16,
     },
 }
 
 fn parse_bound(text: &str) -> Result<(String, u32), String> {
-    let (key, value) = text.split_once('=').ok_or_else(|| format!("bound `{text}` is not KEY=N"))?;
-    let value = value.parse::<u32>().map_err(|_| format!("bound `{text}`: `{value}` is not a non-negative integer"))?;
+    let (key, value) = text
+        .split_once('=')
+        .ok_or_else(|| format!("bound `{text}` is not KEY=N"))?;
+    let value = value
+        .parse::<u32>()
+        .map_err(|_| format!("bound `{text}`: `{value}` is not a non-negative integer"))?;
     Ok((key.to_string(), value))
 }
 
-fn bad_input(error: SpecError) -> ExitCode {
-    eprintln!("oncecheck: {error}");
+/// One line on stderr and exit 2: what was wrong and, where there is one, what would be valid.
+fn bad_input(message: impl std::fmt::Display) -> ExitCode {
+    eprintln!("oncecheck: {message}");
     ExitCode::from(2)
 }
 
+/// The command line, with `check --help` completed from the model registry.
+fn command_line() -> clap::Command {
+    let registry = models::registry_help();
+    Cli::command().mut_subcommand("check", |check| {
+        check.after_help(format!("{registry}\n{CHECK_EXAMPLES}"))
+    })
+}
+
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let matches = command_line().get_matches();
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
     match cli.command {
-        Command::Check { model, variant, bounds, threads, json, timeout_secs, diagrams } => {
+        Command::Check {
+            model,
+            variant,
+            bounds,
+            threads,
+            json,
+            timeout_secs,
+            diagrams,
+        } => {
             let jobs = match models::resolve(model.as_deref(), variant.as_deref(), &bounds) {
                 Ok(jobs) => jobs,
                 Err(error) => return bad_input(error),
             };
-            let options = CheckOptions { threads, timeout_secs_max: timeout_secs, ..CheckOptions::default() };
+            if let Some(directory) = &diagrams {
+                if let Err(error) = models::prepare_directory(directory) {
+                    return bad_input(format!(
+                        "cannot write diagrams to {}: {error}",
+                        directory.display()
+                    ));
+                }
+            }
+            let options = CheckOptions {
+                threads,
+                timeout_secs_max: timeout_secs,
+                ..CheckOptions::default()
+            };
             check(&jobs, &options, json, diagrams.as_deref())
         }
-        Command::Traces { model, variant, bounds, out, count, seed } => {
+        Command::Traces {
+            model,
+            variant,
+            bounds,
+            out,
+            count,
+            seed,
+        } => {
             let jobs = match models::resolve(Some(&model), variant.as_deref(), &bounds) {
                 Ok(jobs) => jobs,
                 Err(error) => return bad_input(error),
             };
-            let options = oncecheck_conformance::traces::ExportOptions { paths_count: count, seed, ..Default::default() };
+            if let Err(error) = models::prepare_directory(&out) {
+                return bad_input(format!("cannot write traces to {}: {error}", out.display()));
+            }
+            let options = oncecheck_conformance::traces::ExportOptions {
+                paths_count: count,
+                seed,
+                ..Default::default()
+            };
             let mut total = 0;
             for job in &jobs {
                 match models::export_traces(job, &out, &options) {
@@ -130,8 +224,10 @@ fn main() -> ExitCode {
                         total += files.len();
                     }
                     Ok(Err(error)) => {
-                        eprintln!("oncecheck: cannot write traces to {}: {error}", out.display());
-                        return ExitCode::from(1);
+                        return bad_input(format!(
+                            "cannot write traces to {}: {error}",
+                            out.display()
+                        ))
                     }
                     Err(error) => return bad_input(error),
                 }
@@ -139,31 +235,33 @@ fn main() -> ExitCode {
             println!("wrote {total} traces to {}", out.display());
             ExitCode::SUCCESS
         }
-        Command::Replay { traces, target, store_variant, store_mutations, only_replayable, jobs } => {
-            let target: oncecheck_conformance::replay::Target = match target.parse() {
-                Ok(target) => target,
-                Err(message) => {
-                    eprintln!("oncecheck: {message}");
-                    return ExitCode::from(2);
-                }
-            };
-            let config = match oncecheck_conformance::replay_command::store_config(store_variant, &store_mutations) {
-                Ok(config) => config,
-                Err(message) => {
-                    eprintln!("oncecheck: {message}");
-                    return ExitCode::from(2);
-                }
-            };
-            oncecheck_conformance::replay_command::run(&traces, &target, config, only_replayable, jobs)
-        }
-        Command::Explore { model, variant, bounds, port } => {
+        Command::Replay {
+            traces,
+            target,
+            store_variant,
+            store_mutations,
+            only_replayable,
+            jobs,
+        } => replay(
+            &traces,
+            &target,
+            store_variant,
+            &store_mutations,
+            only_replayable,
+            jobs,
+        ),
+        Command::Explore {
+            model,
+            variant,
+            bounds,
+            port,
+        } => {
             let jobs = match models::resolve(Some(&model), Some(&variant), &bounds) {
                 Ok(jobs) => jobs,
                 Err(error) => return bad_input(error),
             };
             let address = format!("127.0.0.1:{port}");
-            eprintln!("Explorer for {model}/{variant} on http://{address}/ (ctrl-c to stop)");
-            match models::explore(&jobs[0], &address) {
+            match models::explore(&jobs[0], &address, &mut |banner| eprintln!("{banner}")) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => bad_input(error),
             }
@@ -171,7 +269,43 @@ fn main() -> ExitCode {
     }
 }
 
-fn check(jobs: &[Job], options: &CheckOptions, json: bool, diagrams: Option<&std::path::Path>) -> ExitCode {
+#[cfg(feature = "replay")]
+fn replay(
+    traces: &[PathBuf],
+    target: &str,
+    store_variant: Option<String>,
+    store_mutations: &[String],
+    only_replayable: bool,
+    jobs: usize,
+) -> ExitCode {
+    let target: oncecheck_conformance::replay::Target = match target.parse() {
+        Ok(target) => target,
+        Err(message) => return bad_input(message),
+    };
+    let config =
+        match oncecheck_conformance::replay_command::store_config(store_variant, store_mutations) {
+            Ok(config) => config,
+            Err(message) => return bad_input(message),
+        };
+    oncecheck_conformance::replay_command::run(traces, &target, config, only_replayable, jobs)
+}
+
+/// Without the `replay` feature the binary carries no store, SDK or database driver: say how to
+/// get one that does, in one line.
+#[cfg(not(feature = "replay"))]
+fn replay(_: &[PathBuf], _: &str, _: Option<String>, _: &[String], _: bool, _: usize) -> ExitCode {
+    bad_input(
+        "this oncecheck was built without replay; build one with it: \
+         cargo run --release -p oncecheck-conformance --features replay --bin oncecheck -- replay ...",
+    )
+}
+
+fn check(
+    jobs: &[Job],
+    options: &CheckOptions,
+    json: bool,
+    diagrams: Option<&std::path::Path>,
+) -> ExitCode {
     let mut all_match = true;
     let stdout = std::io::stdout();
     for job in jobs {
@@ -181,7 +315,8 @@ fn check(jobs: &[Job], options: &CheckOptions, json: bool, diagrams: Option<&std
         let label = format!("{}/{}", job.model, job.variant);
         let mut last = (0usize, Duration::ZERO);
         let report = models::run_job(job, options, &mut |progress| {
-            let rate = (progress.states - last.0) as f64 / (progress.elapsed - last.1).as_secs_f64().max(1e-3);
+            let rate = (progress.states - last.0) as f64
+                / (progress.elapsed - last.1).as_secs_f64().max(1e-3);
             last = (progress.states, progress.elapsed);
             bar.set_message(format!(
                 "{label}: {} states, {} unique, {:.0} states/s, depth {}",
@@ -196,19 +331,22 @@ fn check(jobs: &[Job], options: &CheckOptions, json: bool, diagrams: Option<&std
         all_match &= report.matches_expectations();
         if let Some(directory) = diagrams {
             if let Err(error) = models::write_diagrams(&report, directory) {
-                eprintln!("oncecheck: cannot write diagrams to {}: {error}", directory.display());
-                return ExitCode::from(1);
+                return bad_input(format!(
+                    "cannot write diagrams to {}: {error}",
+                    directory.display()
+                ));
             }
         }
         let mut out = stdout.lock();
         let written = if json {
-            serde_json::to_writer(&mut out, &report).map_err(std::io::Error::from).and_then(|_| writeln!(out))
+            serde_json::to_writer(&mut out, &report)
+                .map_err(std::io::Error::from)
+                .and_then(|_| writeln!(out))
         } else {
             models::write_human(&report, &mut out)
         };
         if let Err(error) = written {
-            eprintln!("oncecheck: cannot write the report: {error}");
-            return ExitCode::from(1);
+            return bad_input(format!("cannot write the report: {error}"));
         }
     }
     if all_match {
