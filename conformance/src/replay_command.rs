@@ -19,11 +19,14 @@ use std::time::Instant;
 /// Concurrent replays at most: each holds a proxy with a listener per actor and a table.
 pub const JOBS_MAX: usize = 64;
 
-/// Parses `--store-variant` and `--store-mutation`, naming the valid choices on error.
+/// Parses `--store-variant`, `--store-mutation` and `--lose-by`, naming the valid choices on
+/// error.
 pub fn store_config(
     store_variant: Option<String>,
     mutations: &[String],
+    lose_by: Option<&str>,
 ) -> Result<StoreConfig, String> {
+    let lose_by = lose_by.map(str::parse).transpose()?.unwrap_or_default();
     if let Some(variant) = &store_variant {
         if !["add-era", "counter-only", "fixed", "mixed"].contains(&variant.as_str()) {
             return Err(format!(
@@ -45,6 +48,7 @@ pub fn store_config(
     Ok(StoreConfig {
         store_variant,
         mutations,
+        lose_by,
     })
 }
 

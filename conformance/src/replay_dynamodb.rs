@@ -38,12 +38,39 @@ const PUSH_RETURN_WAIT_MILLIS_MAX: u64 = 10_000;
 /// The writers' push deadline: far beyond any replay, so only the trace decides outcomes.
 const PUSH_DEADLINE_SECS: u64 = 120;
 
+/// How the proxy loses a response the trace loses: both are an unknown outcome to the store,
+/// and both must take the same store path.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum LoseBy {
+    /// The connection is closed without a response: the SDK sees an I/O (dispatch) error.
+    #[default]
+    Close,
+    /// No answer until the client's attempt timeout gives up: the SDK sees a timeout.
+    Stall,
+}
+
+impl std::str::FromStr for LoseBy {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<LoseBy, String> {
+        match text {
+            "close" => Ok(LoseBy::Close),
+            "stall" => Ok(LoseBy::Stall),
+            other => Err(format!(
+                "unknown way to lose a response `{other}`; valid: close, stall"
+            )),
+        }
+    }
+}
+
 /// Which store build the writers run: normally the trace's own variant; `--store-variant`
-/// replays a trace against another build to show where they part.
+/// replays a trace against another build to show where they part. `lose_by` says how the proxy
+/// loses the responses the trace loses.
 #[derive(Debug, Clone, Default)]
 pub struct StoreConfig {
     pub store_variant: Option<String>,
     pub mutations: Vec<Mutation>,
+    pub lose_by: LoseBy,
 }
 
 impl StoreConfig {
@@ -61,6 +88,9 @@ impl StoreConfig {
                 Mutation::ReadCounterEveryOp => "read-counter-every-op",
             };
             flags.push_str(&format!(" --store-mutation {name}"));
+        }
+        if self.lose_by == LoseBy::Stall {
+            flags.push_str(" --lose-by stall");
         }
         flags
     }
@@ -523,6 +553,8 @@ impl ReplayTarget for DynamoTarget {
         let table = self.table.clone();
         let writers = model.writers.len();
         let mut requests = 0;
+        let mut lost_responses = 0;
+        let lose_by = self.context.config.lose_by;
         // Every step that may send a write upstream invalidates the last read of the table.
         if matches!(
             *step.action,
@@ -648,8 +680,18 @@ impl ReplayTarget for DynamoTarget {
                     .deliver(flight.request, flight.answer)
                     .map_err(environment)?;
             }
-            Action::ResponseLost { .. } => {
-                unreachable!("refused as not applicable before the replay")
+            Action::ResponseLost { writer } => {
+                // The round committed upstream; its client never learns it.
+                let flight = running
+                    .in_flight
+                    .remove(&(writer as usize))
+                    .expect("a lost response follows its round");
+                match lose_by {
+                    LoseBy::Close => proxy.lose(flight.request),
+                    LoseBy::Stall => proxy.stall(flight.request),
+                }
+                .map_err(environment)?;
+                lost_responses += 1;
             }
             Action::WriterReadsClaim { writer } => {
                 let request = take(proxy, writer as usize, "Query").await?;
@@ -744,6 +786,7 @@ impl ReplayTarget for DynamoTarget {
             }
         }
         self.requests += requests;
+        self.lost_responses += lost_responses;
         Ok(())
     }
 

@@ -214,6 +214,18 @@ fn concurrent_jobs_replay_the_corpus_with_the_same_lines_in_the_same_order() {
         four.contains(" 0 diverged, 0 rejected, 126 not applicable"),
         "{four}"
     );
+    let output = oncecheck(&[
+        "replay",
+        &files[0],
+        "--target",
+        "memory",
+        "--lose-by",
+        "sometimes",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(
+        stderr(&output).contains("unknown way to lose a response `sometimes`; valid: close, stall")
+    );
     let output = oncecheck(&["replay", &files[0], "--target", "memory", "--jobs", "0"]);
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("--jobs 0: valid range 1..=64"));

@@ -123,6 +123,10 @@ enum Command {
         /// Replay this many traces at once (each on its own stream, table and proxy).
         #[arg(long, default_value_t = 1)]
         jobs: usize,
+        /// How the proxy loses a response the trace loses: close (the connection, no answer)
+        /// or stall (no answer until the client times out). Default: close.
+        #[arg(long, value_name = "close|stall")]
+        lose_by: Option<String>,
     },
     /// Serve the stateright Explorer for one model variant on 127.0.0.1 (blocks until ctrl-c).
     Explore {
@@ -242,6 +246,7 @@ fn main() -> ExitCode {
             store_mutations,
             only_replayable,
             jobs,
+            lose_by,
         } => replay(
             &traces,
             &target,
@@ -249,6 +254,7 @@ fn main() -> ExitCode {
             &store_mutations,
             only_replayable,
             jobs,
+            lose_by.as_deref(),
         ),
         Command::Explore {
             model,
@@ -277,23 +283,35 @@ fn replay(
     store_mutations: &[String],
     only_replayable: bool,
     jobs: usize,
+    lose_by: Option<&str>,
 ) -> ExitCode {
     let target: oncecheck_conformance::replay::Target = match target.parse() {
         Ok(target) => target,
         Err(message) => return bad_input(message),
     };
-    let config =
-        match oncecheck_conformance::replay_command::store_config(store_variant, store_mutations) {
-            Ok(config) => config,
-            Err(message) => return bad_input(message),
-        };
+    let config = match oncecheck_conformance::replay_command::store_config(
+        store_variant,
+        store_mutations,
+        lose_by,
+    ) {
+        Ok(config) => config,
+        Err(message) => return bad_input(message),
+    };
     oncecheck_conformance::replay_command::run(traces, &target, config, only_replayable, jobs)
 }
 
 /// Without the `replay` feature the binary carries no store, SDK or database driver: say how to
 /// get one that does, in one line.
 #[cfg(not(feature = "replay"))]
-fn replay(_: &[PathBuf], _: &str, _: Option<String>, _: &[String], _: bool, _: usize) -> ExitCode {
+fn replay(
+    _: &[PathBuf],
+    _: &str,
+    _: Option<String>,
+    _: &[String],
+    _: bool,
+    _: usize,
+    _: Option<&str>,
+) -> ExitCode {
     bad_input(
         "this oncecheck was built without replay; build one with it: \
          cargo run --release -p oncecheck-conformance --features replay --bin oncecheck -- replay ...",
