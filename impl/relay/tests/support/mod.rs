@@ -133,13 +133,18 @@ impl OpStore for Faulty {
         })
     }
 
-    fn pull<'a>(
+    fn pull_within<'a>(
         &'a self,
         stream: &'a str,
         after: Seq,
         limit: usize,
+        deadline: Instant,
     ) -> StoreFuture<'a, Result<Vec<StoredOp>, StoreError>> {
-        self.inner.pull(stream, after, limit)
+        self.inner.pull_within(stream, after, limit, deadline)
+    }
+
+    fn check_op(&self, stream: &str, op: &NewOp) -> Result<(), StoreError> {
+        self.inner.check_op(stream, op)
     }
 
     fn put_legacy_op<'a>(

@@ -66,12 +66,53 @@ pub fn test_tuning() -> AppendTuning {
     }
 }
 
-/// A DynamoDB store on a fresh table of the endpoint, counting its requests.
-pub async fn ddb_store() -> DynamoDbStore {
-    let endpoint = ddb_endpoint();
-    let mut store = DynamoDbStore::connect(unique("ops"), Some(&endpoint))
+/// A fresh table for one test, deleted when the test drops it (passing or failing), so moto's
+/// cost does not grow with the history of the run. Derefs to its store; clones of the store share
+/// the table, which outlives them only as long as this guard lives.
+pub struct Table {
+    store: DynamoDbStore,
+}
+
+impl std::ops::Deref for Table {
+    type Target = DynamoDbStore;
+
+    fn deref(&self) -> &DynamoDbStore {
+        &self.store
+    }
+}
+
+impl Drop for Table {
+    fn drop(&mut self) {
+        // Drop cannot await, and the test's runtime may be a single thread blocked right here:
+        // delete from a thread of its own, with a client and a runtime of its own.
+        let table = self.store.table().to_owned();
+        let deleted = std::thread::spawn(move || {
+            let runtime = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .expect("a runtime to delete the table");
+            runtime.block_on(async {
+                let client = oncecheck_store::dynamodb::client_for(Some(&ddb_endpoint())).await;
+                client
+                    .delete_table()
+                    .table_name(&table)
+                    .send()
+                    .await
+                    .is_ok()
+            })
+        })
+        .join();
+        if !matches!(deleted, Ok(true)) {
+            eprintln!("could not delete the test table {}", self.store.table());
+        }
+    }
+}
+
+/// A DynamoDB store on a fresh table of `endpoint`, counting its requests, with `tuning`.
+pub async fn ddb_table_at(endpoint: &str, tuning: AppendTuning) -> Table {
+    let mut store = DynamoDbStore::connect(unique("ops"), Some(endpoint))
         .await
-        .with_tuning(test_tuning());
+        .with_tuning(tuning);
     if let Some(mutation) = mutation_from_env() {
         eprintln!("mutation check: {mutation:?} switched on by {MUTATION_ENV}");
         store = store.with_mutation(mutation);
@@ -80,7 +121,12 @@ pub async fn ddb_store() -> DynamoDbStore {
         .create_table()
         .await
         .unwrap_or_else(|error| panic!("creating a table at {endpoint}: {error}"));
-    store
+    Table { store }
+}
+
+/// A DynamoDB store on a fresh table of the test endpoint, counting its requests.
+pub async fn ddb_store() -> Table {
+    ddb_table_at(&ddb_endpoint(), test_tuning()).await
 }
 
 pub async fn sqlite_store() -> (SqliteStore, tempfile::TempDir) {
@@ -97,6 +143,7 @@ pub struct Backend {
     pub name: &'static str,
     pub store: Arc<dyn OpStore>,
     _keep: Option<tempfile::TempDir>,
+    _table: Option<Table>,
 }
 
 pub async fn backend(name: &'static str) -> Backend {
@@ -105,6 +152,7 @@ pub async fn backend(name: &'static str) -> Backend {
             name,
             store: Arc::new(MemoryStore::new()),
             _keep: None,
+            _table: None,
         },
         "sqlite" => {
             let (store, directory) = sqlite_store().await;
@@ -112,13 +160,18 @@ pub async fn backend(name: &'static str) -> Backend {
                 name,
                 store: Arc::new(store),
                 _keep: Some(directory),
+                _table: None,
             }
         }
-        "dynamodb" => Backend {
-            name,
-            store: Arc::new(ddb_store().await),
-            _keep: None,
-        },
+        "dynamodb" => {
+            let table = ddb_store().await;
+            Backend {
+                name,
+                store: Arc::new(table.clone()),
+                _keep: None,
+                _table: Some(table),
+            }
+        }
         other => panic!("unknown backend {other}"),
     }
 }
@@ -189,13 +242,18 @@ impl<S: OpStore> OpStore for StallAfter<S> {
         })
     }
 
-    fn pull<'a>(
+    fn pull_within<'a>(
         &'a self,
         stream: &'a str,
         after: Seq,
         limit: usize,
+        deadline: Instant,
     ) -> StoreFuture<'a, Result<Vec<StoredOp>, StoreError>> {
-        self.inner.pull(stream, after, limit)
+        self.inner.pull_within(stream, after, limit, deadline)
+    }
+
+    fn check_op(&self, stream: &str, op: &NewOp) -> Result<(), StoreError> {
+        self.inner.check_op(stream, op)
     }
 
     fn put_legacy_op<'a>(
