@@ -1259,6 +1259,11 @@ impl DynamoDbStore {
                     counter_from: source,
                 })
                 .await;
+            // Checked again just before sending: a round never starts past the deadline (a hook
+            // or a slow counter read may have used it up).
+            if Instant::now() >= deadline {
+                return Err(StoreError::DeadlineExceeded);
+            }
             let outcome = within(
                 deadline,
                 self.send_round(stream, op, seq, expected, predecessor, &claimant),

@@ -440,3 +440,108 @@ fn the_next_seq_at_i64_max_is_a_loud_error() {
     );
     assert_eq!(next_seq(i64::MAX - 1), Ok(i64::MAX));
 }
+
+#[test]
+fn the_item_size_check_counts_names_and_values_to_the_byte() {
+    let overhead = ATTRIBUTE_STREAM_ID.len()
+        + 1
+        + ATTRIBUTE_SEQ.len()
+        + NUMBER_BYTES_MAX
+        + ATTRIBUTE_OP_ID.len()
+        + 2
+        + ATTRIBUTE_PAYLOAD.len();
+    let fits = NewOp::new("o1", vec![0u8; ITEM_BYTES_MAX - overhead]);
+    assert_eq!(check_limits("s", &fits), Ok(()));
+    let over = NewOp::new("o1", vec![0u8; ITEM_BYTES_MAX - overhead + 1]);
+    assert!(matches!(
+        check_limits("s", &over),
+        Err(StoreError::TooLarge { .. })
+    ));
+    assert!(matches!(
+        check_limits(
+            &"s".repeat(PARTITION_KEY_BYTES_MAX + 1),
+            &NewOp::new("o", "x")
+        ),
+        Err(StoreError::InvalidInput { .. })
+    ));
+    assert_eq!(
+        check_limits(&"s".repeat(PARTITION_KEY_BYTES_MAX), &NewOp::new("o", "x")),
+        Ok(())
+    );
+}
+
+//= specs/relay-append.md#R6
+//# The contention budget counts lost rounds in a row; over it the append ends with a typed
+//# error.
+#[test]
+fn unknown_outcomes_are_lost_rounds_and_a_budget_spent_on_them_alone_is_unavailability() {
+    let mut state = LoopState {
+        counter: Some((4, CounterSource::Carried)),
+        ..LoopState::default()
+    };
+    // An unknown outcome forgets the counter (no hint) and retries at once the first time.
+    assert_eq!(
+        state.after(RoundOutcome::Unknown, 4, 5, 2),
+        Next::Again { backoff: false }
+    );
+    assert_eq!(state.counter, None);
+    assert_eq!(
+        state.after(RoundOutcome::Unknown, 4, 5, 2),
+        Next::Again { backoff: true }
+    );
+    assert_eq!(
+        state.after(RoundOutcome::Unknown, 4, 5, 2),
+        Next::Fail(StoreError::Unavailable { attempts: 3 })
+    );
+    // A conflict among them makes it contention.
+    let mut mixed = LoopState::default();
+    mixed.after(RoundOutcome::Unknown, 0, 1, 2);
+    mixed.after(RoundOutcome::Lost { hint: None }, 0, 1, 2);
+    assert_eq!(
+        mixed.after(RoundOutcome::Unknown, 0, 1, 2),
+        Next::Fail(StoreError::ContentionBudgetExhausted { lost_rounds: 3 })
+    );
+}
+
+//= specs/relay-append.md#R3
+//# An op_id is stored at most once; every append of it, re-pushes included, answers the same seq.
+#[test]
+fn a_claim_with_another_payloads_digest_is_a_conflict_and_one_without_a_digest_is_ours() {
+    let ours = Claimant {
+        op_id: "o1",
+        digest: payload_digest(b"first"),
+    };
+    let claim = |digest: Option<[u8; 32]>| {
+        let mut item: HashMap<String, AttributeValue> = [
+            (ATTRIBUTE_OP_ID.to_owned(), s("o1")),
+            (ATTRIBUTE_CLAIMED_SEQ.to_owned(), n(3)),
+        ]
+        .into_iter()
+        .collect();
+        if let Some(digest) = digest {
+            item.insert(
+                ATTRIBUTE_PAYLOAD_SHA256.to_owned(),
+                AttributeValue::B(Blob::new(digest.to_vec())),
+            );
+        }
+        item
+    };
+    assert_eq!(
+        settle_claim(&claim(Some(payload_digest(b"first"))), &ours, None).unwrap(),
+        RoundOutcome::Existing {
+            seq: 3,
+            counter_after: None
+        }
+    );
+    assert_eq!(
+        settle_claim(&claim(Some(payload_digest(b"second"))), &ours, None).unwrap(),
+        RoundOutcome::PayloadConflict { seq: 3 }
+    );
+    assert_eq!(
+        settle_claim(&claim(None), &ours, None).unwrap(),
+        RoundOutcome::Existing {
+            seq: 3,
+            counter_after: None
+        }
+    );
+}

@@ -14,6 +14,8 @@ use oncecheck_store::{
 };
 use tokio::time::Instant;
 
+pub mod serial_proxy;
+
 pub const ENDPOINT_ENV: &str = "ONCECHECK_DDB_ENDPOINT";
 
 /// The moto (or DynamoDB) endpoint; panics with the way to get one when it is unset.
