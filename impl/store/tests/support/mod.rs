@@ -15,6 +15,9 @@ use oncecheck_store::{
 use tokio::time::Instant;
 
 pub mod serial_proxy;
+pub mod table;
+
+pub use table::Table;
 
 pub const ENDPOINT_ENV: &str = "ONCECHECK_DDB_ENDPOINT";
 
@@ -68,48 +71,6 @@ pub fn test_tuning() -> AppendTuning {
     }
 }
 
-/// A fresh table for one test, deleted when the test drops it (passing or failing), so moto's
-/// cost does not grow with the history of the run. Derefs to its store; clones of the store share
-/// the table, which outlives them only as long as this guard lives.
-pub struct Table {
-    store: DynamoDbStore,
-}
-
-impl std::ops::Deref for Table {
-    type Target = DynamoDbStore;
-
-    fn deref(&self) -> &DynamoDbStore {
-        &self.store
-    }
-}
-
-impl Drop for Table {
-    fn drop(&mut self) {
-        // Drop cannot await, and the test's runtime may be a single thread blocked right here:
-        // delete from a thread of its own, with a client and a runtime of its own.
-        let table = self.store.table().to_owned();
-        let deleted = std::thread::spawn(move || {
-            let runtime = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .expect("a runtime to delete the table");
-            runtime.block_on(async {
-                let client = oncecheck_store::dynamodb::client_for(Some(&ddb_endpoint())).await;
-                client
-                    .delete_table()
-                    .table_name(&table)
-                    .send()
-                    .await
-                    .is_ok()
-            })
-        })
-        .join();
-        if !matches!(deleted, Ok(true)) {
-            eprintln!("could not delete the test table {}", self.store.table());
-        }
-    }
-}
-
 /// A DynamoDB store on a fresh table of `endpoint`, counting its requests, with `tuning`.
 pub async fn ddb_table_at(endpoint: &str, tuning: AppendTuning) -> Table {
     let mut store = DynamoDbStore::connect(unique("ops"), Some(endpoint))
@@ -119,11 +80,7 @@ pub async fn ddb_table_at(endpoint: &str, tuning: AppendTuning) -> Table {
         eprintln!("mutation check: {mutation:?} switched on by {MUTATION_ENV}");
         store = store.with_mutation(mutation);
     }
-    store
-        .create_table()
-        .await
-        .unwrap_or_else(|error| panic!("creating a table at {endpoint}: {error}"));
-    Table { store }
+    Table::create(store, ddb_endpoint()).await
 }
 
 /// A DynamoDB store on a fresh table of the test endpoint, counting its requests.

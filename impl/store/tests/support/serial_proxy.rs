@@ -89,6 +89,11 @@ impl FaultProxy {
         self.plan.lock().unwrap().stall_all = true;
     }
 
+    /// Requests from now on are forwarded again (the ones already stalled stay stalled).
+    pub fn heal(&self) {
+        self.plan.lock().unwrap().stall_all = false;
+    }
+
     /// The operations seen so far and the fault each got, in arrival order.
     pub fn seen(&self) -> Vec<(String, Option<Fault>)> {
         self.plan.lock().unwrap().seen.clone()
