@@ -68,6 +68,11 @@ fn store_behind(
 
 /// The writers' push deadline: far beyond any replay, so only the trace decides outcomes.
 const PUSH_DEADLINE_SECS: u64 = 120;
+/// The push deadline of a writer whose deadline the trace passes: the real deadline is wall
+/// time, so it is set this far ahead at spawn and the step waits for it. Every earlier step of
+/// that writer must be done by then (a replay step takes milliseconds; the margin is for a
+/// loaded machine).
+const DRIVEN_DEADLINE_MILLIS: u64 = 15_000;
 
 /// How the proxy loses a response the trace loses: both are an unknown outcome to the store,
 /// and both must take the same store path.
@@ -480,9 +485,6 @@ impl ReplayTarget for DynamoTarget {
                 .iter()
                 .enumerate()
                 .find_map(|(index, (_, action))| match action {
-                    Some(Action::PushDeadlinePasses { .. }) => {
-                        Some((index, "a push deadline passing"))
-                    }
                     Some(Action::FolderReceivesRecord { .. }) => {
                         Some((index, "a stream record folded"))
                     }
@@ -550,9 +552,18 @@ impl ReplayTarget for DynamoTarget {
             backoff_base: Duration::ZERO,
             backoff_max: Duration::ZERO,
         };
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(PUSH_DEADLINE_SECS);
+        let started = tokio::time::Instant::now();
         let mut actors = Vec::with_capacity(writers);
         for writer in 0..writers {
+            let driven = trace.path.iter().any(|(_, action)| {
+                matches!(action, Some(Action::PushDeadlinePasses { writer: passed }) if *passed as usize == writer)
+            });
+            let deadline = started
+                + if driven {
+                    Duration::from_millis(DRIVEN_DEADLINE_MILLIS)
+                } else {
+                    Duration::from_secs(PUSH_DEADLINE_SECS)
+                };
             let mut store = store_behind(
                 &self.context.template,
                 &proxy.endpoint(writer),
@@ -830,9 +841,27 @@ impl ReplayTarget for DynamoTarget {
                 }
                 proxy.deliver(request, answer).map_err(environment)?;
             }
-            Action::PushDeadlinePasses { .. }
-            | Action::FolderReceivesRecord { .. }
-            | Action::TruncatorDeletes { .. } => {
+            Action::PushDeadlinePasses { writer } => {
+                // The writer's next request (a counter read or a round) waits untaken in the
+                // proxy, so nothing reaches the table, as in the model; the push ends with the
+                // deadline error when its wall-clock deadline passes.
+                let w = writer as usize;
+                if let Actor::Writer(handle) = &mut running.actors[w] {
+                    let wait =
+                        Duration::from_millis(DRIVEN_DEADLINE_MILLIS + PUSH_RETURN_WAIT_MILLIS_MAX);
+                    let outcome = match tokio::time::timeout(wait, handle).await {
+                        Ok(Ok(outcome)) => outcome,
+                        other => {
+                            return Err(Fault::diverged(
+                                "the push ends at its deadline",
+                                format!("{other:?}"),
+                            ))
+                        }
+                    };
+                    running.actors[w] = Actor::Finished(outcome);
+                }
+            }
+            Action::FolderReceivesRecord { .. } | Action::TruncatorDeletes { .. } => {
                 unreachable!("refused as not applicable before the replay")
             }
             Action::WriterQueriesTop { writer } => {
