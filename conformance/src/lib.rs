@@ -19,6 +19,8 @@ pub mod replay_command;
 #[cfg(feature = "replay")]
 pub mod replay_dynamodb;
 #[cfg(feature = "replay")]
+pub mod replay_log;
+#[cfg(feature = "replay")]
 pub mod replay_session;
 pub mod report;
 pub mod traces;

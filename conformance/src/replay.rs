@@ -1,38 +1,59 @@
-//! Trace replay against the real store (`oncecheck replay`).
+//! The replay driver (`oncecheck replay`): one step loop for every (model, target) pair.
 //!
 //! A replay walks a model path step by step and makes the real implementation take the same
-//! step; after every step it compares what it can observe with the model state. The first
-//! difference is a [`Divergence`] naming the step, the action, expected and actual, and the
-//! command that replays it.
+//! step. What differs between targets is said by a [`ReplayTarget`]: which model it serves, when
+//! it cannot show a trace (not applicable, with the reason), how it sets up the initial state,
+//! how it performs one model action against the real code, and how it observes the real state in
+//! the model's words. Everything else is the driver's ([`drive`]): loading the trace for the
+//! target's model, the step loop, the comparison of the observed state with the model's after
+//! set-up and after every step, the divergence report (file, step, action, expected, actual, the
+//! command that replays it) and the tear-down, which runs whatever the outcome.
 //!
-//! Targets:
-//! - `memory`, `sqlite`: the logical level those backends can show — every op the model stores
-//!   is appended at the step the model commits it and must get the model's seq; every re-push
-//!   answered from a claim must answer the model's seq; every pull must return the ops the model
-//!   has committed above the cursor. They have no visibility window, no ADD-era writer and no
-//!   burned seqs, so traces that need those are refused as a target mismatch.
-//! - `dynamodb[=URL]`: the real DynamoDB store, unchanged, through the conformance proxy
-//!   (`crate::proxy`), request by request (see `crate::replay_dynamodb`).
+//! Targets today: `memory` and `sqlite` (`crate::replay_log`, the logical level a locked log can
+//! show) and `dynamodb[=URL]` (`crate::replay_dynamodb`, the real DynamoDB store through the
+//! conformance proxy, request by request).
 //!
-//! Invariant: a replay never passes a step it did not compare; a trace the target cannot show
-//! is refused before anything runs, never replayed partially.
+//! Invariants: a replay never passes a step it did not compare (the driver compares after every
+//! step, a target cannot skip it); a trace the target cannot show is refused before anything
+//! runs, never replayed partially; a trace of another model than the target's is bad input.
 
-use crate::traces::{LoadError, Loaded};
 use oncecheck_model::ddb::OpId;
-use oncecheck_model::relay::{Action, Build, Phase, RelayModel, RelayState};
-use oncecheck_model::trace::LoadedTrace;
-use oncecheck_store::{NewOp, OpStore, PushContext};
-use std::collections::BTreeMap;
+use oncecheck_model::trace::{from_itf, read_header, LoadedTrace, TraceEncoding};
+use std::fmt::Debug;
+use std::future::Future;
+use std::hash::Hash;
 use std::path::{Path, PathBuf};
-use std::time::Duration;
 
-/// Where a replay runs.
+use crate::traces::LoadError;
+
+/// Where a replay runs, as `--target` names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Target {
     Memory,
     Sqlite,
     /// The DynamoDB endpoint behind the proxy; `None` means ONCECHECK_DDB_ENDPOINT.
     Dynamodb(Option<String>),
+}
+
+/// Checks that an endpoint is an http(s) URL with a host, so a typo is bad input (exit 2)
+/// before anything is contacted.
+pub fn check_endpoint(url: &str) -> Result<(), String> {
+    let rest = url
+        .strip_prefix("http://")
+        .or_else(|| url.strip_prefix("https://"));
+    let host = rest.map(|rest| rest.split(['/', '?', '#']).next().unwrap_or_default());
+    match host {
+        Some(host)
+            if !host.is_empty()
+                && !host.starts_with(':')
+                && !host.contains(char::is_whitespace) =>
+        {
+            Ok(())
+        }
+        _ => Err(format!(
+            "`{url}` is not an endpoint URL; expected http://HOST[:PORT] or https://HOST[:PORT]"
+        )),
+    }
 }
 
 impl std::str::FromStr for Target {
@@ -43,8 +64,13 @@ impl std::str::FromStr for Target {
             None if text == "memory" => Ok(Target::Memory),
             None if text == "sqlite" => Ok(Target::Sqlite),
             None if text == "dynamodb" => Ok(Target::Dynamodb(None)),
-            Some(("dynamodb", url)) if !url.is_empty() => Ok(Target::Dynamodb(Some(url.to_string()))),
-            _ => Err(format!("unknown target `{text}`; valid targets: memory, sqlite, dynamodb, dynamodb=URL")),
+            Some(("dynamodb", url)) => {
+                check_endpoint(url).map_err(|reason| format!("target `{text}`: {reason}"))?;
+                Ok(Target::Dynamodb(Some(url.to_string())))
+            }
+            _ => Err(format!(
+                "unknown target `{text}`; valid targets: memory, sqlite, dynamodb, dynamodb=URL"
+            )),
         }
     }
 }
@@ -69,29 +95,41 @@ pub struct Divergence {
     pub action: String,
     pub expected: String,
     pub actual: String,
+    /// The `--target` value and any further flags that reproduce the run.
     pub target: String,
 }
 
 impl std::fmt::Display for Divergence {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        writeln!(f, "divergence in {} at step {}: {}", self.file.display(), self.step, self.action)?;
+        writeln!(
+            f,
+            "divergence in {} at step {}: {}",
+            self.file.display(),
+            self.step,
+            self.action
+        )?;
         writeln!(f, "  expected: {}", self.expected)?;
         writeln!(f, "  actual:   {}", self.actual)?;
-        write!(f, "  replay:   oncecheck replay {} --target {}", self.file.display(), self.target)
+        write!(
+            f,
+            "  replay:   oncecheck replay {} --target {}",
+            self.file.display(),
+            self.target
+        )
     }
 }
 
 /// Why a replay did not produce a verdict.
 #[derive(Debug)]
 pub enum ReplayError {
-    /// The file is not a usable trace (exit 2).
+    /// The file is not a usable trace, or a trace of another model than the target's (exit 2).
     Load(LoadError),
-    /// The trace needs something the target cannot show (exit 2).
-    TargetMismatch { file: PathBuf, reason: String },
+    /// The target cannot reproduce what the trace shows; nothing was run (exit 2 unless
+    /// `--only-replayable`).
+    NotApplicable { file: PathBuf, reason: String },
     /// The implementation diverged from the model (exit 1).
     Diverged(Box<Divergence>),
-    /// The environment failed: the server is unreachable, a store error the trace did not
-    /// predict at set-up (exit 1).
+    /// The environment failed mid-replay: a server stopped answering (exit 1).
     Environment { file: PathBuf, detail: String },
 }
 
@@ -99,7 +137,9 @@ impl std::fmt::Display for ReplayError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             ReplayError::Load(error) => write!(f, "{error}"),
-            ReplayError::TargetMismatch { file, reason } => write!(f, "{}: {reason}", file.display()),
+            ReplayError::NotApplicable { file, reason } => {
+                write!(f, "{}: not applicable: {reason}", file.display())
+            }
             ReplayError::Diverged(divergence) => write!(f, "{divergence}"),
             ReplayError::Environment { file, detail } => write!(f, "{}: {detail}", file.display()),
         }
@@ -110,8 +150,262 @@ impl std::fmt::Display for ReplayError {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ReplayStats {
     pub steps: usize,
-    /// Requests the real store made (store calls on memory/sqlite, DynamoDB requests otherwise).
+    /// Requests the real code made (store calls on memory/SQLite, DynamoDB requests otherwise).
     pub requests: usize,
+    /// Responses the trace lost (the target made the real client see an unknown outcome).
+    pub lost_responses: usize,
+}
+
+/// What went wrong in one target call.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fault {
+    /// The real code answered otherwise than the model. `action` overrides the step's words when
+    /// the difference belongs to something else (a push finishing at the end of the trace).
+    Diverged {
+        action: Option<String>,
+        expected: String,
+        actual: String,
+    },
+    /// The environment failed (a server stopped answering); not a verdict on the code.
+    Environment(String),
+}
+
+impl Fault {
+    pub fn diverged(expected: impl Into<String>, actual: impl Into<String>) -> Fault {
+        Fault::Diverged {
+            action: None,
+            expected: expected.into(),
+            actual: actual.into(),
+        }
+    }
+}
+
+/// One step of the path: `path[index]` --`action`--> `path[index + 1]`.
+pub struct Step<'a, M: stateright::Model> {
+    /// 0-based; reports say `index + 1`.
+    pub index: usize,
+    pub before: &'a M::State,
+    pub action: &'a M::Action,
+    pub after: &'a M::State,
+}
+
+/// A model whose traces can be replayed: its trace encoding, with the bounds on its state and
+/// action spelled where the compiler carries them (associated-type bounds are implied, where
+/// clauses on the model traits are not).
+pub trait ReplayModel:
+    TraceEncoding<
+    State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
+    Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+>
+{
+}
+
+impl<M> ReplayModel for M
+where
+    M: TraceEncoding,
+    M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+}
+
+/// A real implementation that replays traces of one model. One value per trace: the driver makes
+/// it with the trace's file, sets it up, steps it and tears it down.
+pub trait ReplayTarget: Send {
+    /// The model whose traces this target replays; a trace of another model is bad input.
+    type Model: ReplayModel;
+    /// The real state in the model's words, compared with the model's after every step.
+    type View: PartialEq + Debug + Send;
+
+    /// `Err(reason)` when the target cannot reproduce what the trace shows (what its observers
+    /// saw, an actor it does not have): the trace is not applicable, and nothing runs.
+    fn applicable(&self, trace: &LoadedTrace<Self::Model>) -> Result<(), String>;
+
+    /// The model state in the view's words.
+    fn expected_view(
+        &self,
+        trace: &LoadedTrace<Self::Model>,
+        state: &<Self::Model as stateright::Model>::State,
+    ) -> Self::View;
+
+    /// Builds the trace's initial state in the real system and starts its actors.
+    fn set_up(
+        &mut self,
+        trace: &LoadedTrace<Self::Model>,
+    ) -> impl Future<Output = Result<(), Fault>> + Send;
+
+    /// Makes the real code take one model step; checks what that step alone shows (a request's
+    /// items, an answer) and leaves the state comparison to the driver.
+    fn perform(
+        &mut self,
+        trace: &LoadedTrace<Self::Model>,
+        step: Step<'_, Self::Model>,
+    ) -> impl Future<Output = Result<(), Fault>> + Send;
+
+    /// The real state now, in the model's words.
+    fn observe(&mut self) -> impl Future<Output = Result<Self::View, Fault>> + Send;
+
+    /// At the end of the path: what the real actors answered (their pushes' results).
+    fn finish(
+        &mut self,
+        trace: &LoadedTrace<Self::Model>,
+    ) -> impl Future<Output = Result<(), Fault>> + Send;
+
+    /// Releases what the trace used (tables, proxies, tasks); runs whatever the outcome.
+    fn tear_down(self) -> impl Future<Output = ()> + Send;
+
+    /// `--target` and further flags that reproduce this replay.
+    fn command_flags(&self) -> String;
+
+    /// Requests the real code made so far, and responses lost so far.
+    fn counts(&self) -> (usize, usize);
+}
+
+/// Reads `file` as a trace of `M` through the model crate's loader (which re-executes every
+/// step); a trace of another model names both models.
+pub fn load_for<M: ReplayModel>(file: &Path, target: &str) -> Result<LoadedTrace<M>, ReplayError> {
+    let failure = |detail: String| {
+        ReplayError::Load(LoadError {
+            file: file.to_path_buf(),
+            detail,
+        })
+    };
+    let text =
+        std::fs::read_to_string(file).map_err(|error| failure(format!("cannot read: {error}")))?;
+    let document: serde_json::Value = serde_json::from_str(&text).map_err(|error| {
+        failure(format!(
+            "not JSON (line {}, column {}): {error}",
+            error.line(),
+            error.column()
+        ))
+    })?;
+    let header = read_header(&document).map_err(|error| failure(error.to_string()))?;
+    if header.model != M::NAME {
+        return Err(failure(format!(
+            "traces of model `{}` cannot be replayed at target `{target}`, which replays `{}` traces",
+            header.model,
+            M::NAME
+        )));
+    }
+    from_itf::<M>(&document).map_err(|error| failure(error.to_string()))
+}
+
+/// The words of step `index` of a path (the model's own protocol words).
+pub fn describe_step<M: ReplayModel>(
+    model: &M,
+    path: &[(M::State, Option<M::Action>)],
+    index: usize,
+) -> String {
+    match &path[index].1 {
+        Some(action) => model.step_words(&path[index].0, action, &path[index + 1].0),
+        None => "end of trace".to_string(),
+    }
+}
+
+/// Replays one loaded trace on `target`: set-up, then every step, comparing the observed state
+/// with the model's after set-up and after every step, then the actors' answers. The target is
+/// torn down whatever the outcome.
+pub async fn drive<T: ReplayTarget>(
+    file: &Path,
+    trace: &LoadedTrace<T::Model>,
+    mut target: T,
+) -> Result<ReplayStats, ReplayError> {
+    if let Err(reason) = target.applicable(trace) {
+        target.tear_down().await;
+        return Err(ReplayError::NotApplicable {
+            file: file.to_path_buf(),
+            reason,
+        });
+    }
+    let outcome = walk(file, trace, &mut target).await;
+    let (requests, lost_responses) = target.counts();
+    target.tear_down().await;
+    outcome.map(|steps| ReplayStats {
+        steps,
+        requests,
+        lost_responses,
+    })
+}
+
+async fn walk<T: ReplayTarget>(
+    file: &Path,
+    trace: &LoadedTrace<T::Model>,
+    target: &mut T,
+) -> Result<usize, ReplayError> {
+    let path = &trace.path;
+    let report = |target: &T, step: usize, fault: Fault| -> ReplayError {
+        let words = if step == 0 {
+            "set-up of the initial state".to_string()
+        } else {
+            describe_step(&trace.model, path, step - 1)
+        };
+        match fault {
+            Fault::Environment(detail) => ReplayError::Environment {
+                file: file.to_path_buf(),
+                detail: format!("step {step} ({words}): {detail}"),
+            },
+            Fault::Diverged {
+                action,
+                expected,
+                actual,
+            } => ReplayError::Diverged(Box::new(Divergence {
+                file: file.to_path_buf(),
+                step,
+                action: action.unwrap_or(words),
+                expected,
+                actual,
+                target: target.command_flags(),
+            })),
+        }
+    };
+    target
+        .set_up(trace)
+        .await
+        .map_err(|fault| report(target, 0, fault))?;
+    compare(target, trace, &path[0].0)
+        .await
+        .map_err(|fault| report(target, 0, fault))?;
+    for index in 0..path.len() - 1 {
+        let action = path[index]
+            .1
+            .as_ref()
+            .expect("every state but the last has an action");
+        let step = Step {
+            index,
+            before: &path[index].0,
+            action,
+            after: &path[index + 1].0,
+        };
+        target
+            .perform(trace, step)
+            .await
+            .map_err(|fault| report(target, index + 1, fault))?;
+        compare(target, trace, &path[index + 1].0)
+            .await
+            .map_err(|fault| report(target, index + 1, fault))?;
+    }
+    let last = path.len() - 1;
+    target
+        .finish(trace)
+        .await
+        .map_err(|fault| report(target, last, fault))?;
+    Ok(last)
+}
+
+async fn compare<T: ReplayTarget>(
+    target: &mut T,
+    trace: &LoadedTrace<T::Model>,
+    state: &<T::Model as stateright::Model>::State,
+) -> Result<(), Fault> {
+    let expected = target.expected_view(trace, state);
+    let actual = target.observe().await?;
+    if expected == actual {
+        Ok(())
+    } else {
+        Err(Fault::diverged(
+            format!("state {expected:?}"),
+            format!("state {actual:?}"),
+        ))
+    }
 }
 
 /// The real op id of a model op id: the label the trace files use.
@@ -127,141 +421,13 @@ pub fn payload_of(op: OpId) -> Vec<u8> {
 pub fn fresh_stream(file: &Path) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
-    let stem = file.file_stem().and_then(|stem| stem.to_str()).unwrap_or("trace");
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0);
+    let stem = file
+        .file_stem()
+        .and_then(|stem| stem.to_str())
+        .unwrap_or("trace");
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or(0);
     format!("{stem}-{}-{nanos}", NEXT.fetch_add(1, Ordering::Relaxed))
-}
-
-pub fn describe_step(model: &RelayModel, path: &[(RelayState, Option<Action>)], index: usize) -> String {
-    use oncecheck_model::check::ModelSpec;
-    match &path[index].1 {
-        Some(action) => model.step_words(&path[index].0, action, &path[index + 1].0),
-        None => "end of trace".to_string(),
-    }
-}
-
-/// Replays one loaded relay trace against a logical backend (memory or SQLite).
-pub async fn replay_logical(
-    file: &Path,
-    trace: &LoadedTrace<RelayModel>,
-    store: &dyn OpStore,
-    target: &Target,
-) -> Result<ReplayStats, ReplayError> {
-    let model = &trace.model;
-    let path = &trace.path;
-    let mismatch = |reason: &str| ReplayError::TargetMismatch { file: file.to_path_buf(), reason: format!("{reason}; replay it with --target dynamodb") };
-    if (0..model.writers.len()).any(|writer| model.build_of(writer) == Build::AddEra) {
-        return Err(mismatch("the trace has ADD-era writers, which only the DynamoDB store has"));
-    }
-    let initial = &path[0].0;
-    if !initial.legacy_burned.is_empty() {
-        return Err(mismatch("the trace starts with a burned seq (a legacy gap), which the memory and SQLite logs cannot hold"));
-    }
-    if path.iter().any(|(state, _)| state.writers.iter().any(|writer| matches!(writer.phase, Phase::Failed(_)))) {
-        return Err(mismatch("an append in the trace fails on contention, which a locked log never shows"));
-    }
-    let stream = fresh_stream(file);
-    let environment = |detail: String| ReplayError::Environment { file: file.to_path_buf(), detail };
-    let mut stats = ReplayStats::default();
-    for (seq, op) in initial.table.committed_ops() {
-        let new_op = NewOp::new(real_op_id(op), payload_of(op));
-        store.put_legacy_op(&stream, i64::from(seq), &new_op).await.map_err(|error| environment(format!("seeding legacy op {seq}: {error}")))?;
-        stats.requests += 1;
-    }
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
-    let mut pushes: BTreeMap<u8, PushContext> = BTreeMap::new();
-    for index in 0..path.len() - 1 {
-        let (before, action) = (&path[index].0, path[index].1.expect("every state but the last has an action"));
-        let after = &path[index + 1].0;
-        let diverged = |expected: String, actual: String| {
-            ReplayError::Diverged(Box::new(Divergence {
-                file: file.to_path_buf(),
-                step: index + 1,
-                action: describe_step(model, path, index),
-                expected,
-                actual,
-                target: target.to_string(),
-            }))
-        };
-        // An op the model stores at this step, or answers from its claim at this step.
-        let appended: Option<(u8, OpId, i64, bool)> = match action {
-            Action::WriterSendsRound { writer } => match &after.writers[writer as usize].phase {
-                Phase::Sent { round, outcome: oncecheck_model::ddb::TransactOutcome::Committed } => {
-                    Some((writer, round.op, i64::from(round.seq), false))
-                }
-                _ => None,
-            },
-            Action::WriterReceivesResponse { writer } | Action::WriterReadsClaim { writer } => {
-                let moved = after.writers[writer as usize].next_op != before.writers[writer as usize].next_op
-                    || (after.writers[writer as usize].phase == Phase::Done && before.writers[writer as usize].phase != Phase::Done);
-                let from_claim = !matches!(&before.writers[writer as usize].phase, Phase::Sent { outcome: oncecheck_model::ddb::TransactOutcome::Committed, .. });
-                if moved && from_claim {
-                    let push = &model.writers[writer as usize].1;
-                    let op = push[before.writers[writer as usize].next_op as usize];
-                    let seq = after.answers.get(&op).and_then(|seqs| seqs.iter().next()).copied().unwrap_or(0);
-                    Some((writer, op, i64::from(seq), true))
-                } else {
-                    None
-                }
-            }
-            Action::ResponseLost { writer } => {
-                // The client re-pushes from the start: a new push context.
-                pushes.remove(&writer);
-                None
-            }
-            _ => None,
-        };
-        if let Some((writer, op, seq, existing)) = appended {
-            let context = pushes.entry(writer).or_default();
-            let new_op = NewOp::new(real_op_id(op), payload_of(op));
-            stats.requests += 1;
-            match store.append_op(&stream, &new_op, deadline, context).await {
-                Ok(real) if real.seq == seq && real.existing == existing => {}
-                Ok(real) => {
-                    return Err(diverged(
-                        format!("{} answered seq {seq}{}", real_op_id(op), if existing { " (existing)" } else { "" }),
-                        format!("{} answered seq {}{}", real_op_id(op), real.seq, if real.existing { " (existing)" } else { "" }),
-                    ))
-                }
-                Err(error) => return Err(diverged(format!("{} answered seq {seq}", real_op_id(op)), format!("error: {error}"))),
-            }
-        }
-        if let Action::PullerQueries { puller } = action {
-            let cursor = before.pullers[puller as usize].cursor;
-            let limit = model.bounds.page_limit as usize;
-            let expected: Vec<i64> = before.table.committed_ops().range(cursor.saturating_add(1)..).take(limit).map(|(seq, _)| i64::from(*seq)).collect();
-            stats.requests += 1;
-            let page = store.pull(&stream, i64::from(cursor), limit).await.map_err(|error| diverged(format!("page {expected:?}"), format!("error: {error}")))?;
-            let actual: Vec<i64> = page.iter().map(|op| op.seq).collect();
-            if actual != expected {
-                return Err(diverged(format!("P{} page after {cursor}: {expected:?}", puller + 1), format!("{actual:?}")));
-            }
-        }
-        stats.steps += 1;
-    }
-    // The whole log at the end: every committed op at its seq, nothing else.
-    let last = &path[path.len() - 1].0;
-    let expected: Vec<(i64, String)> = last.table.committed_ops().iter().map(|(seq, op)| (i64::from(*seq), real_op_id(*op))).collect();
-    stats.requests += 1;
-    let log = store.pull(&stream, 0, 1000).await.map_err(|error| environment(format!("final pull: {error}")))?;
-    let actual: Vec<(i64, String)> = log.iter().map(|op| (op.seq, op.op_id.clone())).collect();
-    if actual != expected {
-        return Err(ReplayError::Diverged(Box::new(Divergence {
-            file: file.to_path_buf(),
-            step: path.len() - 1,
-            action: "end of trace: the whole log".to_string(),
-            expected: format!("{expected:?}"),
-            actual: format!("{actual:?}"),
-            target: target.to_string(),
-        })));
-    }
-    Ok(stats)
-}
-
-/// Loads and replays one file against a logical target.
-pub async fn replay_file_logical(file: &Path, store: &dyn OpStore, target: &Target) -> Result<ReplayStats, ReplayError> {
-    let loaded = crate::traces::load(file).map_err(ReplayError::Load)?;
-    match &loaded {
-        Loaded::Relay(trace) => replay_logical(file, trace, store, target).await,
-    }
 }

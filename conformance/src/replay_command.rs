@@ -1,19 +1,37 @@
-//! `oncecheck replay TRACE... --target T`: replays every file, prints one line per trace and a
-//! summary (traces, steps, requests, seconds), and answers the exit code: 0 all replayed without
-//! divergence, 1 a divergence, 2 a file or target that cannot be used (unreachable included).
+//! `oncecheck replay TRACE... --target T [--jobs N]`: loads every file first (a file that is not
+//! a usable trace of the target's model stops the run before anything is replayed), replays the
+//! traces, `jobs` at a time, prints one line per trace in the order given and a summary (traces,
+//! steps, requests, lost responses, seconds), and answers the exit code: 0 all replayed without
+//! divergence, 1 a divergence or an environment failure mid-run, 2 bad input (a file, a target
+//! that cannot be reached, a trace the target cannot show without `--only-replayable`).
 
-use crate::replay::{replay_file_logical, ReplayError, ReplayStats, Target};
+use crate::replay::{ReplayError, ReplayStats, Target};
 use crate::replay_dynamodb::StoreConfig;
+use crate::replay_session::{Session, SessionTrace};
 use oncecheck_store::dynamodb::Mutation;
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::Instant;
 
-/// Parses `--store-variant` and `--store-mutation`, naming the valid choices on error.
-pub fn store_config(store_variant: Option<String>, mutations: &[String]) -> Result<StoreConfig, String> {
+/// Concurrent replays at most: each holds a proxy with a listener per actor and a table.
+pub const JOBS_MAX: usize = 64;
+
+/// Parses `--store-variant`, `--store-mutation` and `--lose-by`, naming the valid choices on
+/// error.
+pub fn store_config(
+    store_variant: Option<String>,
+    mutations: &[String],
+    lose_by: Option<&str>,
+) -> Result<StoreConfig, String> {
+    let lose_by = lose_by.map(str::parse).transpose()?.unwrap_or_default();
     if let Some(variant) = &store_variant {
         if !["add-era", "counter-only", "fixed", "mixed"].contains(&variant.as_str()) {
-            return Err(format!("unknown store variant `{variant}`; valid: add-era, counter-only, fixed, mixed"));
+            return Err(format!(
+                "unknown store variant `{variant}`; valid: add-era, counter-only, fixed, mixed"
+            ));
         }
     }
     let mutations = mutations
@@ -27,72 +45,190 @@ pub fn store_config(store_variant: Option<String>, mutations: &[String]) -> Resu
             )),
         })
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(StoreConfig { store_variant, mutations })
+    Ok(StoreConfig {
+        store_variant,
+        mutations,
+        lose_by,
+    })
 }
 
-pub fn run(files: &[PathBuf], target: &Target, config: StoreConfig, only_replayable: bool) -> ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+/// Checks `--jobs`: 1..=JOBS_MAX.
+pub fn check_jobs(jobs: usize) -> Result<usize, String> {
+    if (1..=JOBS_MAX).contains(&jobs) {
+        Ok(jobs)
+    } else {
+        Err(format!("--jobs {jobs}: valid range 1..={JOBS_MAX}"))
+    }
+}
+
+pub fn run(
+    files: &[PathBuf],
+    target: &Target,
+    config: StoreConfig,
+    only_replayable: bool,
+    jobs: usize,
+) -> ExitCode {
+    let jobs = match check_jobs(jobs) {
+        Ok(jobs) => jobs,
+        Err(message) => {
+            eprintln!("oncecheck: {message}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(runtime) => runtime,
         Err(error) => {
             eprintln!("oncecheck: cannot start the async runtime: {error}");
             return ExitCode::from(1);
         }
     };
-    runtime.block_on(run_all(files, target, config, only_replayable))
+    runtime.block_on(run_all(files, target, config, only_replayable, jobs))
 }
 
-async fn run_all(files: &[PathBuf], target: &Target, config: StoreConfig, only_replayable: bool) -> ExitCode {
+/// The result of every trace, in the order of `files`.
+pub type Outcomes = Vec<(PathBuf, Result<ReplayStats, ReplayError>)>;
+
+/// Replays loaded traces `jobs` at a time; `report` sees each outcome in the order given, as
+/// soon as it and every earlier one are done.
+pub async fn replay_all(
+    session: Arc<Session>,
+    traces: Vec<(PathBuf, SessionTrace)>,
+    jobs: usize,
+    mut report: impl FnMut(&PathBuf, &Result<ReplayStats, ReplayError>),
+) -> Outcomes {
+    let count = traces.len();
+    let traces = Arc::new(traces);
+    let next = Arc::new(AtomicUsize::new(0));
+    let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
+    let mut workers = tokio::task::JoinSet::new();
+    for _ in 0..jobs.min(count.max(1)) {
+        let (session, traces, next, sender) = (
+            session.clone(),
+            traces.clone(),
+            next.clone(),
+            sender.clone(),
+        );
+        workers.spawn(async move {
+            loop {
+                let index = next.fetch_add(1, Ordering::Relaxed);
+                let Some((file, trace)) = traces.get(index) else {
+                    break;
+                };
+                let result = session.replay(file, trace).await;
+                if sender.send((index, result)).is_err() {
+                    break;
+                }
+            }
+        });
+    }
+    drop(sender);
+    let mut done: BTreeMap<usize, Result<ReplayStats, ReplayError>> = BTreeMap::new();
+    let mut outcomes: Outcomes = Vec::with_capacity(count);
+    while let Some((index, result)) = receiver.recv().await {
+        done.insert(index, result);
+        while let Some(result) = done.remove(&outcomes.len()) {
+            let file = traces[outcomes.len()].0.clone();
+            report(&file, &result);
+            outcomes.push((file, result));
+        }
+    }
+    while workers.join_next().await.is_some() {}
+    outcomes
+}
+
+async fn run_all(
+    files: &[PathBuf],
+    target: &Target,
+    config: StoreConfig,
+    only_replayable: bool,
+    jobs: usize,
+) -> ExitCode {
     let started = Instant::now();
-    let mut totals = ReplayStats::default();
-    let (mut replayed, mut bad_input, mut diverged, mut not_applicable) = (0usize, 0usize, 0usize, 0usize);
-    let mut session = match crate::replay_session::Session::open_with(target, config).await {
-        Ok(session) => session,
+    let session = match Session::open_with(target, config).await {
+        Ok(session) => Arc::new(session),
         Err(detail) => {
-            // Bad input, not a divergence: nothing was replayed (exit 1 is kept for divergences).
             eprintln!("oncecheck: cannot reach the {target} target: {detail}");
             return ExitCode::from(2);
         }
     };
+    // Every file first: bad input stops the run before anything is replayed.
+    let mut traces = Vec::with_capacity(files.len());
+    let mut unusable = 0usize;
     for file in files {
-        let result = match target {
-            Target::Memory | Target::Sqlite => replay_file_logical(file, session.logical_store(), target).await,
-            Target::Dynamodb(_) => session.replay_dynamodb(file).await,
-        };
+        match session.load(file) {
+            Ok(trace) => traces.push((file.clone(), trace)),
+            Err(error) => {
+                unusable += 1;
+                eprintln!("oncecheck: {error}");
+            }
+        }
+    }
+    if unusable > 0 {
+        eprintln!(
+            "oncecheck: {unusable} of {} files are not usable traces; nothing was replayed",
+            files.len()
+        );
+        close(session).await;
+        return ExitCode::from(2);
+    }
+    let mut totals = ReplayStats::default();
+    let (mut replayed, mut refused, mut diverged, mut not_applicable, mut environment) =
+        (0usize, 0usize, 0usize, 0usize, 0usize);
+    let outcomes = replay_all(session.clone(), traces, jobs, |file, result| match result {
+        Ok(stats) => println!(
+            "ok   {} ({} steps, {} requests, {} lost responses)",
+            file.display(),
+            stats.steps,
+            stats.requests,
+            stats.lost_responses
+        ),
+        Err(error @ ReplayError::NotApplicable { .. }) if only_replayable => {
+            println!("n/a  {error}")
+        }
+        Err(error @ (ReplayError::Load(_) | ReplayError::NotApplicable { .. })) => {
+            eprintln!("oncecheck: {error}")
+        }
+        Err(error) => println!("FAIL {error}"),
+    })
+    .await;
+    for (_, result) in &outcomes {
         match result {
             Ok(stats) => {
                 replayed += 1;
                 totals.steps += stats.steps;
                 totals.requests += stats.requests;
-                println!("ok   {} ({} steps, {} requests)", file.display(), stats.steps, stats.requests);
+                totals.lost_responses += stats.lost_responses;
             }
-            Err(error @ ReplayError::TargetMismatch { .. }) if only_replayable => {
-                not_applicable += 1;
-                println!("n/a  {error}");
-            }
-            Err(error @ (ReplayError::Load(_) | ReplayError::TargetMismatch { .. })) => {
-                bad_input += 1;
-                eprintln!("oncecheck: {error}");
-            }
-            Err(error) => {
-                diverged += 1;
-                println!("FAIL {error}");
-            }
+            Err(ReplayError::NotApplicable { .. }) if only_replayable => not_applicable += 1,
+            Err(ReplayError::Load(_) | ReplayError::NotApplicable { .. }) => refused += 1,
+            Err(ReplayError::Environment { .. }) => environment += 1,
+            Err(ReplayError::Diverged(_)) => diverged += 1,
         }
     }
-    session.close().await;
+    close(session).await;
     let seconds = started.elapsed().as_secs_f64();
     println!(
-        "replayed {replayed} of {} traces against {target}: {} steps, {} requests, {:.2}s, {diverged} diverged, {bad_input} rejected, {not_applicable} not applicable to this target",
+        "replayed {replayed} of {} traces against {target} ({jobs} at a time): {} steps, {} requests, {} lost responses, {:.2}s, {diverged} diverged, {environment} environment failures, {refused} rejected, {not_applicable} not applicable to this target",
         files.len(),
         totals.steps,
         totals.requests,
+        totals.lost_responses,
         seconds
     );
-    if diverged > 0 {
+    if diverged > 0 || environment > 0 {
         ExitCode::from(1)
-    } else if bad_input > 0 {
+    } else if refused > 0 {
         ExitCode::from(2)
     } else {
         ExitCode::SUCCESS
+    }
+}
+
+async fn close(session: Arc<Session>) {
+    if let Ok(session) = Arc::try_unwrap(session) {
+        session.close().await;
     }
 }

@@ -150,6 +150,13 @@ enum Command {
         /// the run (they are still counted and printed).
         #[arg(long)]
         only_replayable: bool,
+        /// Replay this many traces at once (each on its own stream, table and proxy).
+        #[arg(long, default_value_t = 1)]
+        jobs: usize,
+        /// How the proxy loses a response the trace loses: close (the connection, no answer)
+        /// or stall (no answer until the client times out). Default: close.
+        #[arg(long, value_name = "close|stall")]
+        lose_by: Option<String>,
     },
     /// Check an endpoint's DynamoDB semantics with real requests on a fresh table (deleted after);
     /// exit 0 when it ran, 2 on a bad target or an unreachable endpoint.
@@ -293,12 +300,16 @@ fn main() -> ExitCode {
             store_variant,
             store_mutations,
             only_replayable,
+            jobs,
+            lose_by,
         } => replay(
             &traces,
             &target,
             store_variant,
             &store_mutations,
             only_replayable,
+            jobs,
+            lose_by.as_deref(),
         ),
         Command::Probe { target } => probe(&target),
         Command::Explore {
@@ -370,23 +381,36 @@ fn replay(
     store_variant: Option<String>,
     store_mutations: &[String],
     only_replayable: bool,
+    jobs: usize,
+    lose_by: Option<&str>,
 ) -> ExitCode {
     let target: oncecheck_conformance::replay::Target = match target.parse() {
         Ok(target) => target,
         Err(message) => return bad_input(message),
     };
-    let config =
-        match oncecheck_conformance::replay_command::store_config(store_variant, store_mutations) {
-            Ok(config) => config,
-            Err(message) => return bad_input(message),
-        };
-    oncecheck_conformance::replay_command::run(traces, &target, config, only_replayable)
+    let config = match oncecheck_conformance::replay_command::store_config(
+        store_variant,
+        store_mutations,
+        lose_by,
+    ) {
+        Ok(config) => config,
+        Err(message) => return bad_input(message),
+    };
+    oncecheck_conformance::replay_command::run(traces, &target, config, only_replayable, jobs)
 }
 
 /// Without the `replay` feature the binary carries no store, SDK or database driver: say how to
 /// get one that does, in one line.
 #[cfg(not(feature = "replay"))]
-fn replay(_: &[PathBuf], _: &str, _: Option<String>, _: &[String], _: bool) -> ExitCode {
+fn replay(
+    _: &[PathBuf],
+    _: &str,
+    _: Option<String>,
+    _: &[String],
+    _: bool,
+    _: usize,
+    _: Option<&str>,
+) -> ExitCode {
     bad_input(
         "this oncecheck was built without replay; build one with it: \
          cargo run --release -p oncecheck-conformance --features replay --bin oncecheck -- replay ...",

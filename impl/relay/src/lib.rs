@@ -23,17 +23,28 @@
 //! | 400 | `invalid-limit` | `limit` is not an integer in 1..=pull_limit_max |
 //! | 404 | `not-found` | no such route |
 //! | 405 | `method-not-allowed` | the route exists, the method does not |
+//! | 409 | `op-id-conflict` | an op_id is stored with another payload; `seq` names where |
 //! | 413 | `payload-too-large` | body over body_bytes_max or more ops than ops_per_push_max |
-//! | 422 | `empty-batch`, `invalid-op-id`, `invalid-stream` | well-formed but unusable |
-//! | 503 | `deadline-exceeded` | the push deadline passed; `stored` lists what is kept |
+//! | 413 | `op-too-large` | one op exceeds the store's item size; nothing stored |
+//! | 415 | `unsupported-media-type` | a push whose Content-Type is not `application/json` |
+//! | 422 | `empty-batch`, `invalid-op-id`, `invalid-stream`, `invalid-input` | unusable input |
+//! | 422 | `duplicate-op-id` | one op_id twice in a push; nothing stored |
+//! | 503 | `deadline-exceeded` | the deadline passed; `stored` lists what is kept |
+//! | 503 | `no-progress` | the push deadline passed before any new op was stored |
 //! | 503 | `contention` | too many lost rounds in a row; `stored` lists what is kept |
-//! | 500 | `store-failure` | the store failed; `stored` lists what is kept |
+//! | 503 | `backend-unavailable` | the store's backend did not answer, retried in place |
+//! | 500 | `store-failure` | a bug or corrupt data; `stored` lists what is kept |
 //!
-//! A client treats every push status except 413 alike: nothing is marked pushed, the next pass
-//! re-pushes, and the claims make that safe. 413 means "split the batch".
+//! Every 503 carries `Retry-After`. A client treats every push status except 409, 413, 415 and
+//! 422 alike: nothing is marked pushed, the next pass re-pushes, and the claims make that safe.
+//! 413 means "split the batch"; 409, 415 and 422 mean "fix the request".
 //!
-//! Invariant: a handler never stores anything before the request is fully validated, so a
-//! refused request loses nothing and stores nothing.
+//! `detail` is a stable message written for the client; the raw error behind a 500 or a 503 is
+//! in the relay's log (tracing), never in a response.
+//!
+//! Invariant: a handler never stores anything before the request is fully validated (the store
+//! checks the whole batch against its own limits before its first write too), so a refused
+//! request loses nothing and stores nothing.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -46,7 +57,8 @@ use axum::routing::post;
 use axum::{Json, Router};
 use bytes::Bytes;
 use oncecheck_store::{
-    BatchOutcome, NewOp, OpStore, Seq, StoreError, PUSH_DEADLINE_ENV, PUSH_DEADLINE_SECS_DEFAULT,
+    BatchOutcome, NewOp, OpStore, Seq, StoreError, PULL_DEADLINE_SECS_DEFAULT, PUSH_DEADLINE_ENV,
+    PUSH_DEADLINE_SECS_DEFAULT,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -69,6 +81,8 @@ pub struct Limits {
     pub pull_limit_default: usize,
     /// Time a push may take; past it, 503 with what was stored kept.
     pub push_deadline_secs: u64,
+    /// Time a pull may take, retrying transient backend errors; past it, 503.
+    pub pull_deadline_secs: u64,
 }
 
 impl Default for Limits {
@@ -81,6 +95,7 @@ impl Default for Limits {
             pull_limit_max: 1000,
             pull_limit_default: 100,
             push_deadline_secs: PUSH_DEADLINE_SECS_DEFAULT,
+            pull_deadline_secs: PULL_DEADLINE_SECS_DEFAULT,
         }
     }
 }
@@ -314,25 +329,59 @@ fn results_of(ops: &[NewOp], outcome: &BatchOutcome) -> Vec<PushResult> {
         .collect()
 }
 
-fn store_problem(error: &StoreError, stored: Vec<PushResult>) -> Problem {
-    let problem = match error {
-        StoreError::DeadlineExceeded => Problem::new(
+/// Which request a store error ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Request {
+    Push,
+    Pull,
+}
+
+/// The problem a store error answers. `detail` is the store error's own stable message for what
+/// the client can act on; a 500 says only that the log has it.
+fn store_problem(error: &StoreError, request: Request) -> Problem {
+    let retry = match request {
+        Request::Push => "the ops listed in `stored` are kept; re-push the batch",
+        Request::Pull => "retry the pull",
+    };
+    let unavailable = |slug: &str, title: &str| {
+        Problem::new(
             StatusCode::SERVICE_UNAVAILABLE,
-            "deadline-exceeded",
-            "Push deadline exceeded",
-            format!("{error}; the ops listed in `stored` are kept, re-push the batch"),
+            slug,
+            title,
+            format!("{error}; {retry}"),
+        )
+    };
+    match error {
+        StoreError::DeadlineExceeded => unavailable("deadline-exceeded", "Deadline exceeded"),
+        StoreError::NoProgress => unavailable("no-progress", "No new op stored"),
+        StoreError::ContentionBudgetExhausted { .. } => {
+            unavailable("contention", "Stream contended")
+        }
+        StoreError::Unavailable { .. } => unavailable("backend-unavailable", "Store unavailable"),
+        StoreError::PayloadConflict { seq, .. } => Problem::new(
+            StatusCode::CONFLICT,
+            "op-id-conflict",
+            "op_id reused",
+            format!("{error}; an op_id names one op: give the new op a new op_id"),
+        )
+        .with("seq", json!(seq)),
+        StoreError::DuplicateOpId { .. } => Problem::new(
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "duplicate-op-id",
+            "Duplicate op_id",
+            format!("{error}; nothing was stored"),
         ),
-        StoreError::ContentionBudgetExhausted { .. } => Problem::new(
-            StatusCode::SERVICE_UNAVAILABLE,
-            "contention",
-            "Stream contended",
-            format!("{error}; the ops listed in `stored` are kept, re-push the batch"),
+        StoreError::TooLarge { .. } => Problem::new(
+            StatusCode::PAYLOAD_TOO_LARGE,
+            "op-too-large",
+            "Op too large",
+            format!("{error}; nothing was stored"),
         ),
         StoreError::InvalidInput { .. } => Problem::new(
             StatusCode::UNPROCESSABLE_ENTITY,
             "invalid-input",
             "Invalid input",
-            error.to_string(),
+            format!("{error}; nothing was stored"),
         ),
         StoreError::SeqOverflow { .. }
         | StoreError::ClaimForeign { .. }
@@ -343,11 +392,19 @@ fn store_problem(error: &StoreError, stored: Vec<PushResult>) -> Problem {
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "store-failure",
                 "Store failure",
-                error.to_string(),
+                "the store failed unexpectedly; the relay's log has the error",
             )
         }
+    }
+}
+
+/// The media type a push body must declare (parameters such as `charset` are allowed).
+fn is_json(content_type: Option<&HeaderValue>) -> bool {
+    let Some(value) = content_type.and_then(|value| value.to_str().ok()) else {
+        return false;
     };
-    problem.with("stored", json!(stored))
+    let essence = value.split(';').next().unwrap_or("").trim();
+    essence.eq_ignore_ascii_case("application/json")
 }
 
 //= specs/relay-append.md#R6
@@ -355,6 +412,7 @@ fn store_problem(error: &StoreError, stored: Vec<PushResult>) -> Problem {
 async fn push(
     State(state): State<AppState>,
     stream: Result<Path<String>, PathRejection>,
+    headers: axum::http::HeaderMap,
     body: Result<Bytes, BytesRejection>,
 ) -> Response {
     let Path(stream) = match stream {
@@ -363,6 +421,15 @@ async fn push(
     };
     if let Err(problem) = check_stream(&stream, &state.limits) {
         return problem.into_response();
+    }
+    if !is_json(headers.get(header::CONTENT_TYPE)) {
+        return Problem::new(
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+            "Unsupported media type",
+            "a push body is JSON: send it with Content-Type: application/json",
+        )
+        .into_response();
     }
     let body = match body {
         Ok(body) => body,
@@ -399,7 +466,9 @@ async fn push(
         None => Json(PushResponse { stream, results }).into_response(),
         Some(error) => {
             tracing::warn!(%stream, stored = results.len(), ops = ops.len(), %error, "push stopped");
-            store_problem(error, results).into_response()
+            store_problem(error, Request::Push)
+                .with("stored", json!(results))
+                .into_response()
         }
     }
 }
@@ -466,7 +535,12 @@ async fn pull(
         (Ok(after), Ok(limit)) => (after, limit),
         (Err(problem), _) | (_, Err(problem)) => return problem.into_response(),
     };
-    match state.store.pull(&stream, after, limit).await {
+    let deadline = Instant::now() + Duration::from_secs(state.limits.pull_deadline_secs);
+    match state
+        .store
+        .pull_within(&stream, after, limit, deadline)
+        .await
+    {
         Ok(ops) => {
             let cursor = ops.last().map_or(after, |op| op.seq);
             let ops = ops
@@ -484,7 +558,10 @@ async fn pull(
             })
             .into_response()
         }
-        Err(error) => store_problem(&error, Vec::new()).into_response(),
+        Err(error) => {
+            tracing::warn!(%stream, after, %error, "pull failed");
+            store_problem(&error, Request::Pull).into_response()
+        }
     }
 }
 

@@ -40,6 +40,9 @@ struct Args {
     /// Largest pull limit.
     #[arg(long, default_value_t = Limits::default().pull_limit_max)]
     pull_limit_max: usize,
+    /// Time a pull may spend retrying transient store errors before it answers 503, in seconds.
+    #[arg(long, default_value_t = Limits::default().pull_deadline_secs, value_parser = clap::value_parser!(u64).range(1..))]
+    pull_deadline_secs: u64,
 }
 
 #[tokio::main]
@@ -65,6 +68,7 @@ async fn main() -> std::process::ExitCode {
         op_id_bytes_max: args.op_id_bytes_max,
         pull_limit_max: args.pull_limit_max,
         push_deadline_secs,
+        pull_deadline_secs: args.pull_deadline_secs,
         ..Limits::default()
     };
     let endpoint = std::env::var(DDB_ENDPOINT_ENV)

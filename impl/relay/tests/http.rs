@@ -391,8 +391,203 @@ async fn a_store_fault_is_a_500_problem_listing_what_was_stored() {
     )
     .await;
     assert_eq!(
+        body["detail"],
+        json!("the store failed unexpectedly; the relay's log has the error"),
+        "the raw error stays in the log"
+    );
+    assert_eq!(
         body["stored"],
         json!([{"op_id": "a", "seq": 1, "existing": false}])
     );
     assert_eq!(relay.op_ids("s").await, vec!["a"]);
+}
+
+#[tokio::test]
+async fn a_push_that_is_not_declared_json_is_a_415_problem_and_stores_nothing() {
+    let relay = relay_with_two_ops().await;
+    let body = json!({"ops": [{"op_id": "c", "payload": "3"}]}).to_string();
+    for content_type in [
+        Some("text/plain"),
+        Some("application/x-www-form-urlencoded"),
+        Some("multipart/form-data; boundary=x"),
+        None,
+    ] {
+        let mut request = relay
+            .client
+            .post(format!("{}/v1/streams/s/ops", relay.base))
+            .body(body.clone());
+        if let Some(content_type) = content_type {
+            request = request.header("content-type", content_type);
+        }
+        problem(
+            request.send().await.unwrap(),
+            StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            "unsupported-media-type",
+        )
+        .await;
+    }
+    assert_eq!(relay.op_ids("s").await, vec!["a", "b"]);
+    let with_charset = relay
+        .client
+        .post(format!("{}/v1/streams/s/ops", relay.base))
+        .header("content-type", "Application/JSON; charset=utf-8")
+        .body(body)
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(with_charset.status(), StatusCode::OK);
+}
+
+/// Duplicate op_ids in one push, and an op_id re-pushed with another payload, on each backend.
+async fn bad_op_ids_are_refused_and_store_nothing(backend_name: &str) {
+    let backend = backend(backend_name).await;
+    let relay = Relay::over(backend.store.clone(), Limits::default()).await;
+    assert_eq!(
+        relay.push("s", &[("a", "1"), ("b", "2")]).await.status(),
+        StatusCode::OK
+    );
+    let duplicate = problem(
+        relay.push("s", &[("c", "3"), ("d", "4"), ("c", "3")]).await,
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "duplicate-op-id",
+    )
+    .await;
+    assert!(duplicate["detail"]
+        .as_str()
+        .unwrap()
+        .contains("ops[0] and ops[2]"));
+    assert_eq!(relay.op_ids("s").await, vec!["a", "b"], "nothing stored");
+    let conflict = problem(
+        relay.push("s", &[("b", "another payload")]).await,
+        StatusCode::CONFLICT,
+        "op-id-conflict",
+    )
+    .await;
+    assert_eq!(conflict["seq"], json!(2));
+    assert_eq!(conflict["stored"], json!([]));
+    let page: PullResponse = relay.pull_raw("s", "after=0").await.json().await.unwrap();
+    assert_eq!(page.ops[1].payload, "2", "the first payload is kept");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_op_ids_are_refused_and_store_nothing_memory() {
+    bad_op_ids_are_refused_and_store_nothing("memory").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_op_ids_are_refused_and_store_nothing_sqlite() {
+    bad_op_ids_are_refused_and_store_nothing("sqlite").await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_op_ids_are_refused_and_store_nothing_dynamodb() {
+    bad_op_ids_are_refused_and_store_nothing("dynamodb").await;
+}
+
+/// A relay on DynamoDB through the fault proxy, with `limits`.
+async fn relay_behind_proxy(limits: Limits) -> (Relay, serial_proxy::FaultProxy, table::Table) {
+    let proxy = serial_proxy::FaultProxy::start(ddb_endpoint()).await;
+    let tuning = oncecheck_store::dynamodb::AppendTuning {
+        backoff_base: std::time::Duration::from_millis(1),
+        backoff_max: std::time::Duration::from_millis(20),
+        ..oncecheck_store::dynamodb::AppendTuning::default()
+    };
+    let store = oncecheck_store::DynamoDbStore::connect(unique("relay"), Some(&proxy.url))
+        .await
+        .with_tuning(tuning);
+    let table = table::Table::create(store, ddb_endpoint()).await;
+    let relay = Relay::over(Arc::new(table.clone()), limits).await;
+    (relay, proxy, table)
+}
+
+/// DynamoDB's item limit through the relay: (small, small, 450 KB) is a 413 and nothing is
+/// stored, although the body is within body_bytes_max.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_op_over_the_item_size_is_a_413_and_stores_none_of_the_batch() {
+    let (relay, proxy, _table) = relay_behind_proxy(Limits::default()).await;
+    let big = "x".repeat(450 * 1024);
+    let body = problem(
+        relay
+            .push("s", &[("a", "1"), ("b", "2"), ("c", big.as_str())])
+            .await,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "op-too-large",
+    )
+    .await;
+    assert!(
+        body["detail"].as_str().unwrap().starts_with("ops[2]"),
+        "{body}"
+    );
+    assert_eq!(proxy.count("TransactWriteItems"), 0, "nothing sent");
+    assert!(relay.op_ids("s").await.is_empty());
+}
+
+//= specs/relay-append.md#R3
+//# An op_id is stored at most once; every append of it, re-pushes included, answers the same seq.
+/// The backend stalls mid-push: the relay answers 503 with Retry-After at the push deadline (not
+/// a 500 after the SDK's attempt timeout) listing the op it stored; a pull during the stall is a
+/// 503 at the pull deadline. Once the backend answers again, the re-push completes and every op
+/// is stored exactly once. A response lost to a closed connection is retried inside the push.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backend_stalled_mid_push_is_a_503_and_the_re_push_stores_each_op_once() {
+    let limits = Limits {
+        push_deadline_secs: 1,
+        pull_deadline_secs: 1,
+        ..Limits::default()
+    };
+    let proxy = serial_proxy::FaultProxy::start(ddb_endpoint()).await;
+    let stalling = proxy.clone();
+    let armed = Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let store = oncecheck_store::DynamoDbStore::connect(unique("relay"), Some(&proxy.url))
+        .await
+        .with_before_write(move |attempt| {
+            // Only b's first round stalls the backend; the re-push runs on a healed one.
+            if attempt.op_id == "b" && armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                stalling.stall_everything();
+            }
+            Box::pin(async {}) as oncecheck_store::StoreFuture<'static, ()>
+        });
+    let table = table::Table::create(store, ddb_endpoint()).await;
+    let relay = Relay::over(Arc::new(table.clone()), limits).await;
+    let started = std::time::Instant::now();
+    let response = relay.push("s", &[("a", "1"), ("b", "2"), ("c", "3")]).await;
+    let took = started.elapsed();
+    assert!(took < std::time::Duration::from_millis(2500), "{took:?}");
+    assert_eq!(
+        response
+            .headers()
+            .get("retry-after")
+            .map(|v| v.to_str().unwrap().to_owned()),
+        Some("1".to_owned())
+    );
+    let body = problem(
+        response,
+        StatusCode::SERVICE_UNAVAILABLE,
+        "deadline-exceeded",
+    )
+    .await;
+    assert_eq!(
+        body["stored"],
+        json!([{"op_id": "a", "seq": 1, "existing": false}])
+    );
+    let pull = relay.pull_raw("s", "after=0").await;
+    assert!(pull.headers().contains_key("retry-after"));
+    problem(pull, StatusCode::SERVICE_UNAVAILABLE, "deadline-exceeded").await;
+    proxy.heal();
+    proxy.fault_next("TransactWriteItems", serial_proxy::Fault::CloseAfterForward);
+    let re_push: PushResponse = relay
+        .push("s", &[("a", "1"), ("b", "2"), ("c", "3")])
+        .await
+        .json()
+        .await
+        .unwrap();
+    let answers: Vec<(i64, bool)> = re_push
+        .results
+        .iter()
+        .map(|r| (r.seq, r.existing))
+        .collect();
+    // The lost response is a's round (its claim put failed, the answer never came): retried in
+    // place, it answers a's seq; b's stalled round was never forwarded, so b and c are new.
+    assert_eq!(answers, vec![(1, true), (2, false), (3, false)]);
+    assert_eq!(relay.op_ids("s").await, vec!["a", "b", "c"]);
 }

@@ -7,7 +7,9 @@
 //!
 //! - the **counter** at `seq = 0`, attribute `next_seq`: the last seq this build allocated;
 //! - a **claim** per op_id at `seq = claim_key(op_id)`, a negative number derived from a stable
-//!   64-bit FNV-1a hash of the op_id, with attributes `op_id` and `claimed_seq`. Claims are negative
+//!   64-bit FNV-1a hash of the op_id, with attributes `op_id`, `claimed_seq` and `payload_sha256`
+//!   (B, the SHA-256 of the payload: a re-push with another payload is refused; a claim written
+//!   before the digest existed has none and is taken as matching). Claims are negative
 //!   so a pull (`seq > cursor >= 0`) never returns one, and a counter can never wrap into them
 //!   (next-seq arithmetic is checked: a counter at `i64::MAX` is a loud error);
 //! - an **op** at `seq = s >= 1`, attributes `op_id` and `payload` (B).
@@ -79,13 +81,43 @@
 //! others keep committing (retrying on a stale hint after every pause starves a writer). The
 //! push deadline is checked before every round and raced against the round in flight
 //! (`tokio::time::timeout_at`); a round cut short may still commit, which the re-push finds
-//! through its claim. The store owns retries: the SDK is configured for one attempt per request,
-//! and an unknown outcome (timeout, 5xx, throttling) is a lost round without a hint.
+//! through its claim. The store owns retries: the SDK is configured for one attempt per request.
+//!
+//! # Unknown outcomes: one path
+//!
+//! Every error after which a request may or may not have taken effect (a timeout, a closed or
+//! reset connection, a failed dispatch, a 5xx, throttling) is an *unknown outcome*: a
+//! transaction committed whole or not at all. For a round it is a lost round without a hint
+//! ([`classify`] decides, `send_round` applies it): it counts against `lost_rounds_max` in a
+//! row, the counter becomes unknown, and the same op is retried in place; if the lost round had
+//! committed, the retry's claim put fails and answers the stored seq (`existing: true`). When the
+//! budget runs out on unknown outcomes alone the error is [`StoreError::Unavailable`], otherwise
+//! [`StoreError::ContentionBudgetExhausted`]. Reads (counter, claim, floor, batched claims, pull
+//! pages) retry an unknown outcome after a jittered backoff, bounded the same way and by their
+//! deadline. Anything else (a validation error, access denied, a missing table) is refused at
+//! once with a stable message; the raw error goes to the log.
+//!
+//! # Re-pushes
+//!
+//! A push whose round finds the op's own claim (a re-push, or a lost round that had committed)
+//! reads the claims of all the push's remaining ops with strongly consistent BatchGetItem
+//! requests (at most [`BATCH_GET_KEYS_MAX`] keys each, `UnprocessedKeys` retried within the
+//! deadline) and answers every op whose claim it finds with the claim's seq, without a round; the
+//! others go through rounds as before. A claim, once written, never changes, so the read cannot
+//! be stale for the ops it finds. A fresh push never finds a claim and costs n transactions and
+//! one counter read, as before.
+//!
+//! # Limits checked before the first write
+//!
+//! [`OpStore::check_op`]: an item (op or claim) must fit DynamoDB's 400 KB item size, counted as
+//! DynamoDB counts it (attribute names plus values), and the stream id must fit the 2048-byte
+//! partition key. One op over a limit refuses the whole push; nothing is sent.
 //!
 //! # IAM
 //!
 //! On the op table: `dynamodb:Query`, `dynamodb:PutItem`, `dynamodb:UpdateItem`,
-//! `dynamodb:ConditionCheckItem` (DynamoDB authorises each action inside TransactWriteItems
+//! `dynamodb:ConditionCheckItem`, `dynamodb:BatchGetItem` (re-pushes read claims in batches)
+//! (DynamoDB authorises each action inside TransactWriteItems
 //! separately; without ConditionCheckItem every append past a stream's first op is denied).
 //! `dynamodb:CreateTable` and `dynamodb:DescribeTable` only for [`create_table`].
 //!
@@ -101,21 +133,23 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
-use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
+use aws_sdk_dynamodb::error::{DisplayErrorContext, ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::primitives::Blob;
 use aws_sdk_dynamodb::types::{
     AttributeDefinition, AttributeValue, BillingMode, ConditionCheck, KeySchemaElement, KeyType,
-    Put, ReturnValuesOnConditionCheckFailure, ScalarAttributeType, TransactWriteItem, Update,
+    KeysAndAttributes, Put, ReturnValuesOnConditionCheckFailure, ScalarAttributeType,
+    TransactWriteItem, Update,
 };
 use aws_sdk_dynamodb::Client;
 use tokio::time::Instant;
 
 use crate::sync::Arc;
 use crate::{
-    next_seq, validate_append, validate_pull, Appended, NewOp, OpStore, PushContext, Seq,
-    StoreError, StoreFuture, StoredOp,
+    batch_outcome, check_batch, next_seq, validate_append, validate_pull, Appended, BatchOutcome,
+    NewOp, OpStore, PushContext, Seq, StoreError, StoreFuture, StoredOp,
 };
 
 pub const ATTRIBUTE_STREAM_ID: &str = "stream_id";
@@ -124,6 +158,8 @@ pub const ATTRIBUTE_NEXT_SEQ: &str = "next_seq";
 pub const ATTRIBUTE_OP_ID: &str = "op_id";
 pub const ATTRIBUTE_PAYLOAD: &str = "payload";
 pub const ATTRIBUTE_CLAIMED_SEQ: &str = "claimed_seq";
+/// The SHA-256 of the op's payload, on its claim item.
+pub const ATTRIBUTE_PAYLOAD_SHA256: &str = "payload_sha256";
 /// The sort key of a stream's counter item.
 pub const COUNTER_SEQ: Seq = 0;
 
@@ -137,6 +173,15 @@ const REQUEST_TIMEOUT_SECS: u64 = 5;
 const CONNECT_TIMEOUT_SECS: u64 = 2;
 /// Pages of a pull are capped by DynamoDB at 1 MB; this caps our own request size.
 const PULL_PAGE_ITEMS_MAX: usize = 1000;
+/// DynamoDB's item size limit (400 KB), counted over attribute names and values.
+pub const ITEM_BYTES_MAX: usize = 400 * 1024;
+/// DynamoDB's partition key length limit.
+pub const PARTITION_KEY_BYTES_MAX: usize = 2048;
+/// DynamoDB's limit of keys per BatchGetItem request.
+pub const BATCH_GET_KEYS_MAX: usize = 100;
+/// The most bytes DynamoDB counts for a number attribute (38 significant digits).
+const NUMBER_BYTES_MAX: usize = 21;
+const SHA256_BYTES: usize = 32;
 
 /// Tuning of an append's retry loop.
 #[derive(Debug, Clone)]
@@ -171,6 +216,78 @@ pub fn claim_key(op_id: &str) -> Seq {
     }
     let magnitude = i64::try_from(hash >> 2).expect("62 bits fit in i64");
     -1 - magnitude
+}
+
+/// The SHA-256 of a payload, as the claim item keeps it.
+pub fn payload_digest(payload: &[u8]) -> [u8; SHA256_BYTES] {
+    use sha2::Digest;
+    sha2::Sha256::digest(payload).into()
+}
+
+/// Who a round claims for: the op_id and its payload's digest, compared with a found claim.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Claimant<'a> {
+    op_id: &'a str,
+    digest: [u8; SHA256_BYTES],
+}
+
+impl<'a> Claimant<'a> {
+    fn of(op: &'a NewOp) -> Claimant<'a> {
+        Claimant {
+            op_id: &op.op_id,
+            digest: payload_digest(&op.payload),
+        }
+    }
+}
+
+/// The size DynamoDB counts for an item: each attribute's name plus its value (numbers counted
+/// at their largest).
+fn item_bytes(attributes: &[(&str, usize)]) -> usize {
+    attributes
+        .iter()
+        .map(|(name, value_bytes)| name.len() + value_bytes)
+        .sum()
+}
+
+/// The sizes of an op's two items: the op item and its claim.
+fn op_and_claim_bytes(stream: &str, op: &NewOp) -> (usize, usize) {
+    let key = [
+        (ATTRIBUTE_STREAM_ID, stream.len()),
+        (ATTRIBUTE_SEQ, NUMBER_BYTES_MAX),
+        (ATTRIBUTE_OP_ID, op.op_id.len()),
+    ];
+    let op_item = item_bytes(&key) + item_bytes(&[(ATTRIBUTE_PAYLOAD, op.payload.len())]);
+    let claim_item = item_bytes(&key)
+        + item_bytes(&[
+            (ATTRIBUTE_CLAIMED_SEQ, NUMBER_BYTES_MAX),
+            (ATTRIBUTE_PAYLOAD_SHA256, SHA256_BYTES),
+        ]);
+    (op_item, claim_item)
+}
+
+/// DynamoDB's limits on one op, checked before anything is sent.
+fn check_limits(stream: &str, op: &NewOp) -> Result<(), StoreError> {
+    validate_append(stream, op)?;
+    if stream.len() > PARTITION_KEY_BYTES_MAX {
+        return Err(StoreError::InvalidInput {
+            reason: format!(
+                "the stream id has {} bytes; DynamoDB keys have at most {PARTITION_KEY_BYTES_MAX}",
+                stream.len()
+            ),
+        });
+    }
+    let (op_item, claim_item) = op_and_claim_bytes(stream, op);
+    let largest = op_item.max(claim_item);
+    if largest > ITEM_BYTES_MAX {
+        return Err(StoreError::TooLarge {
+            index: 0,
+            reason: format!(
+                "its item would have {largest} bytes; DynamoDB stores at most {ITEM_BYTES_MAX} \
+                 bytes per item, attribute names included"
+            ),
+        });
+    }
+    Ok(())
 }
 
 /// Which condition a round puts on op s - 1.
@@ -221,6 +338,13 @@ enum RoundOutcome {
     /// The counter moved or an item was held by another transaction.
     Lost {
         hint: Option<Seq>,
+    },
+    /// The answer was lost or refused for load (timeout, closed connection, 5xx, throttling):
+    /// a lost round without a hint, counted apart only to name the error when the budget ends.
+    Unknown,
+    /// The op_id's claim exists with another payload's digest.
+    PayloadConflict {
+        seq: Seq,
     },
     /// The counter held but op s is occupied (legacy ops above the counter).
     SeqTaken,
@@ -273,6 +397,7 @@ struct ItemReason {
 const CODE_NONE: &str = "None";
 const CODE_CONDITION_FAILED: &str = "ConditionalCheckFailed";
 const CODE_CONFLICT: &str = "TransactionConflict";
+const CODES_THROTTLED: [&str; 2] = ["ThrottlingError", "ProvisionedThroughputExceeded"];
 
 fn number(item: &HashMap<String, AttributeValue>, name: &str) -> Option<Seq> {
     match item.get(name) {
@@ -298,22 +423,50 @@ fn counter_hint(item: Option<&HashMap<String, AttributeValue>>) -> Option<Seq> {
     }
 }
 
-/// Settles a claim's image: ours answers its seq, another op_id is refused.
+/// Settles a claim's image: ours answers its seq, another op_id is refused, our op_id with
+/// another payload's digest is a conflict (a claim without a digest predates it: taken as ours).
 fn settle_claim(
     item: &HashMap<String, AttributeValue>,
-    op_id: &str,
+    claimant: &Claimant<'_>,
     counter_after: Option<Seq>,
 ) -> Result<RoundOutcome, StoreError> {
     let holder = string(item, ATTRIBUTE_OP_ID)
         .ok_or_else(|| StoreError::backend("a claim item lacks its op_id"))?;
-    if holder != op_id {
+    if holder != claimant.op_id {
         return Ok(RoundOutcome::ClaimForeign {
             holder: holder.to_owned(),
         });
     }
     let seq = number(item, ATTRIBUTE_CLAIMED_SEQ)
         .ok_or_else(|| StoreError::backend("a claim item lacks its claimed_seq"))?;
-    Ok(RoundOutcome::Existing { seq, counter_after })
+    match item.get(ATTRIBUTE_PAYLOAD_SHA256) {
+        Some(AttributeValue::B(digest)) if digest.as_ref() != claimant.digest.as_slice() => {
+            Ok(RoundOutcome::PayloadConflict { seq })
+        }
+        _ => Ok(RoundOutcome::Existing { seq, counter_after }),
+    }
+}
+
+/// The answer a found claim gives its op: the stored seq, or the typed refusal.
+fn claim_answer(
+    item: &HashMap<String, AttributeValue>,
+    claimant: &Claimant<'_>,
+) -> Result<Appended, StoreError> {
+    match settle_claim(item, claimant, None)? {
+        RoundOutcome::Existing { seq, .. } => Ok(Appended {
+            seq,
+            existing: true,
+        }),
+        RoundOutcome::ClaimForeign { holder } => Err(StoreError::ClaimForeign {
+            op_id: claimant.op_id.to_owned(),
+            holder,
+        }),
+        RoundOutcome::PayloadConflict { seq } => Err(StoreError::PayloadConflict {
+            op_id: claimant.op_id.to_owned(),
+            seq,
+        }),
+        other => unreachable!("settle_claim answered {other:?}"),
+    }
 }
 
 /// Maps a cancelled round's reasons (one per item, request order) to its outcome. The claim
@@ -323,7 +476,7 @@ fn settle_cancellation(
     layout: TransactionLayout,
     predecessor: Option<PredecessorCheck>,
     expected: Seq,
-    op_id: &str,
+    claimant: &Claimant<'_>,
     reasons: &[ItemReason],
 ) -> Result<RoundOutcome, StoreError> {
     if reasons.len() != layout.len() {
@@ -342,7 +495,7 @@ fn settle_cancellation(
     let claim = &reasons[layout.claim];
     if claim.code == CODE_CONDITION_FAILED {
         return match &claim.item {
-            Some(item) => settle_claim(item, op_id, counter_after),
+            Some(item) => settle_claim(item, claimant, counter_after),
             None => Ok(RoundOutcome::ClaimPresent { counter_after }),
         };
     }
@@ -351,7 +504,10 @@ fn settle_cancellation(
             hint: counter_hint(counter.item.as_ref()),
         });
     }
-    if reasons.iter().any(|reason| reason.code == CODE_CONFLICT) {
+    // A conflict or a throttled item: the transaction was cancelled whole, nothing committed.
+    if reasons.iter().any(|reason| {
+        reason.code == CODE_CONFLICT || CODES_THROTTLED.contains(&reason.code.as_str())
+    }) {
         return Ok(RoundOutcome::Lost { hint: None });
     }
     let codes: Vec<&str> = reasons.iter().map(|reason| reason.code.as_str()).collect();
@@ -396,6 +552,9 @@ struct LoopState {
     /// occupied seq never frees up, so the floor stays valid).
     floor: Option<Seq>,
     lost_in_a_row: u32,
+    /// How many of the lost rounds in a row were unknown outcomes (all of them: the backend is
+    /// unavailable rather than contended).
+    unknown_in_a_row: u32,
     /// What the round learned about the counter when it found a claim to read back.
     counter_after_claim: Option<Seq>,
 }
@@ -414,6 +573,15 @@ impl LoopState {
         seq: Seq,
         lost_rounds_max: u32,
     ) -> Next {
+        // An unknown outcome is a lost round without a hint; it is counted apart only so that a
+        // budget spent on unknown outcomes alone is reported as an unavailable backend.
+        let outcome = if outcome == RoundOutcome::Unknown {
+            self.unknown_in_a_row += 1;
+            RoundOutcome::Lost { hint: None }
+        } else {
+            self.unknown_in_a_row = 0;
+            outcome
+        };
         if !matches!(outcome, RoundOutcome::Lost { .. }) {
             self.lost_in_a_row = 0;
         }
@@ -436,13 +604,21 @@ impl LoopState {
                 self.counter_after_claim = counter_after;
                 Next::ReadBackClaim
             }
-            RoundOutcome::ClaimForeign { .. } => Next::Fail(StoreError::backend(
-                "unreachable: foreign claims are reported by the caller",
-            )),
+            RoundOutcome::ClaimForeign { .. } | RoundOutcome::PayloadConflict { .. } => {
+                Next::Fail(StoreError::backend(
+                    "unreachable: foreign and conflicting claims are reported by the caller",
+                ))
+            }
+            RoundOutcome::Unknown => unreachable!("mapped to a lost round above"),
             RoundOutcome::Lost { hint } => {
                 self.lost_in_a_row += 1;
                 self.flipped_at = None;
                 if self.lost_in_a_row > lost_rounds_max {
+                    if self.unknown_in_a_row >= self.lost_in_a_row {
+                        return Next::Fail(StoreError::Unavailable {
+                            attempts: self.lost_in_a_row,
+                        });
+                    }
                     return Next::Fail(StoreError::ContentionBudgetExhausted {
                         lost_rounds: self.lost_in_a_row,
                     });
@@ -510,19 +686,55 @@ fn jittered_backoff(
     Duration::from_micros(random.random_range(0..=ceiling_micros))
 }
 
-fn sdk_error<E: ProvideErrorMetadata + std::fmt::Debug, R: std::fmt::Debug>(
-    what: &str,
-    error: SdkError<E, R>,
-) -> StoreError {
-    let detail = match &error {
-        SdkError::ServiceError(service) => format!(
-            "{}: {}",
-            service.err().code().unwrap_or("unknown"),
-            service.err().message().unwrap_or("")
-        ),
-        other => format!("{other:?}"),
+/// What a failed request means for the caller.
+#[derive(Debug)]
+enum Failure {
+    /// The request may or may not have taken effect, or was refused for load: retry it (a round:
+    /// a lost round without a hint).
+    Unknown,
+    /// Refused for good (validation, access, a missing table): retrying does not help.
+    Refused(StoreError),
+}
+
+/// Sorts a failed request into [`Failure`], logging the raw error (the only place it goes).
+fn classify<E>(operation: &'static str, error: SdkError<E, HttpResponse>) -> Failure
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+{
+    let unknown = match &error {
+        SdkError::TimeoutError(_) | SdkError::DispatchFailure(_) | SdkError::ResponseError(_) => {
+            true
+        }
+        SdkError::ServiceError(service) => {
+            is_retryable_code(service.err().code()) || service.raw().status().is_server_error()
+        }
+        _ => false,
     };
-    StoreError::backend(format!("dynamodb {what}: {detail}"))
+    if unknown {
+        tracing::warn!(operation, error = %DisplayErrorContext(&error), "unknown outcome: retrying");
+        Failure::Unknown
+    } else {
+        Failure::Refused(sdk_error(operation, error))
+    }
+}
+
+/// A refused request as a [`StoreError`] with a stable message (the operation and the service's
+/// error code); the raw error, SDK internals included, goes to the log only.
+fn sdk_error<E, R>(operation: &str, error: SdkError<E, R>) -> StoreError
+where
+    E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    R: std::fmt::Debug,
+{
+    tracing::error!(operation, error = %DisplayErrorContext(&error), "DynamoDB request refused");
+    let code = match &error {
+        SdkError::ServiceError(service) => service.err().code().unwrap_or("an unnamed error"),
+        SdkError::ConstructionFailure(_) => "the request could not be built",
+        SdkError::TimeoutError(_) => "a timeout",
+        SdkError::DispatchFailure(_) => "a failed dispatch",
+        SdkError::ResponseError(_) => "an unreadable response",
+        _ => "an unclassified error",
+    };
+    StoreError::backend(format!("DynamoDB {operation} failed with {code}"))
 }
 
 /// Error codes after which the request's outcome is unknown or it was refused for load; the
@@ -535,6 +747,7 @@ fn is_retryable_code(code: Option<&str>) -> bool {
                 | "ProvisionedThroughputExceededException"
                 | "RequestLimitExceeded"
                 | "InternalServerError"
+                | "ServiceUnavailable"
                 | "TransactionInProgressException"
                 | "TransactionConflictException"
         )
@@ -736,45 +949,76 @@ impl DynamoDbStore {
     }
 
     /// Reads the stream's counter with one strongly consistent Query of seq 0; 0 when the stream
-    /// has no counter item yet.
+    /// has no counter item yet. Unknown outcomes are retried for up to the default pull deadline.
     pub async fn read_counter(&self, stream: &str) -> Result<Seq, StoreError> {
-        let answer = self
-            .client
-            .query()
-            .table_name(&*self.table)
-            .key_condition_expression("#stream = :stream AND #seq = :counter")
-            .expression_attribute_names("#stream", ATTRIBUTE_STREAM_ID)
-            .expression_attribute_names("#seq", ATTRIBUTE_SEQ)
-            .expression_attribute_values(":stream", AttributeValue::S(stream.to_owned()))
-            .expression_attribute_values(":counter", AttributeValue::N(COUNTER_SEQ.to_string()))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|error| sdk_error("Query (counter)", error))?;
-        match answer.items().first() {
+        let deadline = Instant::now() + Duration::from_secs(crate::PULL_DEADLINE_SECS_DEFAULT);
+        self.read_counter_within(stream, deadline).await
+    }
+
+    async fn read_counter_within(
+        &self,
+        stream: &str,
+        deadline: Instant,
+    ) -> Result<Seq, StoreError> {
+        let item = self
+            .read_item_at(stream, COUNTER_SEQ, ":counter", "Query (counter)", deadline)
+            .await?;
+        match item {
             None => Ok(0),
-            Some(item) => number(item, ATTRIBUTE_NEXT_SEQ)
+            Some(item) => number(&item, ATTRIBUTE_NEXT_SEQ)
                 .ok_or_else(|| StoreError::backend("the counter item lacks next_seq")),
         }
     }
 
-    /// The top occupied seq of the stream (one reverse Query, Limit 1), 0 for an empty stream.
-    async fn top_occupied_seq(&self, stream: &str) -> Result<Seq, StoreError> {
+    /// Reads the item at `seq` with one strongly consistent Query (`placeholder` names the seq's
+    /// value in the key condition, as each read has always named it).
+    async fn read_item_at(
+        &self,
+        stream: &str,
+        seq: Seq,
+        placeholder: &str,
+        operation: &'static str,
+        deadline: Instant,
+    ) -> Result<Option<HashMap<String, AttributeValue>>, StoreError> {
+        let condition = format!("#stream = :stream AND #seq = {placeholder}");
         let answer = self
-            .client
-            .query()
-            .table_name(&*self.table)
-            .key_condition_expression("#stream = :stream AND #seq > :counter")
-            .expression_attribute_names("#stream", ATTRIBUTE_STREAM_ID)
-            .expression_attribute_names("#seq", ATTRIBUTE_SEQ)
-            .expression_attribute_values(":stream", AttributeValue::S(stream.to_owned()))
-            .expression_attribute_values(":counter", AttributeValue::N(COUNTER_SEQ.to_string()))
-            .scan_index_forward(false)
-            .limit(1)
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|error| sdk_error("Query (top occupied seq)", error))?;
+            .read_with_retries(operation, deadline, || {
+                self.client
+                    .query()
+                    .table_name(&*self.table)
+                    .key_condition_expression(&condition)
+                    .expression_attribute_names("#stream", ATTRIBUTE_STREAM_ID)
+                    .expression_attribute_names("#seq", ATTRIBUTE_SEQ)
+                    .expression_attribute_values(":stream", AttributeValue::S(stream.to_owned()))
+                    .expression_attribute_values(placeholder, AttributeValue::N(seq.to_string()))
+                    .consistent_read(true)
+                    .send()
+            })
+            .await?;
+        Ok(answer.items().first().cloned())
+    }
+
+    /// The top occupied seq of the stream (one reverse Query, Limit 1), 0 for an empty stream.
+    async fn top_occupied_seq(&self, stream: &str, deadline: Instant) -> Result<Seq, StoreError> {
+        let answer = self
+            .read_with_retries("Query (top occupied seq)", deadline, || {
+                self.client
+                    .query()
+                    .table_name(&*self.table)
+                    .key_condition_expression("#stream = :stream AND #seq > :counter")
+                    .expression_attribute_names("#stream", ATTRIBUTE_STREAM_ID)
+                    .expression_attribute_names("#seq", ATTRIBUTE_SEQ)
+                    .expression_attribute_values(":stream", AttributeValue::S(stream.to_owned()))
+                    .expression_attribute_values(
+                        ":counter",
+                        AttributeValue::N(COUNTER_SEQ.to_string()),
+                    )
+                    .scan_index_forward(false)
+                    .limit(1)
+                    .consistent_read(true)
+                    .send()
+            })
+            .await?;
         match answer.items().first() {
             None => Ok(0),
             Some(item) => number(item, ATTRIBUTE_SEQ)
@@ -787,21 +1031,16 @@ impl DynamoDbStore {
         &self,
         stream: &str,
         op_id: &str,
+        deadline: Instant,
     ) -> Result<Option<HashMap<String, AttributeValue>>, StoreError> {
-        let answer = self
-            .client
-            .query()
-            .table_name(&*self.table)
-            .key_condition_expression("#stream = :stream AND #seq = :claim")
-            .expression_attribute_names("#stream", ATTRIBUTE_STREAM_ID)
-            .expression_attribute_names("#seq", ATTRIBUTE_SEQ)
-            .expression_attribute_values(":stream", AttributeValue::S(stream.to_owned()))
-            .expression_attribute_values(":claim", AttributeValue::N(claim_key(op_id).to_string()))
-            .consistent_read(true)
-            .send()
-            .await
-            .map_err(|error| sdk_error("Query (claim)", error))?;
-        Ok(answer.items().first().cloned())
+        self.read_item_at(
+            stream,
+            claim_key(op_id),
+            ":claim",
+            "Query (claim)",
+            deadline,
+        )
+        .await
     }
 
     //= specs/relay-append.md#R3
@@ -810,17 +1049,21 @@ impl DynamoDbStore {
     fn claim_put(
         &self,
         stream: &str,
-        op_id: &str,
+        claimant: &Claimant<'_>,
         seq: Seq,
     ) -> Result<TransactWriteItem, StoreError> {
-        let mut item = key(stream, claim_key(op_id));
+        let mut item = key(stream, claim_key(claimant.op_id));
         item.insert(
             ATTRIBUTE_OP_ID.to_owned(),
-            AttributeValue::S(op_id.to_owned()),
+            AttributeValue::S(claimant.op_id.to_owned()),
         );
         item.insert(
             ATTRIBUTE_CLAIMED_SEQ.to_owned(),
             AttributeValue::N(seq.to_string()),
+        );
+        item.insert(
+            ATTRIBUTE_PAYLOAD_SHA256.to_owned(),
+            AttributeValue::B(Blob::new(claimant.digest.to_vec())),
         );
         let put = Put::builder()
             .table_name(&*self.table)
@@ -917,11 +1160,12 @@ impl DynamoDbStore {
         seq: Seq,
         expected: Seq,
         predecessor: Option<PredecessorCheck>,
+        claimant: &Claimant<'_>,
     ) -> Result<RoundOutcome, StoreError> {
         let layout = TransactionLayout::new(predecessor.is_some());
         let mut items = vec![
             self.counter_update(stream, seq, expected)?,
-            self.claim_put(stream, &op.op_id, seq)?,
+            self.claim_put(stream, claimant, seq)?,
         ];
         if let Some(check) = predecessor {
             items.push(self.predecessor_check(stream, seq, check)?);
@@ -934,45 +1178,33 @@ impl DynamoDbStore {
             .set_transact_items(Some(items))
             .send()
             .await;
-        match answer {
-            Ok(_) => Ok(RoundOutcome::Stored),
-            Err(SdkError::ServiceError(service)) => {
-                use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-                match service.err() {
-                    TransactWriteItemsError::TransactionCanceledException(cancelled) => {
-                        let reasons: Vec<ItemReason> = cancelled
-                            .cancellation_reasons()
-                            .iter()
-                            .map(|reason| ItemReason {
-                                code: reason.code().unwrap_or(CODE_NONE).to_owned(),
-                                item: reason.item().cloned(),
-                            })
-                            .collect();
-                        settle_cancellation(layout, predecessor, expected, &op.op_id, &reasons)
-                    }
-                    // A 5xx or a throttle: the outcome is unknown (or nothing happened); the
-                    // claim makes the retry safe.
-                    other
-                        if is_retryable_code(other.code())
-                            || service.raw().status().is_server_error() =>
-                    {
-                        Ok(RoundOutcome::Lost { hint: None })
-                    }
-                    _ => Err(sdk_error(
-                        "TransactWriteItems",
-                        SdkError::ServiceError(service),
-                    )),
-                }
+        let error = match answer {
+            Ok(_) => return Ok(RoundOutcome::Stored),
+            Err(error) => error,
+        };
+        if let SdkError::ServiceError(service) = &error {
+            use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
+            if let TransactWriteItemsError::TransactionCanceledException(cancelled) = service.err()
+            {
+                let reasons: Vec<ItemReason> = cancelled
+                    .cancellation_reasons()
+                    .iter()
+                    .map(|reason| ItemReason {
+                        code: reason.code().unwrap_or(CODE_NONE).to_owned(),
+                        item: reason.item().cloned(),
+                    })
+                    .collect();
+                return settle_cancellation(layout, predecessor, expected, claimant, &reasons);
             }
-            // The response was lost or late: the outcome is unknown. A lost round re-reads the
-            // counter; if the transaction committed, the next round finds the claim.
-            Err(SdkError::TimeoutError(_)) | Err(SdkError::ResponseError(_)) => {
-                Ok(RoundOutcome::Lost { hint: None })
-            }
-            Err(SdkError::DispatchFailure(failure)) if failure.is_timeout() => {
-                Ok(RoundOutcome::Lost { hint: None })
-            }
-            Err(other) => Err(sdk_error("TransactWriteItems", other)),
+        }
+        //= specs/relay-append.md#R3
+        //# An op_id is stored at most once; every append of it, re-pushes included, answers the same
+        //# seq.
+        // Any other failure after which the transaction may have committed is a lost round without
+        // a hint: the next round re-reads the counter and, if this one committed, finds the claim.
+        match classify("TransactWriteItems", error) {
+            Failure::Unknown => Ok(RoundOutcome::Unknown),
+            Failure::Refused(error) => Err(error),
         }
     }
 
@@ -985,6 +1217,7 @@ impl DynamoDbStore {
         push: &mut PushContext,
     ) -> Result<Appended, StoreError> {
         validate_append(stream, op)?;
+        let claimant = Claimant::of(op);
         let mut state = LoopState {
             counter: push
                 .counter_known
@@ -1004,7 +1237,7 @@ impl DynamoDbStore {
             let (expected, source) = match state.counter {
                 Some(known) => known,
                 None => (
-                    within(deadline, self.read_counter(stream)).await?,
+                    self.read_counter_within(stream, deadline).await?,
                     CounterSource::Read,
                 ),
             };
@@ -1026,9 +1259,14 @@ impl DynamoDbStore {
                     counter_from: source,
                 })
                 .await;
+            // Checked again just before sending: a round never starts past the deadline (a hook
+            // or a slow counter read may have used it up).
+            if Instant::now() >= deadline {
+                return Err(StoreError::DeadlineExceeded);
+            }
             let outcome = within(
                 deadline,
-                self.send_round(stream, op, seq, expected, predecessor),
+                self.send_round(stream, op, seq, expected, predecessor, &claimant),
             )
             .await?;
             let outcome = match outcome {
@@ -1036,6 +1274,12 @@ impl DynamoDbStore {
                     return Err(StoreError::ClaimForeign {
                         op_id: op.op_id.clone(),
                         holder,
+                    })
+                }
+                RoundOutcome::PayloadConflict { seq } => {
+                    return Err(StoreError::PayloadConflict {
+                        op_id: op.op_id.clone(),
+                        seq,
                     })
                 }
                 other => other,
@@ -1053,35 +1297,64 @@ impl DynamoDbStore {
                     }
                 }
                 Next::FloorStep => {
-                    let top = within(deadline, self.top_occupied_seq(stream)).await?;
+                    let top = self.top_occupied_seq(stream, deadline).await?;
                     // Op `seq` was seen occupied, so the top is at least `seq`.
                     state.floor = Some(top.max(seq));
                 }
                 Next::ReadBackClaim => {
-                    let claim = within(deadline, self.read_claim(stream, &op.op_id)).await?;
+                    let claim = self.read_claim(stream, &op.op_id, deadline).await?;
                     let Some(item) = claim else {
                         return Err(StoreError::ClaimVanished {
                             op_id: op.op_id.clone(),
                         });
                     };
-                    match settle_claim(&item, &op.op_id, state.counter_after_claim)? {
-                        RoundOutcome::Existing { seq, counter_after } => {
-                            push.counter_known = counter_after;
-                            return Ok(Appended {
-                                seq,
-                                existing: true,
-                            });
-                        }
-                        RoundOutcome::ClaimForeign { holder } => {
-                            return Err(StoreError::ClaimForeign {
-                                op_id: op.op_id.clone(),
-                                holder,
-                            })
-                        }
-                        other => unreachable!("settle_claim answered {other:?}"),
-                    }
+                    let answer = claim_answer(&item, &claimant)?;
+                    push.counter_known = state.counter_after_claim;
+                    return Ok(answer);
                 }
                 Next::Fail(error) => return Err(error),
+            }
+        }
+    }
+
+    /// Sends a read until it is answered: an unknown outcome is retried after a jittered backoff,
+    /// at most `lost_rounds_max` times in a row ([`StoreError::Unavailable`]) and never past
+    /// `deadline` ([`StoreError::DeadlineExceeded`]). A refused read fails at once.
+    async fn read_with_retries<T, E, Attempt>(
+        &self,
+        operation: &'static str,
+        deadline: Instant,
+        mut attempt: impl FnMut() -> Attempt,
+    ) -> Result<T, StoreError>
+    where
+        Attempt: std::future::Future<Output = Result<T, SdkError<E, HttpResponse>>>,
+        E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
+    {
+        let mut failed_in_a_row: u32 = 0;
+        loop {
+            if Instant::now() >= deadline {
+                return Err(StoreError::DeadlineExceeded);
+            }
+            let answer = match tokio::time::timeout_at(deadline, attempt()).await {
+                Ok(answer) => answer,
+                Err(_elapsed) => return Err(StoreError::DeadlineExceeded),
+            };
+            match answer {
+                Ok(value) => return Ok(value),
+                Err(error) => match classify(operation, error) {
+                    Failure::Refused(error) => return Err(error),
+                    Failure::Unknown => {
+                        failed_in_a_row += 1;
+                        if failed_in_a_row > self.tuning.lost_rounds_max {
+                            return Err(StoreError::Unavailable {
+                                attempts: failed_in_a_row,
+                            });
+                        }
+                        let pause =
+                            jittered_backoff(&self.tuning, failed_in_a_row, &mut rand::rng());
+                        tokio::time::sleep_until(deadline.min(Instant::now() + pause)).await;
+                    }
+                },
             }
         }
     }
@@ -1094,26 +1367,31 @@ impl DynamoDbStore {
         stream: &str,
         after: Seq,
         limit: usize,
+        deadline: Instant,
     ) -> Result<Vec<StoredOp>, StoreError> {
         let mut ops = Vec::new();
         let mut start_key: Option<HashMap<String, AttributeValue>> = None;
         while ops.len() < limit {
             let page_items = (limit - ops.len()).min(PULL_PAGE_ITEMS_MAX);
             let answer = self
-                .client
-                .query()
-                .table_name(&*self.table)
-                .key_condition_expression("#stream = :stream AND #seq > :after")
-                .expression_attribute_names("#stream", ATTRIBUTE_STREAM_ID)
-                .expression_attribute_names("#seq", ATTRIBUTE_SEQ)
-                .expression_attribute_values(":stream", AttributeValue::S(stream.to_owned()))
-                .expression_attribute_values(":after", AttributeValue::N(after.to_string()))
-                .consistent_read(true)
-                .limit(i32::try_from(page_items).unwrap_or(i32::MAX))
-                .set_exclusive_start_key(start_key.take())
-                .send()
-                .await
-                .map_err(|error| sdk_error("Query (pull)", error))?;
+                .read_with_retries("Query (pull)", deadline, || {
+                    self.client
+                        .query()
+                        .table_name(&*self.table)
+                        .key_condition_expression("#stream = :stream AND #seq > :after")
+                        .expression_attribute_names("#stream", ATTRIBUTE_STREAM_ID)
+                        .expression_attribute_names("#seq", ATTRIBUTE_SEQ)
+                        .expression_attribute_values(
+                            ":stream",
+                            AttributeValue::S(stream.to_owned()),
+                        )
+                        .expression_attribute_values(":after", AttributeValue::N(after.to_string()))
+                        .consistent_read(true)
+                        .limit(i32::try_from(page_items).unwrap_or(i32::MAX))
+                        .set_exclusive_start_key(start_key.clone())
+                        .send()
+                })
+                .await?;
             for item in answer.items() {
                 ops.push(stored_op(item)?);
             }
@@ -1124,6 +1402,126 @@ impl DynamoDbStore {
         }
         ops.truncate(limit);
         Ok(ops)
+    }
+
+    /// Reads the claims of `ops` with strongly consistent BatchGetItem requests of at most
+    /// [`BATCH_GET_KEYS_MAX`] keys, retrying `UnprocessedKeys` within `deadline`. Answers the
+    /// claim item found per claim key.
+    async fn read_claims(
+        &self,
+        stream: &str,
+        ops: &[&NewOp],
+        deadline: Instant,
+    ) -> Result<HashMap<Seq, HashMap<String, AttributeValue>>, StoreError> {
+        // Distinct keys: a request naming one key twice is refused (two op_ids can share a claim
+        // slot only by a hash collision, which the claim's op_id then tells apart).
+        let mut claim_keys: Vec<Seq> = ops.iter().map(|op| claim_key(&op.op_id)).collect();
+        claim_keys.sort_unstable();
+        claim_keys.dedup();
+        let mut found = HashMap::new();
+        for chunk in claim_keys.chunks(BATCH_GET_KEYS_MAX) {
+            let mut keys: Vec<HashMap<String, AttributeValue>> =
+                chunk.iter().map(|seq| key(stream, *seq)).collect();
+            let mut unanswered_in_a_row: u32 = 0;
+            while !keys.is_empty() {
+                let request = KeysAndAttributes::builder()
+                    .set_keys(Some(keys.clone()))
+                    .consistent_read(true)
+                    .build()
+                    .map_err(|error| {
+                        tracing::error!(%error, "building a BatchGetItem request");
+                        StoreError::backend("a BatchGetItem request could not be built")
+                    })?;
+                let answer = self
+                    .read_with_retries("BatchGetItem (claims)", deadline, || {
+                        self.client
+                            .batch_get_item()
+                            .request_items(&*self.table, request.clone())
+                            .send()
+                    })
+                    .await?;
+                if let Some(items) = answer
+                    .responses()
+                    .and_then(|tables| tables.get(&*self.table))
+                {
+                    for item in items {
+                        let seq = number(item, ATTRIBUTE_SEQ)
+                            .ok_or_else(|| StoreError::backend("a claim item lacks its seq"))?;
+                        found.insert(seq, item.clone());
+                    }
+                }
+                let unprocessed: Vec<HashMap<String, AttributeValue>> = answer
+                    .unprocessed_keys()
+                    .and_then(|tables| tables.get(&*self.table))
+                    .map(|rest| rest.keys().to_vec())
+                    .unwrap_or_default();
+                if unprocessed.is_empty() {
+                    break;
+                }
+                // DynamoDB left keys for load: back off like a lost read, within the deadline.
+                unanswered_in_a_row += 1;
+                if unanswered_in_a_row > self.tuning.lost_rounds_max {
+                    return Err(StoreError::Unavailable {
+                        attempts: unanswered_in_a_row,
+                    });
+                }
+                let pause = jittered_backoff(&self.tuning, unanswered_in_a_row, &mut rand::rng());
+                tokio::time::sleep_until(deadline.min(Instant::now() + pause)).await;
+                if Instant::now() >= deadline {
+                    return Err(StoreError::DeadlineExceeded);
+                }
+                keys = unprocessed;
+            }
+        }
+        Ok(found)
+    }
+
+    /// A push: checked whole, then op by op; once a round finds an op's own claim, the claims of
+    /// the rest are read in batches and every op found is answered without a round.
+    //= specs/relay-append.md#R3
+    //# An op_id is stored at most once; every append of it, re-pushes included, answers the same
+    //# seq.
+    async fn append_push(&self, stream: &str, ops: &[NewOp], deadline: Instant) -> BatchOutcome {
+        if let Err(error) = check_batch(self, stream, ops) {
+            return BatchOutcome {
+                appended: Vec::new(),
+                error: Some(error),
+            };
+        }
+        let mut push = PushContext::default();
+        let mut appended = Vec::with_capacity(ops.len());
+        // Claims found by a batched read, per claim key; a claim never changes once written.
+        let mut claims_read: HashMap<Seq, HashMap<String, AttributeValue>> = HashMap::new();
+        for (index, op) in ops.iter().enumerate() {
+            if Instant::now() >= deadline {
+                return batch_outcome(appended, Some(StoreError::DeadlineExceeded));
+            }
+            if let Some(item) = claims_read.get(&claim_key(&op.op_id)) {
+                match claim_answer(item, &Claimant::of(op)) {
+                    Ok(answer) => {
+                        appended.push(answer);
+                        continue;
+                    }
+                    Err(error) => return batch_outcome(appended, Some(error)),
+                }
+            }
+            let answer = match self.append_rounds(stream, op, deadline, &mut push).await {
+                Ok(answer) => answer,
+                Err(error) => return batch_outcome(appended, Some(error)),
+            };
+            appended.push(answer);
+            if answer.existing && index + 1 < ops.len() {
+                let rest: Vec<&NewOp> = ops[index + 1..]
+                    .iter()
+                    .filter(|later| !claims_read.contains_key(&claim_key(&later.op_id)))
+                    .collect();
+                match self.read_claims(stream, &rest, deadline).await {
+                    Ok(found) => claims_read.extend(found),
+                    Err(error) => return batch_outcome(appended, Some(error)),
+                }
+            }
+        }
+        batch_outcome(appended, None)
     }
 
     #[cfg(feature = "test-seams")]
@@ -1171,16 +1569,30 @@ impl OpStore for DynamoDbStore {
         Box::pin(self.append_rounds(stream, op, deadline, push))
     }
 
-    fn pull<'a>(
+    fn pull_within<'a>(
         &'a self,
         stream: &'a str,
         after: Seq,
         limit: usize,
+        deadline: Instant,
     ) -> StoreFuture<'a, Result<Vec<StoredOp>, StoreError>> {
         Box::pin(async move {
             validate_pull(stream, after)?;
-            self.pull_pages(stream, after, limit).await
+            self.pull_pages(stream, after, limit, deadline).await
         })
+    }
+
+    fn check_op(&self, stream: &str, op: &NewOp) -> Result<(), StoreError> {
+        check_limits(stream, op)
+    }
+
+    fn append_batch<'a>(
+        &'a self,
+        stream: &'a str,
+        ops: &'a [NewOp],
+        deadline: Instant,
+    ) -> StoreFuture<'a, BatchOutcome> {
+        Box::pin(self.append_push(stream, ops, deadline))
     }
 
     #[cfg(feature = "test-seams")]
@@ -1193,7 +1605,7 @@ impl OpStore for DynamoDbStore {
         Box::pin(async move {
             validate_append(stream, op)?;
             let items = vec![
-                self.claim_put(stream, &op.op_id, seq)?,
+                self.claim_put(stream, &Claimant::of(op), seq)?,
                 self.op_put(stream, op, seq)?,
             ];
             self.client

@@ -14,6 +14,18 @@
 //! between rounds and races the round in flight). Ops appended before the deadline stay stored; the
 //! re-push of the batch finds their claims and answers the same seqs.
 //!
+//! A push is checked whole before its first write ([`OpStore::check_op`] per op, plus distinct
+//! op_ids): one op a backend cannot store refuses the whole push and nothing is stored. A pass
+//! that stores no new op before its deadline ends with [`StoreError::NoProgress`], distinct from a
+//! pass that stored some ([`StoreError::DeadlineExceeded`]), so a client can tell a stalled
+//! backend from a slow one.
+//!
+//! An op_id re-pushed with another payload is refused ([`StoreError::PayloadConflict`], naming the
+//! seq the first payload is stored at), never answered as if it were the same op.
+//!
+//! Errors carry stable messages; a backend logs the raw error it came from (tracing) and never
+//! puts SDK or driver dumps into a [`StoreError`].
+//!
 //! The trait is object safe (methods return boxed futures) so the relay picks its backend at run
 //! time as an `Arc<dyn OpStore>`.
 
@@ -40,6 +52,9 @@ pub const PUSH_DEADLINE_SECS_DEFAULT: u64 = 20;
 
 /// The environment variable that overrides [`PUSH_DEADLINE_SECS_DEFAULT`] (read by the relay binary).
 pub const PUSH_DEADLINE_ENV: &str = "ONCECHECK_RELAY_PUSH_DEADLINE_SECS";
+
+/// The default pull deadline: a pull retries transient backend errors until it passes.
+pub const PULL_DEADLINE_SECS_DEFAULT: u64 = 10;
 
 /// A boxed, sendable future: what every [`OpStore`] method returns, so the trait works as `dyn`.
 pub type StoreFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -97,13 +112,37 @@ pub struct PushContext {
 /// Errors a caller can handle. The relay maps each one to an HTTP status.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum StoreError {
-    /// The push deadline passed before this op was stored. Ops answered before it stay stored; a
-    /// round cut short may still have committed, which the re-push finds through the claim.
-    #[error("the push deadline passed before the op was stored")]
+    /// The deadline passed before this op was stored (or, for a pull, before it was answered).
+    /// Ops answered before it stay stored; a round cut short may still have committed, which the
+    /// re-push finds through the claim.
+    #[error("the deadline passed before the operation completed")]
     DeadlineExceeded,
-    /// More lost rounds in a row than the contention budget allows.
+    /// The push deadline passed before the pass stored a single new op (every op it answered, if
+    /// any, was stored by an earlier pass). Distinct from [`StoreError::DeadlineExceeded`]: a
+    /// re-push that does not progress must not look like one that does.
+    #[error("the push deadline passed before any new op was stored")]
+    NoProgress,
+    /// More lost rounds in a row than the contention budget allows, the last ones lost to other
+    /// writers.
     #[error("gave up after {lost_rounds} lost rounds in a row (contention budget)")]
     ContentionBudgetExhausted { lost_rounds: u32 },
+    /// The backend did not answer (timeouts, lost connections, 5xx, throttling) for
+    /// `attempts` attempts in a row: bounded like contention, reported apart from it.
+    #[error("the store backend did not answer {attempts} attempts in a row")]
+    Unavailable { attempts: u32 },
+    /// The op_id is stored already, at `seq`, with another payload: refused, not answered.
+    #[error("op_id {op_id:?} is stored at seq {seq} with another payload")]
+    PayloadConflict { op_id: String, seq: Seq },
+    /// The same op_id twice in one push (at `first` and `second`, 0-based): nothing stored.
+    #[error("ops[{first}] and ops[{second}] have the same op_id {op_id:?}")]
+    DuplicateOpId {
+        op_id: String,
+        first: usize,
+        second: usize,
+    },
+    /// An op exceeds a size limit of the backend (DynamoDB's item size): nothing stored.
+    #[error("ops[{index}] is too large for the store: {reason}")]
+    TooLarge { index: usize, reason: String },
     /// The stream's counter stands at `counter` and the next seq would overflow i64.
     #[error("the stream's counter is at {counter}; the next seq would overflow")]
     SeqOverflow { counter: Seq },
@@ -116,7 +155,8 @@ pub enum StoreError {
     /// The request is not valid for this store (empty op_id, empty stream id, ...).
     #[error("invalid input: {reason}")]
     InvalidInput { reason: String },
-    /// The backend failed (I/O, service error, corrupt item).
+    /// The backend failed in a way a retry does not fix (a refused request, a corrupt item).
+    /// `message` is stable text for operators; the raw error was logged where it happened.
     #[error("store backend failure: {message}")]
     Backend { message: String },
 }
@@ -125,6 +165,17 @@ impl StoreError {
     pub fn backend(message: impl std::fmt::Display) -> StoreError {
         StoreError::Backend {
             message: message.to_string(),
+        }
+    }
+
+    /// Prefixes the op's index in its push to an input error (`ops[3]: ...`).
+    fn at_index(self, index: usize) -> StoreError {
+        match self {
+            StoreError::InvalidInput { reason } => StoreError::InvalidInput {
+                reason: format!("ops[{index}]: {reason}"),
+            },
+            StoreError::TooLarge { reason, .. } => StoreError::TooLarge { index, reason },
+            other => other,
         }
     }
 }
@@ -146,16 +197,37 @@ pub trait OpStore: Send + Sync {
         push: &'a mut PushContext,
     ) -> StoreFuture<'a, Result<Appended, StoreError>>;
 
-    /// Returns up to `limit` ops of `stream` with seq > `after`, in seq order.
+    /// Returns up to `limit` ops of `stream` with seq > `after`, in seq order. Transient backend
+    /// errors are retried until `deadline`, then [`StoreError::DeadlineExceeded`].
+    fn pull_within<'a>(
+        &'a self,
+        stream: &'a str,
+        after: Seq,
+        limit: usize,
+        deadline: Instant,
+    ) -> StoreFuture<'a, Result<Vec<StoredOp>, StoreError>>;
+
+    /// [`OpStore::pull_within`] under the default pull deadline ([`PULL_DEADLINE_SECS_DEFAULT`]).
     fn pull<'a>(
         &'a self,
         stream: &'a str,
         after: Seq,
         limit: usize,
-    ) -> StoreFuture<'a, Result<Vec<StoredOp>, StoreError>>;
+    ) -> StoreFuture<'a, Result<Vec<StoredOp>, StoreError>> {
+        let deadline = Instant::now() + std::time::Duration::from_secs(PULL_DEADLINE_SECS_DEFAULT);
+        self.pull_within(stream, after, limit, deadline)
+    }
 
-    /// Appends a batch in order, stopping at the first error; the deadline is checked before
-    /// every op. The ops answered before a stop stay stored.
+    /// Checks one op against what this backend can store, without touching it. The default
+    /// checks what every backend requires; a backend with limits of its own (DynamoDB's item
+    /// size, key length) adds them.
+    fn check_op(&self, stream: &str, op: &NewOp) -> Result<(), StoreError> {
+        validate_append(stream, op)
+    }
+
+    /// Appends a batch in order, stopping at the first error; the whole batch is checked first
+    /// ([`check_batch`]), and the deadline before every op. The ops answered before a stop stay
+    /// stored.
     //= specs/relay-append.md#R6
     //# Every append ends stored or with a typed error; a legacy gap costs one extra round, once.
     fn append_batch<'a>(
@@ -165,29 +237,24 @@ pub trait OpStore: Send + Sync {
         deadline: Instant,
     ) -> StoreFuture<'a, BatchOutcome> {
         Box::pin(async move {
+            if let Err(error) = check_batch(self, stream, ops) {
+                return BatchOutcome {
+                    appended: Vec::new(),
+                    error: Some(error),
+                };
+            }
             let mut push = PushContext::default();
             let mut appended = Vec::with_capacity(ops.len());
             for op in ops {
                 if Instant::now() >= deadline {
-                    return BatchOutcome {
-                        appended,
-                        error: Some(StoreError::DeadlineExceeded),
-                    };
+                    return batch_outcome(appended, Some(StoreError::DeadlineExceeded));
                 }
                 match self.append_op(stream, op, deadline, &mut push).await {
                     Ok(one) => appended.push(one),
-                    Err(error) => {
-                        return BatchOutcome {
-                            appended,
-                            error: Some(error),
-                        }
-                    }
+                    Err(error) => return batch_outcome(appended, Some(error)),
                 }
             }
-            BatchOutcome {
-                appended,
-                error: None,
-            }
+            batch_outcome(appended, None)
         })
     }
 
@@ -200,6 +267,42 @@ pub trait OpStore: Send + Sync {
         seq: Seq,
         op: &'a NewOp,
     ) -> StoreFuture<'a, Result<(), StoreError>>;
+}
+
+/// Checks a whole push before its first write: every op against the backend
+/// ([`OpStore::check_op`]) and no op_id twice. An error names the op's index in the push.
+pub fn check_batch<S: OpStore + ?Sized>(
+    store: &S,
+    stream: &str,
+    ops: &[NewOp],
+) -> Result<(), StoreError> {
+    let mut first_index: std::collections::BTreeMap<&str, usize> =
+        std::collections::BTreeMap::new();
+    for (index, op) in ops.iter().enumerate() {
+        store
+            .check_op(stream, op)
+            .map_err(|error| error.at_index(index))?;
+        if let Some(&first) = first_index.get(op.op_id.as_str()) {
+            return Err(StoreError::DuplicateOpId {
+                op_id: op.op_id.clone(),
+                first,
+                second: index,
+            });
+        }
+        first_index.insert(&op.op_id, index);
+    }
+    Ok(())
+}
+
+/// The outcome of a pass that answered `appended` and ended with `error`: a deadline that passed
+/// before the pass stored a single new op is [`StoreError::NoProgress`].
+pub(crate) fn batch_outcome(appended: Vec<Appended>, error: Option<StoreError>) -> BatchOutcome {
+    let stored_new = appended.iter().any(|one| !one.existing);
+    let error = match error {
+        Some(StoreError::DeadlineExceeded) if !stored_new => Some(StoreError::NoProgress),
+        other => other,
+    };
+    BatchOutcome { appended, error }
 }
 
 /// Checks what every backend requires of an append's input.
@@ -254,13 +357,18 @@ impl<S: OpStore + ?Sized> OpStore for std::sync::Arc<S> {
         (**self).append_op(stream, op, deadline, push)
     }
 
-    fn pull<'a>(
+    fn pull_within<'a>(
         &'a self,
         stream: &'a str,
         after: Seq,
         limit: usize,
+        deadline: Instant,
     ) -> StoreFuture<'a, Result<Vec<StoredOp>, StoreError>> {
-        (**self).pull(stream, after, limit)
+        (**self).pull_within(stream, after, limit, deadline)
+    }
+
+    fn check_op(&self, stream: &str, op: &NewOp) -> Result<(), StoreError> {
+        (**self).check_op(stream, op)
     }
 
     fn append_batch<'a>(

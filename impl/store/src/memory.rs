@@ -2,8 +2,9 @@
 //!
 //! Invariants: an append runs entirely under the lock, so a pull sees an op either not at all or
 //! complete (R1), the claim map stores an op_id once (R3), and a seq is taken as counter + 1, or,
-//! when legacy ops occupy that seq, as the top occupied seq + 1 (R2, R5). Nothing here waits, so
-//! the push deadline is only the per-op check of [`OpStore::append_batch`].
+//! when legacy ops occupy that seq, as the top occupied seq + 1 (R2, R5). A re-push with another
+//! payload is refused against the stored op's payload. Nothing here waits, so the push deadline
+//! is only the per-op check of [`OpStore::append_batch`].
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -49,6 +50,13 @@ impl MemoryStore {
         let mut streams = lock(&self.streams);
         let log = streams.entry(stream.to_owned()).or_default();
         if let Some(&seq) = log.claims.get(&op.op_id) {
+            let stored = log.ops.get(&seq).expect("R3: a claim names a stored op");
+            if stored.payload != op.payload {
+                return Err(StoreError::PayloadConflict {
+                    op_id: op.op_id.clone(),
+                    seq,
+                });
+            }
             return Ok(Appended {
                 seq,
                 existing: true,
@@ -89,11 +97,12 @@ impl OpStore for MemoryStore {
         Box::pin(async move { self.append_locked(stream, op) })
     }
 
-    fn pull<'a>(
+    fn pull_within<'a>(
         &'a self,
         stream: &'a str,
         after: Seq,
         limit: usize,
+        _deadline: Instant,
     ) -> StoreFuture<'a, Result<Vec<StoredOp>, StoreError>> {
         Box::pin(async move {
             validate_pull(stream, after)?;

@@ -8,7 +8,9 @@
 //! seq (R2); seqs are counter + 1, or top + 1 over legacy ops (R5).
 //!
 //! The push deadline is raced against the whole transaction: a transaction cut short is rolled
-//! back when its future is dropped, so nothing half-done survives.
+//! back when its future is dropped, so nothing half-done survives. A pull is raced against its
+//! deadline the same way. A re-push with another payload is refused against the stored payload.
+//! Driver errors are logged where they happen; the [`StoreError`] carries a stable message.
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -50,7 +52,8 @@ pub struct SqliteStore {
 }
 
 fn backend(error: sqlx::Error) -> StoreError {
-    StoreError::backend(format!("sqlite: {error}"))
+    tracing::error!(%error, "sqlite failure");
+    StoreError::backend("the SQLite database failed; the relay log has the error")
 }
 
 impl SqliteStore {
@@ -99,14 +102,20 @@ impl SqliteStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(backend)?;
-        let claimed: Option<i64> =
-            sqlx::query_scalar("SELECT seq FROM ops WHERE stream_id = ? AND op_id = ?")
+        let claimed: Option<(i64, Vec<u8>)> =
+            sqlx::query_as("SELECT seq, payload FROM ops WHERE stream_id = ? AND op_id = ?")
                 .bind(stream)
                 .bind(&op.op_id)
                 .fetch_optional(&mut *transaction)
                 .await
                 .map_err(backend)?;
-        if let Some(seq) = claimed {
+        if let Some((seq, payload)) = claimed {
+            if payload != op.payload {
+                return Err(StoreError::PayloadConflict {
+                    op_id: op.op_id.clone(),
+                    seq,
+                });
+            }
             return Ok(Appended {
                 seq,
                 existing: true,
@@ -159,6 +168,34 @@ impl SqliteStore {
             existing: false,
         })
     }
+
+    async fn pull_rows(
+        &self,
+        stream: &str,
+        after: Seq,
+        limit: usize,
+    ) -> Result<Vec<StoredOp>, StoreError> {
+        let limit = i64::try_from(limit).unwrap_or(i64::MAX);
+        let rows = sqlx::query(
+            "SELECT seq, op_id, payload FROM ops
+             WHERE stream_id = ? AND seq > ? ORDER BY seq LIMIT ?",
+        )
+        .bind(stream)
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await
+        .map_err(backend)?;
+        rows.into_iter()
+            .map(|row| {
+                Ok(StoredOp {
+                    seq: row.try_get("seq").map_err(backend)?,
+                    op_id: row.try_get("op_id").map_err(backend)?,
+                    payload: row.try_get("payload").map_err(backend)?,
+                })
+            })
+            .collect()
+    }
 }
 
 impl OpStore for SqliteStore {
@@ -178,34 +215,19 @@ impl OpStore for SqliteStore {
         })
     }
 
-    fn pull<'a>(
+    fn pull_within<'a>(
         &'a self,
         stream: &'a str,
         after: Seq,
         limit: usize,
+        deadline: Instant,
     ) -> StoreFuture<'a, Result<Vec<StoredOp>, StoreError>> {
         Box::pin(async move {
             validate_pull(stream, after)?;
-            let limit = i64::try_from(limit).unwrap_or(i64::MAX);
-            let rows = sqlx::query(
-                "SELECT seq, op_id, payload FROM ops
-                 WHERE stream_id = ? AND seq > ? ORDER BY seq LIMIT ?",
-            )
-            .bind(stream)
-            .bind(after)
-            .bind(limit)
-            .fetch_all(&self.pool)
-            .await
-            .map_err(backend)?;
-            rows.into_iter()
-                .map(|row| {
-                    Ok(StoredOp {
-                        seq: row.try_get("seq").map_err(backend)?,
-                        op_id: row.try_get("op_id").map_err(backend)?,
-                        payload: row.try_get("payload").map_err(backend)?,
-                    })
-                })
-                .collect()
+            match tokio::time::timeout_at(deadline, self.pull_rows(stream, after, limit)).await {
+                Ok(result) => result,
+                Err(_elapsed) => Err(StoreError::DeadlineExceeded),
+            }
         })
     }
 

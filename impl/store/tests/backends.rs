@@ -53,10 +53,18 @@ async fn a_re_push_answers_its_own_seq(backend: Backend) {
     let re_push = store.append_batch("s", &ops("o", 3), far_deadline()).await;
     assert_eq!(re_push.error, None);
     assert_eq!(re_push.appended, vec![again(1), again(2), fresh(3)]);
-    // Same op_id, other payload: still the first op's seq, and the first payload is kept.
+    // Same op_id, other payload: refused with a conflict naming the stored seq, and the first
+    // payload is kept.
     let altered = [NewOp::new("o1", "another payload")];
     let answer = store.append_batch("s", &altered, far_deadline()).await;
-    assert_eq!(answer.appended, vec![again(1)]);
+    assert_eq!(answer.appended, vec![]);
+    assert_eq!(
+        answer.error,
+        Some(StoreError::PayloadConflict {
+            op_id: "o1".into(),
+            seq: 1
+        })
+    );
     let all = pull_all(store, "s").await;
     assert_eq!(op_ids(&all), vec!["o1", "o2", "o3"]);
     assert_eq!(all[0].payload, b"payload of o1".to_vec());

@@ -223,7 +223,7 @@ async fn an_append_does_not_commit_over_a_missing_op_below_it_and_crosses_a_lega
         "the next op lands in one round"
     );
     assert_eq!(
-        stored_seqs(&pull_all(&plain, "s").await),
+        stored_seqs(&pull_all(&*plain, "s").await),
         vec![1, 2, 3, 5, 6]
     );
 }
@@ -281,7 +281,7 @@ async fn an_add_era_writer_meanwhile_overwrites_nothing_and_never_moves_the_coun
         counter_at_end >= 6,
         "the counter moved back to {counter_at_end}"
     );
-    let all = pull_all(&plain, "s").await;
+    let all = pull_all(&*plain, "s").await;
     assert_eq!(stored_seqs(&all), vec![1, 2, 3, 4, 5, 6]);
     assert_eq!(
         op_ids(&all),
@@ -332,7 +332,7 @@ async fn a_re_push_that_lost_the_counter_race_answers_its_own_seq_and_burns_none
         vec![fresh(3)],
         "no seq burned"
     );
-    assert_eq!(stored_seqs(&pull_all(&plain, "s").await), vec![1, 2, 3]);
+    assert_eq!(stored_seqs(&pull_all(&*plain, "s").await), vec![1, 2, 3]);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -429,7 +429,8 @@ async fn the_contention_budget_counts_lost_rounds_in_a_row() {
         backoff_base: Duration::from_millis(1),
         backoff_max: Duration::from_millis(5),
     };
-    let plain = ddb_store().await.with_tuning(tuning);
+    let table = ddb_store().await;
+    let plain = table.clone().with_tuning(tuning);
     push(&plain, "s", &ops("o", 2)).await;
     // Six lost rounds, never more than three in a row: a gap round between them resets the count.
     let attempts: Attempts = Arc::default();
@@ -464,7 +465,7 @@ async fn a_counter_at_i64_max_is_a_loud_error_not_a_wrap() {
     );
     assert_eq!(requests.count("TransactWriteItems"), 0, "nothing sent");
     assert_eq!(store.read_counter("s").await.unwrap(), i64::MAX);
-    assert!(pull_all(&store, "s").await.is_empty());
+    assert!(pull_all(&*store, "s").await.is_empty());
 }
 
 /// A round that starts after the deadline is cut (raced with `timeout_at`); what the push stored
@@ -495,7 +496,10 @@ async fn a_push_stops_at_its_deadline_and_keeps_what_it_stored() {
         }
     );
     assert_eq!(seqs(&re_push), vec![1, 2, 3]);
-    assert_eq!(op_ids(&pull_all(&plain, "s").await), vec!["d1", "d2", "d3"]);
+    assert_eq!(
+        op_ids(&pull_all(&*plain, "s").await),
+        vec!["d1", "d2", "d3"]
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -18,6 +18,8 @@ use tokio::time::Instant;
 
 #[path = "../../../store/tests/support/serial_proxy.rs"]
 pub mod serial_proxy;
+#[path = "../../../store/tests/support/table.rs"]
+pub mod table;
 
 pub fn ddb_endpoint() -> String {
     match std::env::var("ONCECHECK_DDB_ENDPOINT") {
@@ -46,6 +48,7 @@ pub fn unique(prefix: &str) -> String {
 pub struct Backend {
     pub store: Arc<dyn OpStore>,
     _keep: Option<tempfile::TempDir>,
+    _table: Option<table::Table>,
 }
 
 pub async fn backend(name: &str) -> Backend {
@@ -53,6 +56,7 @@ pub async fn backend(name: &str) -> Backend {
         "memory" => Backend {
             store: Arc::new(MemoryStore::new()),
             _keep: None,
+            _table: None,
         },
         "sqlite" => {
             let directory = tempfile::tempdir().expect("temp dir");
@@ -63,6 +67,7 @@ pub async fn backend(name: &str) -> Backend {
             Backend {
                 store: Arc::new(store),
                 _keep: Some(directory),
+                _table: None,
             }
         }
         "dynamodb" => {
@@ -77,13 +82,11 @@ pub async fn backend(name: &str) -> Backend {
             let store = DynamoDbStore::connect(unique("relay"), Some(&endpoint))
                 .await
                 .with_tuning(tuning);
-            store
-                .create_table()
-                .await
-                .unwrap_or_else(|error| panic!("creating a table at {endpoint}: {error}"));
+            let table = table::Table::create(store, ddb_endpoint()).await;
             Backend {
-                store: Arc::new(store),
+                store: Arc::new(table.clone()),
                 _keep: None,
+                _table: Some(table),
             }
         }
         other => panic!("unknown backend {other}"),
@@ -133,13 +136,18 @@ impl OpStore for Faulty {
         })
     }
 
-    fn pull<'a>(
+    fn pull_within<'a>(
         &'a self,
         stream: &'a str,
         after: Seq,
         limit: usize,
+        deadline: Instant,
     ) -> StoreFuture<'a, Result<Vec<StoredOp>, StoreError>> {
-        self.inner.pull(stream, after, limit)
+        self.inner.pull_within(stream, after, limit, deadline)
+    }
+
+    fn check_op(&self, stream: &str, op: &NewOp) -> Result<(), StoreError> {
+        self.inner.check_op(stream, op)
     }
 
     fn put_legacy_op<'a>(

@@ -20,7 +20,7 @@ use aws_sdk_dynamodb::types::{AttributeValue, ReturnValue, TransactWriteItem};
 use tokio::time::Instant;
 
 use super::{
-    key, number, sdk_error, CounterSource, DynamoDbStore, Mutation, PredecessorCheck,
+    key, number, sdk_error, Claimant, CounterSource, DynamoDbStore, Mutation, PredecessorCheck,
     ATTRIBUTE_NEXT_SEQ, COUNTER_SEQ,
 };
 use crate::sync::{lock, Arc, Mutex};
@@ -227,7 +227,7 @@ impl AddEraWriter {
         op: &NewOp,
     ) -> Result<AddEraWrite, StoreError> {
         let items: Vec<TransactWriteItem> = vec![
-            self.store.claim_put(stream, &op.op_id, seq)?,
+            self.store.claim_put(stream, &Claimant::of(op), seq)?,
             self.store.op_put(stream, op, seq)?,
         ];
         let answer = self
@@ -305,23 +305,11 @@ impl OpStore for AddEraWriter {
                 }),
                 (_, AddEraWrite::ClaimExists) => {
                     let claim: Option<HashMap<String, AttributeValue>> =
-                        self.store.read_claim(stream, &op.op_id).await?;
+                        self.store.read_claim(stream, &op.op_id, deadline).await?;
                     let item = claim.ok_or_else(|| StoreError::ClaimVanished {
                         op_id: op.op_id.clone(),
                     })?;
-                    match super::settle_claim(&item, &op.op_id, None)? {
-                        super::RoundOutcome::Existing { seq, .. } => Ok(Appended {
-                            seq,
-                            existing: true,
-                        }),
-                        super::RoundOutcome::ClaimForeign { holder } => {
-                            Err(StoreError::ClaimForeign {
-                                op_id: op.op_id.clone(),
-                                holder,
-                            })
-                        }
-                        other => Err(StoreError::backend(format!("claim settled as {other:?}"))),
-                    }
+                    super::claim_answer(&item, &Claimant::of(op))
                 }
                 (seq, other) => Err(StoreError::backend(format!(
                     "the ADD-era write at {seq} ended {other:?}"
@@ -330,15 +318,16 @@ impl OpStore for AddEraWriter {
         })
     }
 
-    fn pull<'a>(
+    fn pull_within<'a>(
         &'a self,
         stream: &'a str,
         after: Seq,
         limit: usize,
+        deadline: Instant,
     ) -> StoreFuture<'a, Result<Vec<StoredOp>, StoreError>> {
         Box::pin(async move {
             validate_pull(stream, after)?;
-            self.store.pull_pages(stream, after, limit).await
+            self.store.pull_pages(stream, after, limit, deadline).await
         })
     }
 

@@ -32,6 +32,15 @@ fn s(value: &str) -> AttributeValue {
 
 const WITH_CHECK: Option<PredecessorCheck> = Some(PredecessorCheck::Exists);
 
+/// A claimant whose payload is empty (the claims in these tests carry no digest unless a test
+/// adds one).
+fn claimant(op_id: &'static str) -> Claimant<'static> {
+    Claimant {
+        op_id,
+        digest: payload_digest(b""),
+    }
+}
+
 #[test]
 fn the_layout_maps_reasons_to_items_with_and_without_the_predecessor_check() {
     assert_eq!(
@@ -69,8 +78,14 @@ fn a_claim_outranks_a_failed_counter_and_answers_its_seq_with_the_hint() {
         reason(CODE_NONE),
         reason(CODE_NONE),
     ];
-    let outcome =
-        settle_cancellation(TransactionLayout::new(true), WITH_CHECK, 4, "o1", &reasons).unwrap();
+    let outcome = settle_cancellation(
+        TransactionLayout::new(true),
+        WITH_CHECK,
+        4,
+        &claimant("o1"),
+        &reasons,
+    )
+    .unwrap();
     assert_eq!(
         outcome,
         RoundOutcome::Existing {
@@ -87,8 +102,14 @@ fn a_claim_without_an_image_is_read_back_and_a_foreign_claim_is_refused() {
         reason(CODE_CONDITION_FAILED),
         reason(CODE_NONE),
     ];
-    let outcome =
-        settle_cancellation(TransactionLayout::new(false), None, 0, "o1", &reasons).unwrap();
+    let outcome = settle_cancellation(
+        TransactionLayout::new(false),
+        None,
+        0,
+        &claimant("o1"),
+        &reasons,
+    )
+    .unwrap();
     assert_eq!(
         outcome,
         RoundOutcome::ClaimPresent {
@@ -100,7 +121,7 @@ fn a_claim_without_an_image_is_read_back_and_a_foreign_claim_is_refused() {
         (ATTRIBUTE_CLAIMED_SEQ.to_owned(), n(3)),
     ]);
     assert_eq!(
-        settle_claim(&foreign, "o1", None).unwrap(),
+        settle_claim(&foreign, &claimant("o1"), None).unwrap(),
         RoundOutcome::ClaimForeign {
             holder: "other".into()
         }
@@ -110,14 +131,14 @@ fn a_claim_without_an_image_is_read_back_and_a_foreign_claim_is_refused() {
         (ATTRIBUTE_CLAIMED_SEQ.to_owned(), n(3)),
     ]);
     assert_eq!(
-        settle_claim(&ours, "o1", None).unwrap(),
+        settle_claim(&ours, &claimant("o1"), None).unwrap(),
         RoundOutcome::Existing {
             seq: 3,
             counter_after: None
         }
     );
     let broken = HashMap::from([(ATTRIBUTE_OP_ID.to_owned(), s("o1"))]);
-    assert!(settle_claim(&broken, "o1", None).is_err());
+    assert!(settle_claim(&broken, &claimant("o1"), None).is_err());
 }
 
 #[test]
@@ -128,8 +149,14 @@ fn a_failed_counter_is_a_lost_round_carrying_the_all_old_hint() {
         reason(CODE_CONDITION_FAILED),
         reason(CODE_NONE),
     ];
-    let outcome =
-        settle_cancellation(TransactionLayout::new(true), WITH_CHECK, 4, "o", &reasons).unwrap();
+    let outcome = settle_cancellation(
+        TransactionLayout::new(true),
+        WITH_CHECK,
+        4,
+        &claimant("o"),
+        &reasons,
+    )
+    .unwrap();
     assert_eq!(outcome, RoundOutcome::Lost { hint: Some(9) });
 }
 
@@ -161,8 +188,14 @@ fn a_conflict_is_a_lost_round_without_a_hint() {
         reason(CODE_CONFLICT),
         reason(CODE_NONE),
     ];
-    let outcome =
-        settle_cancellation(TransactionLayout::new(true), WITH_CHECK, 4, "o", &reasons).unwrap();
+    let outcome = settle_cancellation(
+        TransactionLayout::new(true),
+        WITH_CHECK,
+        4,
+        &claimant("o"),
+        &reasons,
+    )
+    .unwrap();
     assert_eq!(outcome, RoundOutcome::Lost { hint: None });
 }
 
@@ -174,8 +207,14 @@ fn an_occupied_seq_outranks_a_missing_predecessor() {
         reason(CODE_CONDITION_FAILED),
         reason(CODE_CONDITION_FAILED),
     ];
-    let outcome =
-        settle_cancellation(TransactionLayout::new(true), WITH_CHECK, 4, "o", &reasons).unwrap();
+    let outcome = settle_cancellation(
+        TransactionLayout::new(true),
+        WITH_CHECK,
+        4,
+        &claimant("o"),
+        &reasons,
+    )
+    .unwrap();
     assert_eq!(outcome, RoundOutcome::SeqTaken);
 }
 
@@ -189,11 +228,25 @@ fn a_failed_predecessor_check_settles_by_its_direction() {
     ];
     let layout = TransactionLayout::new(true);
     assert_eq!(
-        settle_cancellation(layout, Some(PredecessorCheck::Exists), 4, "o", &reasons).unwrap(),
+        settle_cancellation(
+            layout,
+            Some(PredecessorCheck::Exists),
+            4,
+            &claimant("o"),
+            &reasons
+        )
+        .unwrap(),
         RoundOutcome::PredecessorMissing
     );
     assert_eq!(
-        settle_cancellation(layout, Some(PredecessorCheck::NotExists), 4, "o", &reasons).unwrap(),
+        settle_cancellation(
+            layout,
+            Some(PredecessorCheck::NotExists),
+            4,
+            &claimant("o"),
+            &reasons
+        )
+        .unwrap(),
         RoundOutcome::PredecessorAppeared
     );
 }
@@ -201,17 +254,36 @@ fn a_failed_predecessor_check_settles_by_its_direction() {
 #[test]
 fn unexpected_reasons_are_errors_not_guesses() {
     let too_few = [reason(CODE_NONE)];
-    assert!(
-        settle_cancellation(TransactionLayout::new(true), WITH_CHECK, 4, "o", &too_few).is_err()
-    );
+    assert!(settle_cancellation(
+        TransactionLayout::new(true),
+        WITH_CHECK,
+        4,
+        &claimant("o"),
+        &too_few
+    )
+    .is_err());
     let validation = [
         reason("ValidationError"),
         reason(CODE_NONE),
         reason(CODE_NONE),
     ];
-    assert!(settle_cancellation(TransactionLayout::new(false), None, 0, "o", &validation).is_err());
+    assert!(settle_cancellation(
+        TransactionLayout::new(false),
+        None,
+        0,
+        &claimant("o"),
+        &validation
+    )
+    .is_err());
     let nothing = [reason(CODE_NONE), reason(CODE_NONE), reason(CODE_NONE)];
-    assert!(settle_cancellation(TransactionLayout::new(false), None, 0, "o", &nothing).is_err());
+    assert!(settle_cancellation(
+        TransactionLayout::new(false),
+        None,
+        0,
+        &claimant("o"),
+        &nothing
+    )
+    .is_err());
 }
 
 //= specs/relay-append.md#R6
@@ -367,4 +439,109 @@ fn the_next_seq_at_i64_max_is_a_loud_error() {
         Err(StoreError::SeqOverflow { counter: i64::MAX })
     );
     assert_eq!(next_seq(i64::MAX - 1), Ok(i64::MAX));
+}
+
+#[test]
+fn the_item_size_check_counts_names_and_values_to_the_byte() {
+    let overhead = ATTRIBUTE_STREAM_ID.len()
+        + 1
+        + ATTRIBUTE_SEQ.len()
+        + NUMBER_BYTES_MAX
+        + ATTRIBUTE_OP_ID.len()
+        + 2
+        + ATTRIBUTE_PAYLOAD.len();
+    let fits = NewOp::new("o1", vec![0u8; ITEM_BYTES_MAX - overhead]);
+    assert_eq!(check_limits("s", &fits), Ok(()));
+    let over = NewOp::new("o1", vec![0u8; ITEM_BYTES_MAX - overhead + 1]);
+    assert!(matches!(
+        check_limits("s", &over),
+        Err(StoreError::TooLarge { .. })
+    ));
+    assert!(matches!(
+        check_limits(
+            &"s".repeat(PARTITION_KEY_BYTES_MAX + 1),
+            &NewOp::new("o", "x")
+        ),
+        Err(StoreError::InvalidInput { .. })
+    ));
+    assert_eq!(
+        check_limits(&"s".repeat(PARTITION_KEY_BYTES_MAX), &NewOp::new("o", "x")),
+        Ok(())
+    );
+}
+
+//= specs/relay-append.md#R6
+//# The contention budget counts lost rounds in a row; over it the append ends with a typed
+//# error.
+#[test]
+fn unknown_outcomes_are_lost_rounds_and_a_budget_spent_on_them_alone_is_unavailability() {
+    let mut state = LoopState {
+        counter: Some((4, CounterSource::Carried)),
+        ..LoopState::default()
+    };
+    // An unknown outcome forgets the counter (no hint) and retries at once the first time.
+    assert_eq!(
+        state.after(RoundOutcome::Unknown, 4, 5, 2),
+        Next::Again { backoff: false }
+    );
+    assert_eq!(state.counter, None);
+    assert_eq!(
+        state.after(RoundOutcome::Unknown, 4, 5, 2),
+        Next::Again { backoff: true }
+    );
+    assert_eq!(
+        state.after(RoundOutcome::Unknown, 4, 5, 2),
+        Next::Fail(StoreError::Unavailable { attempts: 3 })
+    );
+    // A conflict among them makes it contention.
+    let mut mixed = LoopState::default();
+    mixed.after(RoundOutcome::Unknown, 0, 1, 2);
+    mixed.after(RoundOutcome::Lost { hint: None }, 0, 1, 2);
+    assert_eq!(
+        mixed.after(RoundOutcome::Unknown, 0, 1, 2),
+        Next::Fail(StoreError::ContentionBudgetExhausted { lost_rounds: 3 })
+    );
+}
+
+//= specs/relay-append.md#R3
+//# An op_id is stored at most once; every append of it, re-pushes included, answers the same seq.
+#[test]
+fn a_claim_with_another_payloads_digest_is_a_conflict_and_one_without_a_digest_is_ours() {
+    let ours = Claimant {
+        op_id: "o1",
+        digest: payload_digest(b"first"),
+    };
+    let claim = |digest: Option<[u8; 32]>| {
+        let mut item: HashMap<String, AttributeValue> = [
+            (ATTRIBUTE_OP_ID.to_owned(), s("o1")),
+            (ATTRIBUTE_CLAIMED_SEQ.to_owned(), n(3)),
+        ]
+        .into_iter()
+        .collect();
+        if let Some(digest) = digest {
+            item.insert(
+                ATTRIBUTE_PAYLOAD_SHA256.to_owned(),
+                AttributeValue::B(Blob::new(digest.to_vec())),
+            );
+        }
+        item
+    };
+    assert_eq!(
+        settle_claim(&claim(Some(payload_digest(b"first"))), &ours, None).unwrap(),
+        RoundOutcome::Existing {
+            seq: 3,
+            counter_after: None
+        }
+    );
+    assert_eq!(
+        settle_claim(&claim(Some(payload_digest(b"second"))), &ours, None).unwrap(),
+        RoundOutcome::PayloadConflict { seq: 3 }
+    );
+    assert_eq!(
+        settle_claim(&claim(None), &ours, None).unwrap(),
+        RoundOutcome::Existing {
+            seq: 3,
+            counter_after: None
+        }
+    );
 }

@@ -14,6 +14,11 @@ use oncecheck_store::{
 };
 use tokio::time::Instant;
 
+pub mod serial_proxy;
+pub mod table;
+
+pub use table::Table;
+
 pub const ENDPOINT_ENV: &str = "ONCECHECK_DDB_ENDPOINT";
 
 /// The moto (or DynamoDB) endpoint; panics with the way to get one when it is unset.
@@ -66,21 +71,21 @@ pub fn test_tuning() -> AppendTuning {
     }
 }
 
-/// A DynamoDB store on a fresh table of the endpoint, counting its requests.
-pub async fn ddb_store() -> DynamoDbStore {
-    let endpoint = ddb_endpoint();
-    let mut store = DynamoDbStore::connect(unique("ops"), Some(&endpoint))
+/// A DynamoDB store on a fresh table of `endpoint`, counting its requests, with `tuning`.
+pub async fn ddb_table_at(endpoint: &str, tuning: AppendTuning) -> Table {
+    let mut store = DynamoDbStore::connect(unique("ops"), Some(endpoint))
         .await
-        .with_tuning(test_tuning());
+        .with_tuning(tuning);
     if let Some(mutation) = mutation_from_env() {
         eprintln!("mutation check: {mutation:?} switched on by {MUTATION_ENV}");
         store = store.with_mutation(mutation);
     }
-    store
-        .create_table()
-        .await
-        .unwrap_or_else(|error| panic!("creating a table at {endpoint}: {error}"));
-    store
+    Table::create(store, ddb_endpoint()).await
+}
+
+/// A DynamoDB store on a fresh table of the test endpoint, counting its requests.
+pub async fn ddb_store() -> Table {
+    ddb_table_at(&ddb_endpoint(), test_tuning()).await
 }
 
 pub async fn sqlite_store() -> (SqliteStore, tempfile::TempDir) {
@@ -97,6 +102,7 @@ pub struct Backend {
     pub name: &'static str,
     pub store: Arc<dyn OpStore>,
     _keep: Option<tempfile::TempDir>,
+    _table: Option<Table>,
 }
 
 pub async fn backend(name: &'static str) -> Backend {
@@ -105,6 +111,7 @@ pub async fn backend(name: &'static str) -> Backend {
             name,
             store: Arc::new(MemoryStore::new()),
             _keep: None,
+            _table: None,
         },
         "sqlite" => {
             let (store, directory) = sqlite_store().await;
@@ -112,13 +119,18 @@ pub async fn backend(name: &'static str) -> Backend {
                 name,
                 store: Arc::new(store),
                 _keep: Some(directory),
+                _table: None,
             }
         }
-        "dynamodb" => Backend {
-            name,
-            store: Arc::new(ddb_store().await),
-            _keep: None,
-        },
+        "dynamodb" => {
+            let table = ddb_store().await;
+            Backend {
+                name,
+                store: Arc::new(table.clone()),
+                _keep: None,
+                _table: Some(table),
+            }
+        }
         other => panic!("unknown backend {other}"),
     }
 }
@@ -189,13 +201,18 @@ impl<S: OpStore> OpStore for StallAfter<S> {
         })
     }
 
-    fn pull<'a>(
+    fn pull_within<'a>(
         &'a self,
         stream: &'a str,
         after: Seq,
         limit: usize,
+        deadline: Instant,
     ) -> StoreFuture<'a, Result<Vec<StoredOp>, StoreError>> {
-        self.inner.pull(stream, after, limit)
+        self.inner.pull_within(stream, after, limit, deadline)
+    }
+
+    fn check_op(&self, stream: &str, op: &NewOp) -> Result<(), StoreError> {
+        self.inner.check_op(stream, op)
     }
 
     fn put_legacy_op<'a>(

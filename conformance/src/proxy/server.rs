@@ -1,0 +1,258 @@
+//! The HTTP server side: one loopback listener per actor, each request queued as a
+//! [`HeldRequest`] and its client kept waiting until the replayer answers it; and one set-up
+//! listener whose requests go upstream at once.
+//!
+//! Invariants:
+//! - **Attributed by port**: a request on an actor's listener is that actor's.
+//! - **Answered exactly once**: a held request is answered by exactly one [`Reply`] (the
+//!   replayer's methods take the [`HeldRequest`] by value, so the type system rules out a second
+//!   answer) or, when the replayer drops it unanswered or leaves it past
+//!   `request_wait_millis_max`, by the server itself (an HTTP 400 `ProxyFault` naming the cause,
+//!   which no client retries, or a closed connection after the wait).
+//! - **Bounded**: at most `held_requests_max` requests queue per actor; a body is at most
+//!   `body_bytes_max`.
+//! - **The set-up listener never serves an actor**: its requests (the replayer's own set-up and
+//!   its reads of the committed state) are forwarded as sent, in the upstream turn, past the
+//!   window; the replayer's actors only ever get actor listeners.
+
+use std::fmt;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use http::{HeaderMap, Request, Response};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::Incoming;
+use hyper_util::rt::TokioIo;
+use serde_json::Value;
+use tokio::sync::{mpsc, oneshot};
+use tokio::task::JoinSet;
+
+use super::upstream::Upstream;
+use super::wire::{Answer, TARGET_PREFIX};
+use super::ProxyLimits;
+
+/// How the replayer answered a held request.
+pub(super) enum Reply {
+    Deliver(Answer),
+    /// Close the connection without a response.
+    Lose,
+    /// Answer nothing until the client gives up (or the wait bound passes), then close.
+    Stall,
+}
+
+/// A request an actor sent, held until the replayer answers it.
+pub struct HeldRequest {
+    /// Arrival order across all actors, from 1.
+    pub id: u64,
+    pub actor: usize,
+    /// The operation, from `X-Amz-Target` (`TransactWriteItems`, `Query`, ...).
+    pub operation: String,
+    pub body: Value,
+    pub(super) path: String,
+    pub(super) headers: HeaderMap,
+    pub(super) raw: Bytes,
+    pub(super) reply: oneshot::Sender<Reply>,
+}
+
+impl fmt::Debug for HeldRequest {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter
+            .debug_struct("HeldRequest")
+            .field("id", &self.id)
+            .field("actor", &self.actor)
+            .field("operation", &self.operation)
+            .field("body", &self.body)
+            .finish_non_exhaustive()
+    }
+}
+
+/// What every connection handler shares.
+pub(super) struct Intake {
+    pub(super) limits: ProxyLimits,
+    pub(super) upstream: Arc<Upstream>,
+    next_id: AtomicU64,
+}
+
+impl Intake {
+    pub(super) fn new(limits: ProxyLimits, upstream: Arc<Upstream>) -> Intake {
+        Intake {
+            limits,
+            upstream,
+            next_id: AtomicU64::new(1),
+        }
+    }
+}
+
+/// Where a listener's requests go.
+#[derive(Clone)]
+pub(super) enum Route {
+    /// Held for the replayer, attributed to the actor.
+    Held {
+        actor: usize,
+        sender: mpsc::Sender<HeldRequest>,
+    },
+    /// Forwarded at once, as sent: the set-up listener.
+    Direct,
+}
+
+/// The error a service returns to make hyper drop the connection without a response.
+#[derive(Debug)]
+struct ResponseLost;
+
+impl fmt::Display for ResponseLost {
+    fn fmt(&self, formatter: &mut fmt::Formatter<'_>) -> fmt::Result {
+        formatter.write_str("the response is lost (closed without an answer)")
+    }
+}
+
+impl std::error::Error for ResponseLost {}
+
+pub(super) async fn accept_loop(
+    listener: tokio::net::TcpListener,
+    route: Route,
+    intake: Arc<Intake>,
+) {
+    // Owned here so that aborting this task (the proxy dropped) aborts every connection too.
+    let mut connections = JoinSet::new();
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            // Reap finished connections so the set does not grow with every reconnect.
+            Some(_) = connections.join_next(), if !connections.is_empty() => continue,
+        };
+        let Ok((stream, _peer)) = accepted else {
+            // A failed accept (out of descriptors, a reset before accept) affects that one
+            // connection; the client sees it and retries or fails. Pause so a persistent error
+            // does not spin.
+            tokio::time::sleep(Duration::from_millis(10)).await;
+            continue;
+        };
+        let _ = stream.set_nodelay(true);
+        let intake = intake.clone();
+        let route = route.clone();
+        connections.spawn(async move {
+            let service = hyper::service::service_fn(move |request| {
+                handle(intake.clone(), route.clone(), request)
+            });
+            // An error here is a lost response (by design) or the client going away.
+            let _ = hyper::server::conn::http1::Builder::new()
+                .serve_connection(TokioIo::new(stream), service)
+                .await;
+        });
+    }
+}
+
+/// The error type of the proxy's own refusals (a dropped request, a full queue). A 400 of a type
+/// no client retries: a 5xx or a throttle would read as a lost round to the store and hide the
+/// replayer's bug behind a retry.
+const PROXY_FAULT: &str = "oncecheck.proxy#ProxyFault";
+
+fn refusal(kind: &str, message: &str) -> Response<Full<Bytes>> {
+    Answer::error(400, kind, message).into_response()
+}
+
+/// Receives one request and answers it: held for the replayer, or forwarded at once.
+async fn handle(
+    intake: Arc<Intake>,
+    route: Route,
+    request: Request<Incoming>,
+) -> Result<Response<Full<Bytes>>, ResponseLost> {
+    let (parts, body) = request.into_parts();
+    let limit = intake.limits.body_bytes_max;
+    let raw = match Limited::new(body, limit).collect().await {
+        Ok(collected) => collected.to_bytes(),
+        Err(error) => {
+            return Ok(refusal(
+                "com.amazon.coral.service#SerializationException",
+                &format!(
+                    "oncecheck proxy: unreadable body or over body_bytes_max = {limit}: {error}"
+                ),
+            ))
+        }
+    };
+    let target = parts
+        .headers
+        .get("x-amz-target")
+        .and_then(|value| value.to_str().ok());
+    let Some(operation) = target.and_then(|target| target.strip_prefix(TARGET_PREFIX)) else {
+        return Ok(refusal(
+            "com.amazon.coral.service#UnknownOperationException",
+            "oncecheck proxy: no DynamoDB_20120810 X-Amz-Target",
+        ));
+    };
+    let operation = operation.to_owned();
+    let Ok(body) = serde_json::from_slice::<Value>(&raw) else {
+        return Ok(refusal(
+            "com.amazon.coral.service#SerializationException",
+            "oncecheck proxy: the body is not JSON",
+        ));
+    };
+    intake.upstream.remember_signing(&parts.headers);
+    let path = parts
+        .uri
+        .path_and_query()
+        .map_or("/", |path| path.as_str())
+        .to_owned();
+    let (actor, sender) = match route {
+        Route::Held { actor, sender } => (actor, sender),
+        Route::Direct => {
+            let answer = match intake.upstream.turn().await {
+                Ok(turn) => {
+                    intake
+                        .upstream
+                        .send(&turn, &path, &parts.headers, raw)
+                        .await
+                }
+                Err(error) => Err(error),
+            };
+            return Ok(match answer {
+                Ok(answer) => answer.into_response(),
+                Err(error) => refusal(PROXY_FAULT, &format!("oncecheck proxy: {error}")),
+            });
+        }
+    };
+    let (reply, replied) = oneshot::channel();
+    let held = HeldRequest {
+        id: intake.next_id.fetch_add(1, Ordering::Relaxed),
+        actor,
+        operation,
+        body,
+        path,
+        headers: parts.headers,
+        raw,
+        reply,
+    };
+    if let Err(error) = sender.try_send(held) {
+        let why = match error {
+            mpsc::error::TrySendError::Full(_) => {
+                format!(
+                    "actor {actor} has held_requests_max = {} requests waiting",
+                    intake.limits.held_requests_max
+                )
+            }
+            mpsc::error::TrySendError::Closed(_) => "the proxy is shutting down".to_owned(),
+        };
+        return Ok(refusal(PROXY_FAULT, &format!("oncecheck proxy: {why}")));
+    }
+    let held_until =
+        tokio::time::Instant::now() + Duration::from_millis(intake.limits.request_wait_millis_max);
+    match tokio::time::timeout_at(held_until, replied).await {
+        Ok(Ok(Reply::Deliver(answer))) => Ok(answer.into_response()),
+        Ok(Ok(Reply::Lose)) => Err(ResponseLost),
+        Ok(Ok(Reply::Stall)) => {
+            // The client normally gives up first and closes its end; this bound ends the wait
+            // of a client without a timeout.
+            tokio::time::sleep_until(held_until).await;
+            Err(ResponseLost)
+        }
+        Ok(Err(_dropped)) => Ok(refusal(
+            PROXY_FAULT,
+            "oncecheck proxy: the replayer dropped this request unanswered",
+        )),
+        // The replayer never answered: the client is cut off as a hung server would leave it;
+        // a later deliver reports ClientGone.
+        Err(_elapsed) => Err(ResponseLost),
+    }
+}
