@@ -16,20 +16,6 @@ use support::serial_proxy::{Fault, FaultProxy};
 use support::*;
 use tokio::time::Instant;
 
-fn fresh(seq: i64) -> Appended {
-    Appended {
-        seq,
-        existing: false,
-    }
-}
-
-fn again(seq: i64) -> Appended {
-    Appended {
-        seq,
-        existing: true,
-    }
-}
-
 /// A fresh table reached through a new fault proxy in front of the test endpoint.
 async fn behind_proxy(tuning: AppendTuning) -> (Table, FaultProxy) {
     let proxy = FaultProxy::start(ddb_endpoint()).await;
