@@ -5,6 +5,7 @@
 
 pub mod diagram;
 pub mod models;
+pub mod probe;
 pub mod proxy;
 pub mod replay;
 pub mod replay_command;

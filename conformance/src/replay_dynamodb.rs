@@ -261,6 +261,19 @@ pub async fn replay(
             reason: "the trace loses a response; the store retries such a round in place while the model re-pushes, so lost responses are not replayed yet".to_string(),
         });
     }
+    // Steps the relay model gained with the re-push fast path, the deadline, the stream fold
+    // and truncation have no request mapping here yet.
+    if path.iter().any(|(_, action)| {
+        matches!(
+            action,
+            Some(Action::WriterReadsClaims { .. } | Action::PushDeadlinePasses { .. } | Action::FolderReceivesRecord { .. } | Action::TruncatorDeletes { .. })
+        )
+    }) {
+        return Err(ReplayError::TargetMismatch {
+            file: file.to_path_buf(),
+            reason: "the trace takes a step (batched claim read, push deadline, stream fold or truncation) this replay does not map to requests yet".to_string(),
+        });
+    }
     let stream = fresh_stream(file);
     let table = format!("oncecheck-replay-{stream}").chars().filter(|c| c.is_ascii_alphanumeric() || *c == '-').take(255).collect::<String>();
     let direct = DynamoDbStore::connect(table.clone(), Some(&context.upstream)).await;
@@ -436,7 +449,11 @@ async fn replay_in_table(
                     let flight = in_flight.remove(&(writer as usize)).expect("a response follows its round");
                     proxy.deliver(flight.request, flight.answer).map_err(|error| environment(error.to_string()))?;
                 }
-                Action::ResponseLost { .. } => unreachable!("refused before the replay"),
+                Action::ResponseLost { .. }
+                | Action::WriterReadsClaims { .. }
+                | Action::PushDeadlinePasses { .. }
+                | Action::FolderReceivesRecord { .. }
+                | Action::TruncatorDeletes { .. } => unreachable!("refused before the replay"),
                 Action::WriterReadsClaim { writer } => {
                     let request = take(writer as usize, "Query").await?;
                     stats.requests += 1;

@@ -79,6 +79,12 @@ enum Command {
         #[arg(long)]
         only_replayable: bool,
     },
+    /// Check an endpoint's DynamoDB semantics with real requests on a fresh table (deleted after);
+    /// exit 0 when it ran, 2 on a bad target or an unreachable endpoint.
+    Probe {
+        /// dynamodb=URL
+        target: String,
+    },
     /// Serve the stateright Explorer for a model on 127.0.0.1.
     Explore {
         model: String,
@@ -153,6 +159,7 @@ fn main() -> ExitCode {
             };
             oncecheck_conformance::replay_command::run(&traces, &target, config, only_replayable)
         }
+        Command::Probe { target } => oncecheck_conformance::probe::run_command(&target),
         Command::Explore { model, variant, bounds, port } => {
             let jobs = match models::resolve(Some(&model), Some(&variant), &bounds) {
                 Ok(jobs) => jobs,

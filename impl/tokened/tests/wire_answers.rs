@@ -1,0 +1,283 @@
+//! Answers an emulator does not give, from a loopback endpoint speaking DynamoDB's JSON wire
+//! shape to the real SDK: a parameter mismatch, a token in progress, UnprocessedItems; and a
+//! journal that cannot be written, and an endpoint that is not there.
+
+mod support;
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
+
+use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
+use oncecheck_tokened::{
+    Answer, BatchOutcome, Intent, Journal, Outcome, ReconcileCheck, ReliableWriter, WriteError,
+};
+use serde_json::json;
+use support::fake_endpoint::{FakeEndpoint, Scripted};
+use support::*;
+
+const TABLE: &str = "accounts";
+
+/// A caller's check that counts its calls and answers `applied`.
+struct Counted {
+    calls: AtomicU32,
+    applied: bool,
+}
+
+impl ReconcileCheck for Counted {
+    fn applied<'a>(
+        &'a self,
+        _client: &'a aws_sdk_dynamodb::Client,
+    ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<bool, String>> + Send + 'a>>
+    {
+        self.calls.fetch_add(1, Ordering::SeqCst);
+        let applied = self.applied;
+        Box::pin(async move { Ok(applied) })
+    }
+}
+
+fn transfer() -> Vec<aws_sdk_dynamodb::types::TransactWriteItem> {
+    vec![add_balance(TABLE, "A", 5), add_balance(TABLE, "B", 5)]
+}
+
+//= specs/tokened-writes.md#T2
+//# A live token with other parameters is rejected and applies nothing.
+#[tokio::test]
+async fn a_parameter_mismatch_is_a_typed_final_outcome() {
+    let fake = FakeEndpoint::start(vec![Scripted::error(
+        400,
+        "IdempotentParameterMismatchException",
+        "token reused",
+    )])
+    .await;
+    let (writer, _clock, _directory) = writer(&fake.url).await;
+    let intent = Intent::with_receipt(transfer(), receipt(TABLE, "m"));
+    let token = intent.token_str().to_owned();
+    let report = writer.write(intent).await.unwrap();
+    assert!(
+        matches!(report.outcome, Outcome::ParameterMismatch { .. }),
+        "{report:?}"
+    );
+    assert_eq!(report.answers, vec![Answer::Mismatch]);
+    assert_eq!(fake.requests().len(), 1, "a mismatch is not resent");
+    let (operation, body) = &fake.requests()[0];
+    assert_eq!(operation, "TransactWriteItems");
+    assert_eq!(body["ClientRequestToken"], json!(token));
+    let entry = writer.journal().entry(&token).await.unwrap().unwrap();
+    assert_eq!(entry.outcome.as_deref(), Some("parameter-mismatch"));
+}
+
+/// TransactionInProgress is resent (identically, same token) until the attempts run out; the
+/// intent then stays open with the typed outcome, and past the window it is reconciled by the
+/// caller's check without another request.
+#[tokio::test]
+async fn a_token_in_progress_is_a_typed_outcome_then_reconciled_past_the_window() {
+    let fake = FakeEndpoint::start(vec![Scripted::error(
+        400,
+        "TransactionInProgressException",
+        "still running",
+    )])
+    .await;
+    let (writer, clock, _directory) = writer(&fake.url).await;
+    let check = Arc::new(Counted {
+        calls: AtomicU32::new(0),
+        applied: true,
+    });
+    let intent = Intent::with_check(transfer(), check.clone());
+    let token = intent.token_str().to_owned();
+    let report = writer.write(intent).await.unwrap();
+    assert_eq!(report.outcome, Outcome::InProgress);
+    let attempts_max = test_limits().attempts_max as usize;
+    assert_eq!(report.answers, vec![Answer::InProgress; attempts_max]);
+    let requests = fake.requests();
+    assert_eq!(requests.len(), attempts_max);
+    assert!(
+        requests.iter().all(|(_, body)| body == &requests[0].1),
+        "every resend is the identical request"
+    );
+    assert_eq!(requests[0].1["ClientRequestToken"], json!(token));
+    assert_eq!(
+        writer.journal().open_entries().await.unwrap().len(),
+        1,
+        "open, not ended"
+    );
+
+    clock.advance_secs(10 * 60);
+    let resumed = writer.resume(&token, Some(check.clone())).await.unwrap();
+    assert_eq!(resumed.outcome, Outcome::Reconciled { applied: true });
+    assert_eq!(
+        fake.requests().len(),
+        attempts_max,
+        "past the window nothing is resent"
+    );
+    assert_eq!(check.calls.load(Ordering::SeqCst), 1);
+    let entry = writer.journal().entry(&token).await.unwrap().unwrap();
+    assert_eq!(entry.outcome.as_deref(), Some("reconciled-applied"));
+}
+
+/// A 500 is an unknown outcome: resent with the same token, then success.
+#[tokio::test]
+async fn a_server_error_is_resent_identically() {
+    let fake = FakeEndpoint::start(vec![
+        Scripted::error(500, "InternalServerError", "outcome unknown"),
+        Scripted::ok(json!({})),
+    ])
+    .await;
+    let (writer, _clock, _directory) = writer(&fake.url).await;
+    let report = writer
+        .write(Intent::with_receipt(transfer(), receipt(TABLE, "s")))
+        .await
+        .unwrap();
+    assert_eq!(report.outcome, Outcome::Applied);
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(requests[0].1, requests[1].1);
+}
+
+fn put_request(name: &str) -> WriteRequest {
+    let item: HashMap<String, AttributeValue> = key(name);
+    WriteRequest::builder()
+        .put_request(PutRequest::builder().set_item(Some(item)).build().unwrap())
+        .build()
+}
+
+/// BatchWriteItem resends only the UnprocessedItems the service returned.
+#[tokio::test]
+async fn a_batch_resends_only_its_unprocessed_items() {
+    let fake = FakeEndpoint::start(vec![
+        Scripted::ok(json!({ "UnprocessedItems": { TABLE: [ { "PutRequest": { "Item": { "pk": { "S": "b" } } } } ] } })),
+        Scripted::ok(json!({ "UnprocessedItems": {} })),
+    ])
+    .await;
+    let (writer, _clock, _directory) = writer(&fake.url).await;
+    let batch: HashMap<String, Vec<WriteRequest>> =
+        [(TABLE.to_owned(), vec![put_request("a"), put_request("b")])].into();
+    assert_eq!(
+        writer.send_batch(batch).await.unwrap(),
+        BatchOutcome::Done { rounds: 2 }
+    );
+    let requests = fake.requests();
+    assert_eq!(
+        requests[0].1["RequestItems"][TABLE]
+            .as_array()
+            .unwrap()
+            .len(),
+        2
+    );
+    assert_eq!(
+        requests[1].1["RequestItems"][TABLE],
+        json!([ { "PutRequest": { "Item": { "pk": { "S": "b" } } } } ]),
+        "only the unprocessed put"
+    );
+}
+
+/// A batch whose items stay unprocessed stops after `unprocessed_rounds_max` resends.
+#[tokio::test]
+async fn a_batch_gives_up_after_its_bound() {
+    let fake = FakeEndpoint::start(vec![Scripted::ok(
+        json!({ "UnprocessedItems": { TABLE: [ { "PutRequest": { "Item": { "pk": { "S": "b" } } } } ] } }),
+    )])
+    .await;
+    let (writer, _clock, _directory) = writer(&fake.url).await;
+    let batch: HashMap<String, Vec<WriteRequest>> =
+        [(TABLE.to_owned(), vec![put_request("b")])].into();
+    let rounds_max = test_limits().unprocessed_rounds_max + 1;
+    assert!(
+        matches!(writer.send_batch(batch).await.unwrap(), BatchOutcome::Unprocessed { rounds, .. } if rounds == rounds_max)
+    );
+    assert_eq!(fake.requests().len(), rounds_max as usize);
+}
+
+/// A journal that cannot be written: the write is not sent.
+#[tokio::test]
+async fn an_unwritable_journal_means_the_write_is_not_sent() {
+    let fake = FakeEndpoint::start(vec![Scripted::ok(json!({}))]).await;
+    let directory = tempfile::tempdir().unwrap();
+    let path = directory.path().join("journal.sqlite");
+    let journal = Journal::open(&path).await.unwrap();
+    // Another process breaks the journal under the writer.
+    let vandal = sqlx::SqlitePool::connect(&format!("sqlite://{}", path.display()))
+        .await
+        .unwrap();
+    sqlx::query("DROP TABLE intents")
+        .execute(&vandal)
+        .await
+        .unwrap();
+    let writer = ReliableWriter::connect(Some(&fake.url), journal, test_limits()).await;
+    let error = writer
+        .write(Intent::with_receipt(transfer(), receipt(TABLE, "j")))
+        .await;
+    assert!(
+        matches!(error, Err(WriteError::Journal { sent: false, .. })),
+        "{error:?}"
+    );
+    assert!(fake.requests().is_empty(), "nothing sent");
+}
+
+/// An endpoint that refuses connections: a typed error, the intent ended as not sent.
+#[tokio::test]
+async fn an_unreachable_endpoint_is_a_typed_error_and_the_intent_ends_not_sent() {
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let (writer, _clock, _directory) = writer(&url).await;
+    let intent = Intent::with_receipt(transfer(), receipt(TABLE, "u"));
+    let token = intent.token_str().to_owned();
+    let error = writer.write(intent).await;
+    assert!(
+        matches!(error, Err(WriteError::Unreachable(_))),
+        "{error:?}"
+    );
+    let entry = writer.journal().entry(&token).await.unwrap().unwrap();
+    assert_eq!(entry.outcome.as_deref(), Some("not-sent"));
+}
+
+/// A process that restarts finds its open intent in the journal and resends the journaled bytes:
+/// the same token and the identical request, not a rebuilt one.
+#[tokio::test]
+async fn a_restarted_writer_resumes_an_open_intent_with_the_journaled_request() {
+    let attempts_max = test_limits().attempts_max as usize;
+    let mut script =
+        vec![Scripted::error(500, "InternalServerError", "outcome unknown"); attempts_max];
+    script.push(Scripted::ok(json!({})));
+    let fake = FakeEndpoint::start(script).await;
+    let directory = tempfile::tempdir().unwrap();
+    let path = directory.path().join("journal.sqlite");
+    let first = ReliableWriter::connect(
+        Some(&fake.url),
+        Journal::open(&path).await.unwrap(),
+        test_limits(),
+    )
+    .await;
+    let report = first
+        .write(Intent::with_receipt(transfer(), receipt(TABLE, "r")))
+        .await
+        .unwrap();
+    assert_eq!(report.outcome, Outcome::Unresolved);
+    drop(first);
+
+    let restarted = ReliableWriter::connect(
+        Some(&fake.url),
+        Journal::open(&path).await.unwrap(),
+        test_limits(),
+    )
+    .await;
+    let open = restarted.journal().open_entries().await.unwrap();
+    assert_eq!(open.len(), 1);
+    let resumed = restarted.resume(&open[0].token, None).await.unwrap();
+    assert_eq!(resumed.outcome, Outcome::Applied);
+    let requests = fake.requests();
+    assert_eq!(requests.len(), attempts_max + 1);
+    assert_eq!(
+        requests[attempts_max].1, requests[0].1,
+        "the resumed request is the first one, byte for byte"
+    );
+    let entry = restarted
+        .journal()
+        .entry(&open[0].token)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(entry.attempts as usize, attempts_max + 1);
+    assert_eq!(entry.outcome.as_deref(), Some("applied"));
+}
