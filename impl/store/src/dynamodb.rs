@@ -1485,9 +1485,9 @@ impl DynamoDbStore {
 
     /// A push: checked whole, then op by op; once a round finds an op's own claim, the claims of
     /// the rest are read in batches and every op found is answered without a round.
-    //= specs/relay-append.md#R3
-    //# An op_id is stored at most once; every append of it, re-pushes included, answers the same
-    //# seq.
+    //= specs/relay-append.md#R7
+    //# A round that finds the op's own claim reads the claims of the push's remaining ops in one
+    //# batched strongly consistent read.
     async fn append_push(&self, stream: &str, ops: &[NewOp], deadline: Instant) -> BatchOutcome {
         if let Err(error) = check_batch(self, stream, ops) {
             return BatchOutcome {
