@@ -26,9 +26,11 @@
 //! | 409 | `op-id-conflict` | an op_id is stored with another payload; `seq` names where |
 //! | 413 | `payload-too-large` | body over body_bytes_max or more ops than ops_per_push_max |
 //! | 413 | `op-too-large` | one op exceeds the store's item size; nothing stored |
+//! | 414 | `uri-too-long` | a request line longer than the server parses ([`listener`]) |
 //! | 415 | `unsupported-media-type` | a push whose Content-Type is not `application/json` |
 //! | 422 | `empty-batch`, `invalid-op-id`, `invalid-stream`, `invalid-input` | unusable input |
 //! | 422 | `duplicate-op-id` | one op_id twice in a push; nothing stored |
+//! | 431 | `header-fields-too-large` | a request head over the server's limits ([`listener`]) |
 //! | 503 | `deadline-exceeded` | the deadline passed; `stored` lists what is kept |
 //! | 503 | `no-progress` | the push deadline passed before any new op was stored |
 //! | 503 | `contention` | too many lost rounds in a row; `stored` lists what is kept |
@@ -48,6 +50,9 @@
 
 use std::sync::Arc;
 use std::time::Duration;
+
+pub mod listener;
+pub use listener::ProblemListener;
 
 use axum::extract::rejection::{BytesRejection, PathRejection, QueryRejection};
 use axum::extract::{DefaultBodyLimit, Path, Query, State};

@@ -8,8 +8,8 @@ use std::net::SocketAddr;
 
 use clap::Parser;
 use oncecheck_relay::{
-    open_store, push_deadline_secs_from, router, shutdown_signal, Limits, StoreSpec,
-    DDB_ENDPOINT_ENV,
+    open_store, push_deadline_secs_from, router, shutdown_signal, Limits, ProblemListener,
+    StoreSpec, DDB_ENDPOINT_ENV,
 };
 use oncecheck_store::PUSH_DEADLINE_ENV;
 
@@ -89,7 +89,7 @@ async fn main() -> std::process::ExitCode {
         }
     };
     tracing::info!(listen = %args.listen, store = ?args.store, ?limits, "relay serving");
-    let served = axum::serve(listener, router(store, limits))
+    let served = axum::serve(ProblemListener::new(listener), router(store, limits))
         .with_graceful_shutdown(shutdown_signal())
         .await;
     match served {

@@ -591,3 +591,48 @@ async fn a_backend_stalled_mid_push_is_a_503_and_the_re_push_stores_each_op_once
     assert_eq!(answers, vec![(1, true), (2, false), (3, false)]);
     assert_eq!(relay.op_ids("s").await, vec!["a", "b", "c"]);
 }
+
+/// hyper answers a request line or head beyond what it parses itself, before any handler; the
+/// listener gives those answers problem bodies too.
+#[tokio::test]
+async fn a_uri_or_head_too_large_for_the_server_gets_a_problem_body() {
+    let relay = relay_with_two_ops().await;
+    // HTTP clients refuse a 100 KB URI themselves: write the request by hand.
+    let address = relay.base.trim_start_matches("http://").to_owned();
+    let mut socket = tokio::net::TcpStream::connect(&address).await.unwrap();
+    let request = format!(
+        "GET /v1/streams/s/ops?after=0&pad={} HTTP/1.1\r\nhost: {address}\r\n\r\n",
+        "x".repeat(100 * 1024)
+    );
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    socket.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    socket.read_to_end(&mut answer).await.unwrap();
+    let answer = String::from_utf8(answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").expect("a head and a body");
+    assert!(head.starts_with("HTTP/1.1 414 "), "{head}");
+    assert!(
+        head.contains("content-type: application/problem+json"),
+        "{head}"
+    );
+    let body: Value = serde_json::from_str(body).expect("a JSON problem body");
+    assert_eq!(
+        body["type"],
+        json!(format!("{PROBLEM_TYPE_PREFIX}uri-too-long"))
+    );
+    assert_eq!(body["status"], json!(414));
+    let huge_header = relay
+        .client
+        .get(format!("{}/v1/streams/s/ops", relay.base))
+        .header("x-pad", "z".repeat(2 * 1024 * 1024))
+        .send()
+        .await
+        .unwrap();
+    problem(
+        huge_header,
+        StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
+        "header-fields-too-large",
+    )
+    .await;
+    assert_eq!(relay.op_ids("s").await, vec!["a", "b"]);
+}

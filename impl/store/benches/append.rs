@@ -1,13 +1,18 @@
-//! `cargo bench -p oncecheck-store --bench append`: appends per second per backend with 1 and 8
-//! concurrent writers on one stream, and DynamoDB requests per stored op for an uncontended
-//! 100-op push. DynamoDB runs against ONCECHECK_DDB_ENDPOINT (moto in CI; the bench fails
-//! without it), through the serializing proxy: moto races concurrent transactions otherwise.
+//! `cargo bench -p oncecheck-store --bench append`: appends per second per backend with 1, 4
+//! and 8 concurrent writers on one stream; for DynamoDB also the requests per stored op (the
+//! contention cost: every lost round is a request) and, when ONCECHECK_MOTO_PID names the moto
+//! server, moto's resident memory before and after each case. DynamoDB runs against
+//! ONCECHECK_DDB_ENDPOINT (moto in CI; the bench fails without it), through the serializing
+//! proxy (moto races concurrent transactions otherwise), each case on a fresh table deleted
+//! after it, so a case's cost does not depend on the cases before it.
 //!
 //! Figures against moto measure this code plus moto's Python, not DynamoDB: read them as
 //! relative (rounds, requests per op, contention cost), not as AWS throughput.
 
 #[path = "../tests/support/serial_proxy.rs"]
 mod serial_proxy;
+#[path = "../tests/support/table.rs"]
+mod table;
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -73,8 +78,23 @@ async fn appends_per_second(
     (stored as f64 / elapsed.as_secs_f64(), re_pushes)
 }
 
+const WRITERS: [usize; 3] = [1, 4, 8];
+
+/// Moto's resident memory in KiB, when ONCECHECK_MOTO_PID names its process.
+fn moto_rss_kib() -> Option<u64> {
+    let pid = std::env::var("ONCECHECK_MOTO_PID").ok()?;
+    let status = std::fs::read_to_string(format!("/proc/{}/status", pid.trim())).ok()?;
+    status
+        .lines()
+        .find(|line| line.starts_with("VmRSS:"))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
 async fn bench_backend(name: &str, store: Arc<dyn OpStore>, ops_total: usize) {
-    for writers in [1, 8] {
+    for writers in WRITERS {
         let stream = format!("bench-{writers}");
         let (rate, re_pushes) =
             appends_per_second(store.clone(), &stream, writers, ops_total).await;
@@ -100,18 +120,52 @@ async fn main() {
         .expect("sqlite");
     bench_backend("sqlite", Arc::new(sqlite), 2_000).await;
 
-    let proxy = serial_proxy::serialize_endpoint(endpoint).await;
-    let table = format!("bench-{}", std::process::id());
-    let tuning = AppendTuning::default();
-    let dynamodb = DynamoDbStore::connect(table, Some(&proxy))
+    let proxy = serial_proxy::serialize_endpoint(endpoint.clone()).await;
+    // The contended cases: a fresh table per case, deleted after it.
+    for writers in WRITERS {
+        let store = DynamoDbStore::connect(
+            format!("bench-{}-{writers}", std::process::id()),
+            Some(&proxy),
+        )
         .await
-        .with_tuning(tuning);
-    dynamodb
-        .create_table()
-        .await
-        .expect("create the bench table");
-    bench_backend("dynamodb", Arc::new(dynamodb.clone()), 160).await;
+        .with_tuning(AppendTuning::default());
+        let table = table::Table::create(store, endpoint.clone()).await;
+        let requests = table.requests();
+        requests.reset();
+        let rss_before = moto_rss_kib();
+        let ops_total = 160;
+        let (rate, re_pushes) =
+            appends_per_second(Arc::new(table.clone()), "bench", writers, ops_total).await;
+        let rss_after = moto_rss_kib();
+        let snapshot = requests.snapshot();
+        let transactions = snapshot.get("TransactWriteItems").copied().unwrap_or(0);
+        // Pulling the result for the check is one more Query per page; leave it out.
+        let total = requests.total() - 1;
+        let memory = match (rss_before, rss_after) {
+            (Some(before), Some(after)) => format!(
+                "  moto RSS {:.0} -> {:.0} MiB (+{:.1} KiB per request)",
+                before as f64 / 1024.0,
+                after as f64 / 1024.0,
+                after.saturating_sub(before) as f64 / total as f64
+            ),
+            _ => String::new(),
+        };
+        println!(
+            "dynamodb  writers={writers}  ops={ops_total:>5}  appends/s={rate:>9.1}  re-pushes={re_pushes}  \
+             requests/op={:.2}  transactions/op={:.2}  lost rounds={}  {snapshot:?}{memory}",
+            total as f64 / ops_total as f64,
+            transactions as f64 / ops_total as f64,
+            transactions.saturating_sub(ops_total as u64),
+        );
+    }
 
+    let store = DynamoDbStore::connect(
+        format!("bench-{}-uncontended", std::process::id()),
+        Some(&proxy),
+    )
+    .await
+    .with_tuning(AppendTuning::default());
+    let dynamodb = table::Table::create(store, endpoint).await;
     let requests = dynamodb.requests();
     requests.reset();
     let ops: Vec<NewOp> = (0..100)
@@ -128,11 +182,14 @@ async fn main() {
         total as f64 / 100.0,
         requests.snapshot()
     );
-    // moto copies every table on every transaction: leave it as light as it was.
-    let _ = dynamodb
-        .client()
-        .delete_table()
-        .table_name(dynamodb.table())
-        .send()
-        .await;
+    requests.reset();
+    let started = Instant::now();
+    let outcome = dynamodb.append_batch("uncontended", &ops, deadline).await;
+    assert_eq!(outcome.error, None);
+    println!(
+        "dynamodb  re-push of the stored 100-op push: {} requests ({:?}), {:.2?}",
+        requests.total(),
+        requests.snapshot(),
+        started.elapsed()
+    );
 }

@@ -719,22 +719,29 @@ where
 }
 
 /// A refused request as a [`StoreError`] with a stable message (the operation and the service's
-/// error code); the raw error, SDK internals included, goes to the log only.
+/// error code and message, or the kind of failure); the raw error, SDK internals included, goes
+/// to the log only. The relay never shows it to a client (its 500s have a fixed detail).
 fn sdk_error<E, R>(operation: &str, error: SdkError<E, R>) -> StoreError
 where
     E: ProvideErrorMetadata + std::error::Error + Send + Sync + 'static,
     R: std::fmt::Debug,
 {
     tracing::error!(operation, error = %DisplayErrorContext(&error), "DynamoDB request refused");
-    let code = match &error {
-        SdkError::ServiceError(service) => service.err().code().unwrap_or("an unnamed error"),
-        SdkError::ConstructionFailure(_) => "the request could not be built",
-        SdkError::TimeoutError(_) => "a timeout",
-        SdkError::DispatchFailure(_) => "a failed dispatch",
-        SdkError::ResponseError(_) => "an unreadable response",
-        _ => "an unclassified error",
+    // A service error's code and message are the service's own words, short and stable; every
+    // other kind is named, never dumped (its debug form is SDK internals).
+    let cause = match &error {
+        SdkError::ServiceError(service) => format!(
+            "{}: {}",
+            service.err().code().unwrap_or("an unnamed error"),
+            service.err().message().unwrap_or("no message")
+        ),
+        SdkError::ConstructionFailure(_) => "the request could not be built".to_owned(),
+        SdkError::TimeoutError(_) => "a timeout".to_owned(),
+        SdkError::DispatchFailure(_) => "a failed dispatch".to_owned(),
+        SdkError::ResponseError(_) => "an unreadable response".to_owned(),
+        _ => "an unclassified error".to_owned(),
     };
-    StoreError::backend(format!("DynamoDB {operation} failed with {code}"))
+    StoreError::backend(format!("DynamoDB {operation} failed with {cause}"))
 }
 
 /// Error codes after which the request's outcome is unknown or it was refused for load; the
@@ -1478,9 +1485,9 @@ impl DynamoDbStore {
 
     /// A push: checked whole, then op by op; once a round finds an op's own claim, the claims of
     /// the rest are read in batches and every op found is answered without a round.
-    //= specs/relay-append.md#R3
-    //# An op_id is stored at most once; every append of it, re-pushes included, answers the same
-    //# seq.
+    //= specs/relay-append.md#R7
+    //# A round that finds the op's own claim reads the claims of the push's remaining ops in one
+    //# batched strongly consistent read.
     async fn append_push(&self, stream: &str, ops: &[NewOp], deadline: Instant) -> BatchOutcome {
         if let Err(error) = check_batch(self, stream, ops) {
             return BatchOutcome {

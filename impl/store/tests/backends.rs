@@ -7,23 +7,9 @@ mod support;
 use std::sync::atomic::AtomicU64;
 use std::time::Duration;
 
-use oncecheck_store::{Appended, NewOp, OpStore, StoreError};
+use oncecheck_store::{NewOp, OpStore, StoreError};
 use support::*;
 use tokio::time::Instant;
-
-fn fresh(seq: i64) -> Appended {
-    Appended {
-        seq,
-        existing: false,
-    }
-}
-
-fn again(seq: i64) -> Appended {
-    Appended {
-        seq,
-        existing: true,
-    }
-}
 
 //= specs/relay-append.md#R5
 //# With new-build writers only, the stored seqs are exactly 1..n.

@@ -16,20 +16,6 @@ use support::serial_proxy::{Fault, FaultProxy};
 use support::*;
 use tokio::time::Instant;
 
-fn fresh(seq: i64) -> Appended {
-    Appended {
-        seq,
-        existing: false,
-    }
-}
-
-fn again(seq: i64) -> Appended {
-    Appended {
-        seq,
-        existing: true,
-    }
-}
-
 /// A fresh table reached through a new fault proxy in front of the test endpoint.
 async fn behind_proxy(tuning: AppendTuning) -> (Table, FaultProxy) {
     let proxy = FaultProxy::start(ddb_endpoint()).await;
@@ -190,6 +176,9 @@ async fn a_backend_stalled_mid_push_ends_at_the_deadline_keeping_what_it_stored(
 
 //= specs/relay-append.md#R7
 //# An uncontended n-op push costs n transactions and one counter read.
+//= specs/relay-append.md#R7
+//# A round that finds the op's own claim reads the claims of the push's remaining ops in one
+//# batched strongly consistent read.
 /// A re-push of a stored 250-op push: one round finds the first op's claim, three BatchGetItem
 /// requests (100 + 100 + 49 keys) answer the rest; no other round. A fresh push is unchanged.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

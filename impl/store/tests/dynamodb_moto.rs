@@ -83,13 +83,6 @@ fn op_ids_of(ops: &[NewOp]) -> Vec<&str> {
     ops.iter().map(|op| op.op_id.as_str()).collect()
 }
 
-fn fresh(seq: i64) -> Appended {
-    Appended {
-        seq,
-        existing: false,
-    }
-}
-
 //= specs/relay-append.md#R1
 //# A puller that stored cursor k has received every op that is or will ever be stored at a seq <=
 //# k.

@@ -8,7 +8,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use oncecheck_relay::{router, Limits};
+use oncecheck_relay::{router, Limits, ProblemListener};
 use oncecheck_store::dynamodb::AppendTuning;
 use oncecheck_store::{
     Appended, DynamoDbStore, MemoryStore, NewOp, OpStore, PushContext, Seq, SqliteStore,
@@ -100,7 +100,7 @@ pub async fn serve(store: Arc<dyn OpStore>, limits: Limits) -> String {
         .expect("bind");
     let address = listener.local_addr().expect("address");
     tokio::spawn(async move {
-        axum::serve(listener, router(store, limits))
+        axum::serve(ProblemListener::new(listener), router(store, limits))
             .await
             .expect("serve");
     });

@@ -146,6 +146,22 @@ pub fn ops(prefix: &str, count: usize) -> Vec<NewOp> {
         .collect()
 }
 
+/// The answer of an op stored by this append.
+pub fn fresh(seq: Seq) -> Appended {
+    Appended {
+        seq,
+        existing: false,
+    }
+}
+
+/// The answer of an op stored earlier (a re-push, or a lost round that had committed).
+pub fn again(seq: Seq) -> Appended {
+    Appended {
+        seq,
+        existing: true,
+    }
+}
+
 pub fn far_deadline() -> Instant {
     Instant::now() + Duration::from_secs(60)
 }
