@@ -1,5 +1,5 @@
-//! Tokened DynamoDB writes retried under unknown outcomes (requirements T1-T4 of DESIGN.md,
-//! spec: `specs/tokened-writes.md`).
+//! Tokened DynamoDB writes retried under unknown outcomes (requirements T1-T5, spec:
+//! `specs/tokened-writes.md`).
 //!
 //! What is modelled: clients that each make one logical write with one of the retry patterns of
 //! the reliable-writes document (UpdateItem ADD on a counter, PutItem of a fixed item, a
@@ -18,8 +18,17 @@
 //!   how many times the write was applied (a balance of `5 * count`). That count is exactly what
 //!   T1 and T3 talk about. The fixed-put item remembers its last writer; the conditionally created
 //!   item remembers its owner (the operation ID the seed recommends storing on the item).
-//! - Every transaction writes the same `items` accounts, so any two transactions conflict while
-//!   one is running. Single-item writes use items of their own.
+//! - Every transaction writes the same [`ACCOUNTS`] accounts, so any two transactions conflict
+//!   while one is running. Single-item writes use items of their own.
+//! - Two server hosts decide the token window each on its own wall clock: `H1` keeps true time,
+//!   `H2` runs `skew` ticks ahead. A request is routed to a host when it is sent; with no skew the
+//!   hosts are indistinguishable and only `H1` is used. A token's completion time is the
+//!   committing host's clock reading.
+//! - Bad input and damaged state: a tokened client may generate a token over
+//!   [`TOKEN_CHARS_MAX`] characters (bound `long_tokens`), and the environment may damage a
+//!   completed record's timestamp (bound `damaged_records`); the server refuses both (fails
+//!   closed) and the clock never deletes a damaged record. With `shared_token` two tokened
+//!   clients (two intents) carry one token.
 //! - A transaction runs in two server steps: `ServerBegins` (token check, token recorded as
 //!   running, accounts locked) and `ServerCommits` (all items and the token's completion time in
 //!   one atomic step). The gap is what makes TransactionInProgress and TransactionConflict
@@ -37,7 +46,11 @@
 //! once and a success answer means it was applied; T2 a request meeting a live token of other
 //! parameters is answered IdempotentParameterMismatch and applies nothing; T3 no state and no
 //! reconciliation read shows part of a transaction; T4 the answer and effect of an identical retry
-//! after a lost, committed response is what the retry table says for the client's pattern.
+//! after a lost, committed response follow from what the server met (a live identical token or
+//! not, the item present or not) and are observed on the table, not looked up in a table of
+//! patterns; T5 an over-long token or a damaged record is refused and applies nothing. Every
+//! property reads `applied` as observed on the client's items and `TokenSeen` as recorded beside
+//! the answer, apart from the server's decision.
 //!
 //! Variants are the team's choice for the transaction: `tokened` (token, identical retries inside
 //! the window), `tokenless` (no token) and `late-retry` (token, retries only once the window has
@@ -47,6 +60,16 @@
 use crate::check::{BoundSpec, Bounds, Kind, ModelSpec, PropertyDef, SpecError, Verdict};
 use stateright::{Model, Property};
 use std::collections::BTreeMap;
+
+/// The accounts every transaction writes (A, B). Two are the fewest that can show a partial
+/// commit; a third adds states without adding a case: all accounts get the same effect.
+pub const ACCOUNTS: u8 = 2;
+
+/// A server host: `H1` keeps true time, `H2` reads `now + skew`.
+pub type Host = u8;
+
+/// The longest client request token the API accepts.
+pub const TOKEN_CHARS_MAX: usize = 36;
 
 /// Index of a client; printed 1-based as `C1`, `C2`, and its token as `t1`, `t2`.
 pub type ClientId = u8;
@@ -86,12 +109,20 @@ pub enum Answer {
     IdempotentParameterMismatch,
     TransactionInProgress,
     TransactionConflict,
+    /// The request is malformed (a token over [`TOKEN_CHARS_MAX`] characters): nothing runs.
+    ValidationError,
+    /// The token's record has no valid timestamp: the server fails closed.
+    InternalServerError,
 }
 
 impl Answer {
     /// Answers after which the same request may simply be sent again.
     fn is_retryable(self) -> bool {
-        matches!(self, Answer::TransactionInProgress | Answer::TransactionConflict)
+        // An internal server error is an unknown outcome to the client: it resends.
+        matches!(
+            self,
+            Answer::TransactionInProgress | Answer::TransactionConflict | Answer::InternalServerError
+        )
     }
 }
 
@@ -107,6 +138,10 @@ pub enum TokenSeen {
     LiveOtherParameters,
     RunningSameParameters,
     RunningOtherParameters,
+    /// The token is longer than [`TOKEN_CHARS_MAX`]: bad input, no record is looked up.
+    Malformed,
+    /// A record whose creation time is not a valid timestamp.
+    InvalidRecord,
 }
 
 impl TokenSeen {
@@ -123,7 +158,8 @@ pub enum ServerSide {
     /// A transaction was accepted and holds its accounts; `items_applied` is more than zero only
     /// under [`Mutation::CommitItemsOneByOne`].
     Running { items_applied: u8, token_seen: TokenSeen },
-    /// Answered: `applied` says whether this request changed the table.
+    /// Answered: `applied` says whether this request changed the table (observed on the
+    /// client's items, not declared by the server's decision).
     Done { answer: Answer, applied: bool, token_seen: TokenSeen },
     /// The request outlived its lifetime and was never processed.
     Dropped,
@@ -145,6 +181,9 @@ pub struct Attempt {
     /// stored payload: the mistake the seed warns about and T2 guards against.
     pub rebuilt: bool,
     pub sent_at: u8,
+    /// The server host the load balancer routed the request to; it decides the token window on
+    /// its own wall clock.
+    pub host: Host,
     pub server: ServerSide,
     pub client: ClientSide,
 }
@@ -165,6 +204,9 @@ impl Attempt {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Client {
     pub pattern: Pattern,
+    /// The client generated a token longer than [`TOKEN_CHARS_MAX`] (and persisted it: every
+    /// attempt carries it).
+    pub token_too_long: bool,
     pub attempts: Vec<Attempt>,
     /// What a reconciliation read showed: this client's applications per item of its write.
     pub reconciled: Option<Vec<u8>>,
@@ -173,7 +215,12 @@ pub struct Client {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum TokenPhase {
     Running,
-    Completed { at: u8 },
+    Completed {
+        at: u8,
+    },
+    /// The record's creation time does not parse (written by another binary, or damaged): no
+    /// window can be decided, so it is neither live nor expired, and never deleted by the clock.
+    InvalidTimestamp,
 }
 
 /// The server's record of a client's token: the fingerprint (original or rebuilt parameters)
@@ -187,7 +234,7 @@ pub struct TokenRecord {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub struct Table {
     /// `applications[client][item]`: how often the client's write was applied to each item of it
-    /// (one item for single-item writes, `items` accounts for transactions).
+    /// (one item for single-item writes, [`ACCOUNTS`] accounts for transactions).
     pub applications: Vec<Vec<u8>>,
     /// Who last put the fixed profile item.
     pub profile_holder: Option<ClientId>,
@@ -202,21 +249,56 @@ pub struct TokenState {
     /// The server's token records, by the client owning the token.
     pub tokens: BTreeMap<ClientId, TokenRecord>,
     pub now: u8,
+    /// Record damages the environment may still cause.
+    pub damages_left: u8,
 }
 
 /// Actor + verb. Attempts are 0-based indexes into the client's attempt list.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Action {
-    ClientSends { client: ClientId },
-    ClientRetries { client: ClientId, rebuilt: bool },
-    ServerBegins { client: ClientId, attempt: u8 },
-    ServerCommits { client: ClientId, attempt: u8 },
-    ServerReplays { client: ClientId, attempt: u8 },
-    ServerRejects { client: ClientId, attempt: u8, answer: Answer },
-    ResponseDelivered { client: ClientId, attempt: u8 },
-    ResponseLost { client: ClientId, attempt: u8 },
+    ClientSends {
+        client: ClientId,
+        host: Host,
+        token_too_long: bool,
+    },
+    ClientRetries {
+        client: ClientId,
+        rebuilt: bool,
+        host: Host,
+    },
+    ServerBegins {
+        client: ClientId,
+        attempt: u8,
+    },
+    ServerCommits {
+        client: ClientId,
+        attempt: u8,
+    },
+    ServerReplays {
+        client: ClientId,
+        attempt: u8,
+    },
+    ServerRejects {
+        client: ClientId,
+        attempt: u8,
+        answer: Answer,
+    },
+    ResponseDelivered {
+        client: ClientId,
+        attempt: u8,
+    },
+    ResponseLost {
+        client: ClientId,
+        attempt: u8,
+    },
     ClockTicks,
-    ClientReads { client: ClientId },
+    ClientReads {
+        client: ClientId,
+    },
+    /// The environment damages the creation time of a completed token record.
+    RecordLosesTimestamp {
+        token: ClientId,
+    },
 }
 
 /// The team's choice for the transaction, see the module documentation.
@@ -240,6 +322,10 @@ pub enum Mutation {
     /// A client timeout cancels the request: the false belief that an error means nothing
     /// happened. No response is ever lost after a commit.
     TimeoutsCancelRequests,
+    /// The server cuts an over-long token to the limit and runs the request.
+    LongTokenTruncated,
+    /// A record without a valid timestamp is read as expired (fails open).
+    DamagedRecordReadAsExpired,
 }
 
 /// The model's bounds, resolved from [`TokenModel::BOUNDS`].
@@ -248,8 +334,12 @@ pub struct Limits {
     pub clients: u8,
     pub retries: u8,
     pub window: u8,
+    pub skew: u8,
+    /// Tokened clients share one token (the first tokened client's).
+    pub shared_token: bool,
+    pub long_tokens: bool,
+    pub damaged_records: u8,
     pub ticks: u8,
-    pub items: u8,
 }
 
 #[derive(Clone, Debug)]
@@ -268,18 +358,6 @@ enum Decision {
     Commit,
     Replay(TokenSeen),
     Reject(Answer, TokenSeen),
-}
-
-/// What the retry table says an identical retry of an applied write gets: (answer, applies).
-/// `within_window` only matters for the tokened transaction.
-pub fn retry_row(pattern: Pattern, within_window: bool) -> (Answer, bool) {
-    match pattern {
-        Pattern::AddCounter => (Answer::Success, true),
-        Pattern::PutFixedProfile => (Answer::Success, true),
-        Pattern::CreateOrderIfAbsent => (Answer::ConditionalCheckFailed, false),
-        Pattern::TransactWithoutToken => (Answer::Success, true),
-        Pattern::TransactWithToken => (Answer::Success, !within_window),
-    }
 }
 
 impl TokenModel {
@@ -306,7 +384,7 @@ impl TokenModel {
 
     fn item_count(&self, pattern: Pattern) -> usize {
         if pattern.is_transaction() {
-            self.limits.items as usize
+            ACCOUNTS as usize
         } else {
             1
         }
@@ -316,15 +394,45 @@ impl TokenModel {
         now < completed_at + self.limits.window
     }
 
-    fn token_seen(&self, state: &TokenState, client: usize, rebuilt: bool) -> TokenSeen {
-        match state.tokens.get(&(client as ClientId)) {
+    /// What `host`'s wall clock reads at true time `now`.
+    pub fn host_clock(&self, host: Host, now: u8) -> u8 {
+        if host == 0 {
+            now
+        } else {
+            now + self.limits.skew
+        }
+    }
+
+    /// The hosts a request may be routed to: with no skew they are indistinguishable, so one.
+    fn hosts(&self) -> std::ops::RangeInclusive<Host> {
+        0..=u8::from(self.limits.skew > 0)
+    }
+
+    /// The token a client's transaction carries, named by the client that owns it: its own, or
+    /// with `shared_token` the first tokened client's.
+    pub fn token_of(&self, state: &TokenState, client: usize) -> ClientId {
+        if self.limits.shared_token {
+            if let Some(first) = state.clients.iter().position(|other| other.pattern.has_token()) {
+                return first as ClientId;
+            }
+        }
+        client as ClientId
+    }
+
+    fn token_seen(&self, state: &TokenState, client: usize, rebuilt: bool, host: Host) -> TokenSeen {
+        let clock = self.host_clock(host, state.now);
+        if state.clients[client].token_too_long {
+            return TokenSeen::Malformed;
+        }
+        match state.tokens.get(&self.token_of(state, client)) {
             None => TokenSeen::Absent,
             Some(record) => match record.phase {
                 TokenPhase::Running if record.rebuilt == rebuilt => TokenSeen::RunningSameParameters,
                 TokenPhase::Running => TokenSeen::RunningOtherParameters,
-                TokenPhase::Completed { at } if !self.is_live(at, state.now) => TokenSeen::Absent,
+                TokenPhase::Completed { at } if !self.is_live(at, clock) => TokenSeen::Absent,
                 TokenPhase::Completed { .. } if record.rebuilt == rebuilt => TokenSeen::LiveSameParameters,
                 TokenPhase::Completed { .. } => TokenSeen::LiveOtherParameters,
+                TokenPhase::InvalidTimestamp => TokenSeen::InvalidRecord,
             },
         }
     }
@@ -337,7 +445,7 @@ impl TokenModel {
             .any(|client| client.attempts.iter().any(|a| matches!(a.server, ServerSide::Running { .. })))
     }
 
-    /// The server's answer to a pending request (DESIGN.md section 2), with the mutations.
+    /// The server's answer to a pending request (the spec's server rules), with the mutations.
     fn decide(&self, state: &TokenState, client: usize, attempt: usize) -> Decision {
         let owner = &state.clients[client];
         let request = &owner.attempts[attempt];
@@ -361,7 +469,7 @@ impl TokenModel {
             }
             Pattern::TransactWithoutToken => Decision::Begin(TokenSeen::NotTokened),
             Pattern::TransactWithToken => {
-                let seen = self.token_seen(state, client, request.rebuilt);
+                let seen = self.token_seen(state, client, request.rebuilt, request.host);
                 match seen {
                     TokenSeen::RunningSameParameters => Decision::Reject(Answer::TransactionInProgress, seen),
                     TokenSeen::RunningOtherParameters if fingerprint_checked => {
@@ -375,6 +483,20 @@ impl TokenModel {
                         Decision::Reject(Answer::IdempotentParameterMismatch, seen)
                     }
                     TokenSeen::LiveOtherParameters => Decision::Replay(seen),
+                    TokenSeen::Malformed if self.mutation != Some(Mutation::LongTokenTruncated) => {
+                        Decision::Reject(Answer::ValidationError, seen)
+                    }
+                    TokenSeen::InvalidRecord
+                        if self.mutation != Some(Mutation::DamagedRecordReadAsExpired) =>
+                    {
+                        Decision::Reject(Answer::InternalServerError, seen)
+                    }
+                    // Under the mutations: the long token cut to size, the damaged record read
+                    // as expired; either way the request runs as new.
+                    TokenSeen::Malformed | TokenSeen::InvalidRecord if Self::accounts_locked(state) => {
+                        Decision::Reject(Answer::TransactionConflict, seen)
+                    }
+                    TokenSeen::Malformed | TokenSeen::InvalidRecord => Decision::Begin(seen),
                     TokenSeen::Absent | TokenSeen::NotTokened if Self::accounts_locked(state) => {
                         Decision::Reject(Answer::TransactionConflict, seen)
                     }
@@ -457,6 +579,12 @@ impl TokenModel {
         }
     }
 
+    /// Whether a server step changed the client's items: what `applied` records, observed on
+    /// the table rather than declared by the step.
+    fn table_changed(before: &TokenState, after: &TokenState, client: usize) -> bool {
+        before.table.applications[client] != after.table.applications[client]
+    }
+
     /// What a read of the client's items shows about the client's own write.
     fn visible_to(state: &TokenState, client: usize) -> Vec<u8> {
         match state.clients[client].pattern {
@@ -488,20 +616,6 @@ fn identical_retries_after_lost_commit(client: &Client) -> impl Iterator<Item = 
 
 fn retry_within_window(model: &TokenModel, first: &Attempt, retry: &Attempt) -> bool {
     model.is_live(first.sent_at, retry.sent_at)
-}
-
-/// Whether a retry falls inside the window of some completion of the identical request: another
-/// identical attempt applied no later than the retry's tick and less than a window before it.
-/// Usually that is the attempt just before the retry; after a late retry it can also be a later
-/// retry that re-opened the token within the same tick and was processed first.
-fn retry_meets_live_identical_token(model: &TokenModel, client: &Client, retry: &Attempt) -> bool {
-    client.attempts.iter().any(|earlier| {
-        !std::ptr::eq(earlier, retry)
-            && earlier.rebuilt == retry.rebuilt
-            && earlier.applied()
-            && earlier.sent_at <= retry.sent_at
-            && model.is_live(earlier.sent_at, retry.sent_at)
-    })
 }
 
 fn transaction_clients(state: &TokenState) -> impl Iterator<Item = (usize, &Client)> {
@@ -595,11 +709,20 @@ fn t3_read_back_whole(_: &TokenModel, state: &TokenState) -> bool {
 
 //= specs/tokened-writes.md#T4
 //# An identical retry of a write that committed but lost its response gets the answer and the effect the retry table gives for the client's pattern.
-fn t4_honest_retry(model: &TokenModel, state: &TokenState) -> bool {
+/// The expectation is derived from what the retry met and did, not from a table of patterns: a
+/// success that changed nothing must have met a live record of the identical request (a
+/// replay); a success that changed the items must not have (an execution); a condition failure
+/// must find the item in the table; any other answer changes nothing.
+fn t4_honest_retry(_: &TokenModel, state: &TokenState) -> bool {
     state.clients.iter().all(|client| {
         identical_retries_after_lost_commit(client).all(|(_, retry)| {
-            let expected = retry_row(client.pattern, retry_meets_live_identical_token(model, client, retry));
-            (retry.answer(), retry.applied()) == (Some(expected.0), expected.1)
+            let ServerSide::Done { answer, applied, token_seen } = retry.server else { return true };
+            match answer {
+                Answer::Success if applied => token_seen != TokenSeen::LiveSameParameters,
+                Answer::Success => token_seen == TokenSeen::LiveSameParameters,
+                Answer::ConditionalCheckFailed => !applied && state.table.order_owner.is_some(),
+                _ => !applied,
+            }
         })
     })
 }
@@ -650,6 +773,45 @@ fn t4_expired_token_reexecutes(model: &TokenModel, state: &TokenState) -> bool {
     })
 }
 
+//= specs/tokened-writes.md#T5
+//# A request whose token is over 36 characters, or whose token record has no valid timestamp, is refused and applies nothing.
+/// Observed: what the server found (recorded beside the answer, apart from the decision) and
+/// whether the client's items changed.
+fn t5_bad_token(_: &TokenModel, state: &TokenState) -> bool {
+    state.clients.iter().flat_map(|client| client.attempts.iter()).all(|attempt| match attempt.server {
+        ServerSide::Done { answer, applied, token_seen: TokenSeen::Malformed } => {
+            answer == Answer::ValidationError && !applied
+        }
+        ServerSide::Done { answer, applied, token_seen: TokenSeen::InvalidRecord } => {
+            answer == Answer::InternalServerError && !applied
+        }
+        ServerSide::Running { token_seen, .. } => {
+            !matches!(token_seen, TokenSeen::Malformed | TokenSeen::InvalidRecord)
+        }
+        _ => true,
+    })
+}
+
+//= specs/tokened-writes.md#T5
+//# Some request with a token over 36 characters is rejected as a validation error.
+fn t5_long_token_rejected(_: &TokenModel, state: &TokenState) -> bool {
+    state
+        .clients
+        .iter()
+        .flat_map(|client| client.attempts.iter())
+        .any(|attempt| attempt.answer() == Some(Answer::ValidationError))
+}
+
+//= specs/tokened-writes.md#T5
+//# Some retry meets its token's record without a valid timestamp and is refused.
+fn t5_damaged_record_refused(_: &TokenModel, state: &TokenState) -> bool {
+    state
+        .clients
+        .iter()
+        .flat_map(|client| client.attempts.iter())
+        .any(|attempt| attempt.answer() == Some(Answer::InternalServerError))
+}
+
 // Property names, shared by `property_defs`, `expected` and the tests.
 pub const T1_EXACTLY_ONCE: &str = "T1 exactly-once";
 pub const T1_RETRY_WITHIN_WINDOW: &str = "T1 retry within the window after a lost commit";
@@ -665,6 +827,9 @@ pub const T4_CREATE_CONDITION_FAILURE: &str = "T4 conditional create retry repor
 pub const T4_UNTOKENED_REEXECUTES: &str = "T4 untokened transaction retry executes again";
 pub const T4_TOKENED_REPLAY: &str = "T4 tokened retry replayed without applying";
 pub const T4_EXPIRED_REEXECUTES: &str = "T4 tokened retry after the window executes again";
+pub const T5_BAD_TOKEN: &str = "T5 bad-token";
+pub const T5_LONG_TOKEN_REJECTED: &str = "T5 an over-long token is rejected";
+pub const T5_DAMAGED_RECORD_REFUSED: &str = "T5 a request meeting a damaged record is refused";
 
 impl ModelSpec for TokenModel {
     const NAME: &'static str = "token";
@@ -692,7 +857,34 @@ impl ModelSpec for TokenModel {
             help: "ticks a completed token stays live (the 10-minute window)",
         },
         BoundSpec { key: "ticks", default: 2, min: 0, max: 6, help: "clock ticks in one run" },
-        BoundSpec { key: "items", default: 2, min: 1, max: 3, help: "accounts one transaction writes" },
+        BoundSpec {
+            key: "skew",
+            default: 0,
+            min: 0,
+            max: 4,
+            help: "ticks host H2's wall clock runs ahead of H1's (0: one host)",
+        },
+        BoundSpec {
+            key: "shared_token",
+            default: 0,
+            min: 0,
+            max: 1,
+            help: "1: tokened clients (two intents) share one token",
+        },
+        BoundSpec {
+            key: "long_tokens",
+            default: 0,
+            min: 0,
+            max: 1,
+            help: "1: a tokened client may generate a token over 36 characters",
+        },
+        BoundSpec {
+            key: "damaged_records",
+            default: 1,
+            min: 0,
+            max: 2,
+            help: "completed token records whose timestamp the environment damages",
+        },
     ];
 
     fn build(variant: &str, bounds: &Bounds) -> Result<Self, SpecError> {
@@ -710,8 +902,11 @@ impl ModelSpec for TokenModel {
             clients: bounds.get("clients") as u8,
             retries: bounds.get("retries") as u8,
             window: bounds.get("window") as u8,
+            skew: bounds.get("skew") as u8,
+            shared_token: bounds.get("shared_token") == 1,
+            long_tokens: bounds.get("long_tokens") == 1,
+            damaged_records: bounds.get("damaged_records") as u8,
             ticks: bounds.get("ticks") as u8,
-            items: bounds.get("items") as u8,
         };
         Ok(TokenModel { variant, kind, bounds, limits, mutation: None })
     }
@@ -741,23 +936,37 @@ impl ModelSpec for TokenModel {
             def("T4", T4_UNTOKENED_REEXECUTES, Kind::Sometimes, t4_untokened_transaction_reexecutes),
             def("T4", T4_TOKENED_REPLAY, Kind::Sometimes, t4_tokened_replay),
             def("T4", T4_EXPIRED_REEXECUTES, Kind::Sometimes, t4_expired_token_reexecutes),
+            def("T5", T5_BAD_TOKEN, Kind::Always, t5_bad_token),
+            def("T5", T5_LONG_TOKEN_REJECTED, Kind::Sometimes, t5_long_token_rejected),
+            def("T5", T5_DAMAGED_RECORD_REFUSED, Kind::Sometimes, t5_damaged_record_refused),
         ]
     }
 
-    /// Expectations of the honest model (DESIGN.md section 4), derived from the bounds where a
+    /// Expectations of the honest model (the spec's verdict table), derived from the bounds where a
     /// bound removes a case: no retries, or a clock too short for a late retry. At the CI
     /// bounds this is the table of `specs/tokened-writes.md`.
     fn expected(&self, property: &PropertyDef<Self>) -> Verdict {
-        let Limits { retries, window, ticks, .. } = self.limits;
+        let Limits { retries, window, ticks, skew, shared_token, long_tokens, damaged_records, .. } =
+            self.limits;
         let retries_happen = retries >= 1;
         let late_retry_happens = retries_happen && ticks >= window;
         // With two retries a late client's second retry can land inside the window opened by
         // its first (late) retry.
         let late_second_retry_in_window = late_retry_happens && retries >= 2;
+        // A host whose clock runs ahead expires a token the client still counts as live: at once
+        // when the skew reaches the window, else on a retry a tick later.
+        let skew_expires_live_token = retries_happen && skew > 0 && (ticks >= 1 || skew >= window);
+        // A token completed on the host ahead stays live longer on the other: a late retry can
+        // still meet it, and a rebuilt one is then a mismatch.
+        let late_retry_meets_live_token = late_retry_happens && skew > 0;
         let reached = |yes: bool| if yes { Verdict::Reached } else { Verdict::Unreached };
         let holds = |yes: bool| if yes { Verdict::Holds } else { Verdict::Violated };
         match (self.kind, property.name) {
-            (Variant::Tokened, T1_EXACTLY_ONCE) => holds(true),
+            // Two intents under one token: the second is answered with the first's replay.
+            (Variant::Tokened, T1_EXACTLY_ONCE) => {
+                let shared_by_two_intents = shared_token && self.limits.clients >= 2;
+                holds(!(skew_expires_live_token || shared_by_two_intents))
+            }
             (Variant::Tokenless, T1_EXACTLY_ONCE) => holds(!retries_happen),
             (Variant::LateRetry, T1_EXACTLY_ONCE) => holds(!late_retry_happens),
             (Variant::LateRetry, T1_RETRY_WITHIN_WINDOW) => reached(late_second_retry_in_window),
@@ -765,7 +974,9 @@ impl ModelSpec for TokenModel {
             (_, T2_MISMATCH) | (_, T3_ATOMIC) | (_, T4_HONEST_RETRY) => holds(true),
             (Variant::Tokened, T2_MISMATCH_REJECTED) => reached(retries_happen),
             (Variant::Tokenless, T2_MISMATCH_REJECTED) => reached(false),
-            (Variant::LateRetry, T2_MISMATCH_REJECTED) => reached(late_second_retry_in_window),
+            (Variant::LateRetry, T2_MISMATCH_REJECTED) => {
+                reached(late_second_retry_in_window || late_retry_meets_live_token)
+            }
             // A late-retry client with retries left waits for the window, so it only reconciles
             // once its retries are spent, which a clock shorter than the window never allows.
             (Variant::LateRetry, T3_READ_BACK_WHOLE) => reached(!retries_happen || late_retry_happens),
@@ -780,15 +991,22 @@ impl ModelSpec for TokenModel {
             (_, T4_TOKENED_REPLAY) => reached(false),
             (Variant::LateRetry, T4_EXPIRED_REEXECUTES) => reached(late_retry_happens),
             (_, T4_EXPIRED_REEXECUTES) => reached(false),
+            (_, T5_BAD_TOKEN) => holds(true),
+            (Variant::Tokenless, T5_LONG_TOKEN_REJECTED | T5_DAMAGED_RECORD_REFUSED) => reached(false),
+            (_, T5_LONG_TOKEN_REJECTED) => reached(long_tokens),
+            // The damaged record is met by a retry; a late-retry client needs the clock for one.
+            (Variant::LateRetry, T5_DAMAGED_RECORD_REFUSED) => {
+                reached(damaged_records >= 1 && late_retry_happens)
+            }
+            (_, T5_DAMAGED_RECORD_REFUSED) => reached(damaged_records >= 1 && retries_happen),
             (_, name) => panic!("no expectation for property {name}"),
         }
     }
 
     fn step_words(&self, before: &TokenState, action: &Action, after: &TokenState) -> String {
         let who = |client: &ClientId| format!("C{}", client + 1);
-        let token = |client: &ClientId| format!("t{}", client + 1);
-        let accounts: Vec<String> =
-            (0..self.limits.items).map(|item| ((b'A' + item) as char).to_string()).collect();
+        let token = |client: &ClientId| format!("t{}", self.token_of(before, *client as usize) + 1);
+        let accounts: Vec<String> = (0..ACCOUNTS).map(|item| ((b'A' + item) as char).to_string()).collect();
         let request = |client: &ClientId, rebuilt: bool| {
             let amount = if rebuilt { 6 } else { 5 };
             match before.clients[*client as usize].pattern {
@@ -810,6 +1028,14 @@ impl ModelSpec for TokenModel {
                 ),
             }
         };
+        // Only named when there are two hosts to tell apart.
+        let via = |host: Host| {
+            if self.limits.skew > 0 {
+                format!(" via H{} (its clock reads {})", host + 1, self.host_clock(host, before.now))
+            } else {
+                String::new()
+            }
+        };
         let attempt_of =
             |client: &ClientId, attempt: &u8| &before.clients[*client as usize].attempts[*attempt as usize];
         let label = |client: &ClientId, attempt: &u8| {
@@ -820,8 +1046,15 @@ impl ModelSpec for TokenModel {
             }
         };
         match action {
-            Action::ClientSends { client } => format!("{} sends {}", who(client), request(client, false)),
-            Action::ClientRetries { client, rebuilt } => {
+            Action::ClientSends { client, host, token_too_long } => {
+                let long = if *token_too_long {
+                    format!(" (its token is {} characters: over the limit)", TOKEN_CHARS_MAX + 1)
+                } else {
+                    String::new()
+                };
+                format!("{} sends {}{long}{}", who(client), request(client, false), via(*host))
+            }
+            Action::ClientRetries { client, rebuilt, host } => {
                 let pattern = before.clients[*client as usize].pattern;
                 let how = match (pattern.has_token(), rebuilt) {
                     (true, false) => format!("with token {} (identical request)", token(client)),
@@ -832,7 +1065,7 @@ impl ModelSpec for TokenModel {
                     ),
                     (false, _) => format!("without a token: {}", request(client, false)),
                 };
-                format!("{} retries {how}", who(client))
+                format!("{} retries {how}{}", who(client), via(*host))
             }
             Action::ServerBegins { client, attempt } => {
                 let token_note = if before.clients[*client as usize].pattern.has_token() {
@@ -897,6 +1130,9 @@ impl ModelSpec for TokenModel {
                     format!("clock passes the 10-minute window of {} (now {})", expired.join(", "), after.now)
                 }
             }
+            Action::RecordLosesTimestamp { token: owner } => {
+                format!("the record of token {} loses its valid creation timestamp", token(owner))
+            }
             Action::ClientReads { client } => {
                 let seen = after.clients[*client as usize].reconciled.clone().unwrap_or_default();
                 format!(
@@ -945,10 +1181,16 @@ impl Model for TokenModel {
                 },
                 clients: assignment
                     .into_iter()
-                    .map(|pattern| Client { pattern, attempts: Vec::new(), reconciled: None })
+                    .map(|pattern| Client {
+                        pattern,
+                        token_too_long: false,
+                        attempts: Vec::new(),
+                        reconciled: None,
+                    })
                     .collect(),
                 tokens: BTreeMap::new(),
                 now: 0,
+                damages_left: self.limits.damaged_records,
             })
             .collect()
     }
@@ -960,12 +1202,19 @@ impl Model for TokenModel {
                 // Clients start together, before the first tick: a client starting later behaves
                 // the same relative to its own token, only with less clock left.
                 if state.now == 0 {
-                    actions.push(Action::ClientSends { client: id });
+                    for host in self.hosts() {
+                        actions.push(Action::ClientSends { client: id, host, token_too_long: false });
+                        if self.limits.long_tokens && client.pattern.has_token() {
+                            actions.push(Action::ClientSends { client: id, host, token_too_long: true });
+                        }
+                    }
                 }
             } else if self.may_retry(state, client) {
-                actions.push(Action::ClientRetries { client: id, rebuilt: false });
-                if client.pattern.has_token() {
-                    actions.push(Action::ClientRetries { client: id, rebuilt: true });
+                for host in self.hosts() {
+                    actions.push(Action::ClientRetries { client: id, rebuilt: false, host });
+                    if client.pattern.has_token() {
+                        actions.push(Action::ClientRetries { client: id, rebuilt: true, host });
+                    }
                 }
             }
             if self.may_read(state, client) {
@@ -1002,25 +1251,28 @@ impl Model for TokenModel {
         if self.may_tick(state) {
             actions.push(Action::ClockTicks);
         }
+        if state.damages_left > 0 {
+            for (token, record) in &state.tokens {
+                if matches!(record.phase, TokenPhase::Completed { .. }) {
+                    actions.push(Action::RecordLosesTimestamp { token: *token });
+                }
+            }
+        }
     }
 
     fn next_state(&self, last: &TokenState, action: Action) -> Option<TokenState> {
         let mut state = last.clone();
         match action {
-            Action::ClientSends { client } | Action::ClientRetries { client, rebuilt: false } => {
+            Action::ClientSends { client, host, .. } | Action::ClientRetries { client, host, .. } => {
+                let rebuilt = matches!(action, Action::ClientRetries { rebuilt: true, .. });
+                if let Action::ClientSends { token_too_long, .. } = action {
+                    state.clients[client as usize].token_too_long = token_too_long;
+                }
                 let now = state.now;
                 state.clients[client as usize].attempts.push(Attempt {
-                    rebuilt: false,
+                    rebuilt,
                     sent_at: now,
-                    server: ServerSide::Pending,
-                    client: ClientSide::Waiting,
-                });
-            }
-            Action::ClientRetries { client, rebuilt: true } => {
-                let now = state.now;
-                state.clients[client as usize].attempts.push(Attempt {
-                    rebuilt: true,
-                    sent_at: now,
+                    host,
                     server: ServerSide::Pending,
                     client: ClientSide::Waiting,
                 });
@@ -1033,7 +1285,8 @@ impl Model for TokenModel {
                 request.server = ServerSide::Running { items_applied: 0, token_seen };
                 let rebuilt = request.rebuilt;
                 if state.clients[client as usize].pattern.has_token() {
-                    state.tokens.insert(client, TokenRecord { rebuilt, phase: TokenPhase::Running });
+                    let token = self.token_of(&state, client as usize);
+                    state.tokens.insert(token, TokenRecord { rebuilt, phase: TokenPhase::Running });
                 }
             }
             Action::ServerCommits { client, attempt } => {
@@ -1046,12 +1299,12 @@ impl Model for TokenModel {
                         Self::apply_single_item(&mut state, index);
                         state.clients[index].attempts[number].server = ServerSide::Done {
                             answer: Answer::Success,
-                            applied: true,
+                            applied: Self::table_changed(last, &state, index),
                             token_seen: TokenSeen::NotTokened,
                         };
                     }
                     ServerSide::Running { items_applied, token_seen } => {
-                        let items = self.limits.items;
+                        let items = ACCOUNTS;
                         let upto = if self.mutation == Some(Mutation::CommitItemsOneByOne) {
                             items_applied + 1
                         } else {
@@ -1060,17 +1313,19 @@ impl Model for TokenModel {
                         for item in items_applied..upto {
                             state.table.applications[index][item as usize] += 1;
                         }
+                        let applied = items_applied > 0 || Self::table_changed(last, &state, index);
                         let request = &mut state.clients[index].attempts[number];
                         if upto < items {
                             request.server = ServerSide::Running { items_applied: upto, token_seen };
                         } else {
                             request.server =
-                                ServerSide::Done { answer: Answer::Success, applied: true, token_seen };
-                            let rebuilt = request.rebuilt;
+                                ServerSide::Done { answer: Answer::Success, applied, token_seen };
+                            let (rebuilt, host) = (request.rebuilt, request.host);
                             if state.clients[index].pattern.has_token() {
-                                let now = state.now;
+                                let now = self.host_clock(host, state.now);
+                                let token = self.token_of(&state, index);
                                 state.tokens.insert(
-                                    client,
+                                    token,
                                     TokenRecord { rebuilt, phase: TokenPhase::Completed { at: now } },
                                 );
                             }
@@ -1084,8 +1339,9 @@ impl Model for TokenModel {
                 else {
                     return None;
                 };
+                let applied = Self::table_changed(last, &state, client as usize);
                 state.clients[client as usize].attempts[attempt as usize].server =
-                    ServerSide::Done { answer: Answer::Success, applied: false, token_seen };
+                    ServerSide::Done { answer: Answer::Success, applied, token_seen };
             }
             Action::ServerRejects { client, attempt, answer } => {
                 let Decision::Reject(decided, token_seen) =
@@ -1096,8 +1352,9 @@ impl Model for TokenModel {
                 if decided != answer {
                     return None;
                 }
+                let applied = Self::table_changed(last, &state, client as usize);
                 state.clients[client as usize].attempts[attempt as usize].server =
-                    ServerSide::Done { answer, applied: false, token_seen };
+                    ServerSide::Done { answer, applied, token_seen };
             }
             Action::ResponseDelivered { client, attempt } => {
                 state.clients[client as usize].attempts[attempt as usize].client = ClientSide::Delivered;
@@ -1122,8 +1379,12 @@ impl Model for TokenModel {
                 let now = state.now;
                 state.tokens.retain(|_, record| match record.phase {
                     TokenPhase::Completed { at } => self.is_live(at, now),
-                    TokenPhase::Running => true,
+                    TokenPhase::Running | TokenPhase::InvalidTimestamp => true,
                 });
+            }
+            Action::RecordLosesTimestamp { token } => {
+                state.damages_left -= 1;
+                state.tokens.get_mut(&token)?.phase = TokenPhase::InvalidTimestamp;
             }
             Action::ClientReads { client } => {
                 let seen = Self::visible_to(last, client as usize);
@@ -1178,6 +1439,9 @@ mod tests {
         (T4_UNTOKENED_REEXECUTES, [Unreached, Reached, Unreached]),
         (T4_TOKENED_REPLAY, [Reached, Unreached, Unreached]),
         (T4_EXPIRED_REEXECUTES, [Unreached, Unreached, Reached]),
+        (T5_BAD_TOKEN, [Holds, Holds, Holds]),
+        (T5_LONG_TOKEN_REJECTED, [Unreached, Unreached, Unreached]),
+        (T5_DAMAGED_RECORD_REFUSED, [Reached, Unreached, Reached]),
     ];
 
     /// Checks one variant at the CI bounds against [`TABLE`] and its pinned unique state count.
@@ -1233,7 +1497,11 @@ mod tests {
     }
 
     fn mutated(variant: &str, mutation: Mutation) -> CheckReport {
-        let report = check(model(variant, &[]).with_mutation(Some(mutation)));
+        mutated_at(variant, &[], mutation)
+    }
+
+    fn mutated_at(variant: &str, overrides: &[(&str, u32)], mutation: Mutation) -> CheckReport {
+        let report = check(model(variant, overrides).with_mutation(Some(mutation)));
         assert!(report.complete, "{variant} with {mutation:?}: the run must exhaust the state space");
         report
     }
@@ -1242,7 +1510,7 @@ mod tests {
     //# With the token and identical retries inside the window, T1, T2, T3 and T4 hold.
     #[test]
     fn tokened_verdicts_and_state_count() {
-        assert_variant("tokened", 125_150);
+        assert_variant("tokened", 283_295);
     }
 
     //= specs/tokened-writes.md#Verdicts
@@ -1256,7 +1524,7 @@ mod tests {
     //# A retry after the window is a new request and executes again: T1 is violated.
     #[test]
     fn late_retry_verdicts_and_state_count() {
-        assert_variant("late-retry", 41_407);
+        assert_variant("late-retry", 55_999);
     }
 
     //= specs/tokened-writes.md#T1
@@ -1337,11 +1605,16 @@ mod tests {
     //# An identical retry of a write that committed but lost its response gets the answer and the effect the retry table gives for the client's pattern.
     #[test]
     fn receipts_spanning_requests_break_t4() {
-        let report = mutated("tokenless", Mutation::ReceiptsSpanRequests);
-        assert_eq!(
-            deviations(&report),
-            [(T4_HONEST_RETRY, Violated), (T4_CREATE_CONDITION_FAILURE, Unreached)]
-        );
+        // A success that changed nothing without a live identical token: observed, whatever the
+        // pattern (here ADD, fixed put and the tokenless transaction).
+        for variant in ["tokenless", "tokened"] {
+            let report = mutated(variant, Mutation::ReceiptsSpanRequests);
+            assert_eq!(
+                deviations(&report),
+                [(T4_HONEST_RETRY, Violated), (T4_CREATE_CONDITION_FAILURE, Unreached)],
+                "{variant}"
+            );
+        }
     }
 
     //= specs/tokened-writes.md#T3
@@ -1360,6 +1633,7 @@ mod tests {
                 (T4_FIXED_PUT_CONVERGES, Unreached),
                 (T4_CREATE_CONDITION_FAILURE, Unreached),
                 (T4_TOKENED_REPLAY, Unreached),
+                (T5_DAMAGED_RECORD_REFUSED, Unreached),
             ]
         );
         // The same false belief makes a late retry look safe: T1 would hold, so the late-retry
@@ -1380,7 +1654,9 @@ mod tests {
             ("late-retry", &[("ticks", 1)]),
             ("late-retry", &[("retries", 2), ("clients", 1)]),
             ("tokened", &[("retries", 2), ("clients", 1)]),
-            ("tokened", &[("items", 1), ("clients", 1)]),
+            ("tokened", &[("damaged_records", 0)]),
+            ("late-retry", &[("skew", 1), ("clients", 1)]),
+            ("tokened", &[("skew", 2), ("clients", 1)]),
         ];
         for (variant, overrides) in cases {
             let report = check(model(variant, overrides));
@@ -1390,6 +1666,103 @@ mod tests {
                 deviations(&report)
             );
         }
+    }
+
+    //= specs/tokened-writes.md#T1
+    //# A transaction intent is applied at most once, and a client told success finds it applied.
+    #[test]
+    fn a_host_clock_ahead_expires_a_live_token() {
+        let bounds: &[(&str, u32)] = &[("clients", 1), ("skew", 1)];
+        let report = check(model("tokened", bounds));
+        assert!(report.complete && report.matches_expectations(), "{:?}", deviations(&report));
+        assert_eq!(report.unique_states, 3_450);
+        let path = shortest_path(&model("tokened", bounds), &|model, state| !t1_exactly_once(model, state));
+        assert_eq!(
+            path.unwrap(),
+            [
+                "C1 sends TransactWriteItems{ADD balance 5 on A, B} token t1 via H1 (its clock reads 0)",
+                "server starts t1 (attempt 1 of C1): locks A, B, records t1 as running",
+                "server commits t1 (attempt 1 of C1)",
+                "response to C1 lost (attempt 1)",
+                "clock ticks to 1",
+                "C1 retries with token t1 (identical request) via H2 (its clock reads 2)",
+                "server starts t1 (attempt 2 of C1): locks A, B, records t1 as running",
+                "server commits t1 (attempt 2 of C1)",
+            ]
+        );
+    }
+
+    //= specs/tokened-writes.md#T1
+    //# A transaction intent is applied at most once, and a client told success finds it applied.
+    #[test]
+    fn two_intents_sharing_a_token_lose_the_second() {
+        let report = check(model("tokened", &[("shared_token", 1)]));
+        assert!(report.complete && report.matches_expectations(), "{:?}", deviations(&report));
+        assert_eq!(report.unique_states, 270_964);
+        let path = shortest_path(&model("tokened", &[("shared_token", 1)]), &|model, state| {
+            !t1_exactly_once(model, state)
+        });
+        assert_eq!(
+            path.unwrap(),
+            [
+                "C1 sends TransactWriteItems{ADD balance 5 on A, B} token t1",
+                "server starts t1 (attempt 1 of C1): locks A, B, records t1 as running",
+                "server commits t1 (attempt 1 of C1)",
+                "C2 sends TransactWriteItems{ADD balance 5 on A, B} token t1",
+                "server finds t1 live: answers success for t1 (attempt 1 of C2), applies nothing",
+                "C2 receives Success for attempt 1",
+            ]
+        );
+    }
+
+    //= specs/tokened-writes.md#T5
+    //# A request whose token is over 36 characters, or whose token record has no valid timestamp, is refused and applies nothing.
+    #[test]
+    fn bad_tokens_fail_closed() {
+        let report = check(model("tokened", &[("long_tokens", 1)]));
+        assert!(report.complete && report.matches_expectations(), "{:?}", deviations(&report));
+        assert_eq!(report.unique_states, 366_561);
+        let refused = shortest_path(&model("tokened", &[]), &t5_damaged_record_refused);
+        assert_eq!(
+            refused.unwrap()[4..],
+            [
+                "C1 retries with token t1 (identical request)",
+                "the record of token t1 loses its valid creation timestamp",
+                "server rejects t1 (attempt 2 of C1): InternalServerError",
+            ]
+        );
+        // The clock never deletes a damaged record: it is neither live nor expired.
+        let honest = model("tokened", &[]);
+        let mut state = honest.init_states().remove(0);
+        state.tokens.insert(0, TokenRecord { rebuilt: false, phase: TokenPhase::InvalidTimestamp });
+        for _ in 0..2 {
+            state = honest.next_state(&state, Action::ClockTicks).unwrap();
+        }
+        assert_eq!(state.tokens[&0].phase, TokenPhase::InvalidTimestamp);
+    }
+
+    //= specs/tokened-writes.md#T5
+    //# A request whose token is over 36 characters, or whose token record has no valid timestamp, is refused and applies nothing.
+    #[test]
+    fn bad_tokens_that_run_break_t5() {
+        let report = mutated_at("tokened", &[("long_tokens", 1)], Mutation::LongTokenTruncated);
+        assert_eq!(
+            deviations(&report),
+            [(T1_EXACTLY_ONCE, Violated), (T5_BAD_TOKEN, Violated), (T5_LONG_TOKEN_REJECTED, Unreached)]
+        );
+        let report = mutated("tokened", Mutation::DamagedRecordReadAsExpired);
+        assert_eq!(
+            deviations(&report),
+            [(T1_EXACTLY_ONCE, Violated), (T5_BAD_TOKEN, Violated), (T5_DAMAGED_RECORD_REFUSED, Unreached)]
+        );
+        let path = shortest_path(
+            &model("tokened", &[]).with_mutation(Some(Mutation::DamagedRecordReadAsExpired)),
+            &|model, state| !t5_bad_token(model, state),
+        );
+        assert_eq!(
+            path.unwrap().last().unwrap(),
+            "server starts t1 (attempt 2 of C1): locks A, B, records t1 as running"
+        );
     }
 
     //= specs/tokened-writes.md#Bounds

@@ -1,0 +1,1199 @@
+//! The Idempotency-Key middleware model (specs/idempotency-middleware.md, M1-M10).
+//!
+//! Clients send one request each with the key `k` (fingerprint A or B); the middleware claims
+//! the key in the cache row, runs the handler, captures the body and finalizes the row. The
+//! environment advances one clock that decides both the lease and the row's expiry, answers a
+//! claim or a finalize with a database error (committed or not), cancels clients at every await
+//! point, and, behind the `process_faults` bound, stalls or kills the process. Variants:
+//! - `pre-fix`: seed 003's middleware before its fix — a capped `to_bytes` whose error becomes an
+//!   empty body (cached and sent), a finalize error that empties the live body, no drop guard,
+//!   one finalize attempt, a finalize conditional on the key only, and row expiry decided by the
+//!   hourly cleanup job instead of at read time (the "dead but blocking" key).
+//! - `fixed`: the terminal rule, frame capture, the drop guard, three finalize attempts and
+//!   read-time expiry, with the finalize still conditional on the key only.
+//! - `fenced`: `fixed` plus generation fencing; the lease crossing (a handler slower than its
+//!   lease runs twice) is still possible.
+//! - `renewed`: `fenced` plus the lease heartbeat: while some finalizer of the claim is pending
+//!   (the handler, the capture, the inline finalize or the drop guard's), the lease is renewed
+//!   before it lapses; a stalled or dead process stops renewing.
+//!
+//! Invariants of the model itself: deterministic (ordered collections only), every action is one
+//! actor's verb, and the properties read only the protocol's own state and the record of what
+//! happened ([`History`]: what each claim read, each handler's answer, what each first client
+//! received, how each claim's finalizing ended), which every variant writes the same way — no
+//! field is written only by a mutation.
+//!
+//! Abstractions: one clock tick is longer than a database round trip and at least as long as
+//! the lease (`LEASE_TICKS`); the row lives `ROW_TTL_TICKS`. A handler that keeps running is
+//! always allowed to outlive its lease (that is the lease crossing); the clock never reaches the
+//! row expiry of a claim whose process is still working on it unless that process stalled — the
+//! row's time to live (24 h) is far beyond any handler.
+
+mod properties;
+mod spec;
+#[cfg(test)]
+mod tests;
+
+pub use properties::*;
+pub use spec::*;
+
+use crate::check::Bounds;
+use std::collections::BTreeMap;
+
+/// Ticks a claim's lease lasts (renewed by the heartbeat in `renewed`).
+pub const LEASE_TICKS: u8 = 1;
+/// Ticks a row lives from its claim (`expires_at`).
+pub const ROW_TTL_TICKS: u8 = 2;
+/// The layer's finalize attempts (`finalize_attempts_max` in impl/idempotency/src/layer.rs).
+pub const FINALIZE_ATTEMPTS_MAX: u8 = 3;
+/// SQLite's claim loop (`CLAIM_ATTEMPTS_MAX` in impl/idempotency/src/store/mod.rs).
+pub const CLAIM_ATTEMPTS_MAX: u8 = 3;
+
+/// The fingerprint a client's request carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Fingerprint {
+    A,
+    B,
+}
+
+/// What the handler does once it runs, relative to the cache cap.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Outcome {
+    /// 2xx, body below the cap.
+    OkUnder,
+    /// 2xx, body of exactly the cap.
+    OkAtCap,
+    /// 2xx, body one byte over the cap.
+    OkOneOver,
+    /// 2xx, body far over the cap (pre-fix `to_bytes(cap + 1)` fails on it).
+    OkFarOver,
+    /// 2xx, the body fails before reaching the cap.
+    OkErrorBeforeCap,
+    /// 2xx, the body fails after passing the cap.
+    OkErrorAfterCap,
+    /// non-2xx, small body.
+    FailUnder,
+    /// non-2xx, body far over the cap.
+    FailFarOver,
+    /// The handler's service returned an error instead of a response (`inner.call` is `Err`).
+    HandlerError,
+}
+
+impl Outcome {
+    /// Every outcome, in the order the `outcomes` bound takes them. The first five are the CI
+    /// bound: each later one behaves like an earlier one for every property (a body at the cap
+    /// like one under it, far over like one byte over, an error after the cap like one before, a
+    /// small non-2xx like a large one), so they add states, not verdicts; the test
+    /// `all_nine_outcomes_give_the_same_verdicts` checks that.
+    pub const ALL: [Outcome; 9] = [
+        Outcome::OkUnder,
+        Outcome::OkOneOver,
+        Outcome::FailFarOver,
+        Outcome::OkErrorBeforeCap,
+        Outcome::HandlerError,
+        Outcome::OkAtCap,
+        Outcome::OkFarOver,
+        Outcome::OkErrorAfterCap,
+        Outcome::FailUnder,
+    ];
+
+    /// A 2xx: the handler's effects are committed.
+    pub fn is_success(self) -> bool {
+        !matches!(
+            self,
+            Outcome::FailUnder | Outcome::FailFarOver | Outcome::HandlerError
+        )
+    }
+
+    /// Whether the whole body fits the cache and reads without error.
+    pub fn fits(self) -> bool {
+        matches!(self, Outcome::OkUnder | Outcome::OkAtCap)
+    }
+
+    /// Whether the fixed capture streams a tail after the finalize (the body passed the cap).
+    fn overflows(self) -> bool {
+        matches!(
+            self,
+            Outcome::OkOneOver | Outcome::OkFarOver | Outcome::OkErrorAfterCap
+        )
+    }
+
+    pub fn words(self) -> &'static str {
+        match self {
+            Outcome::OkUnder => "200, body under the cap",
+            Outcome::OkAtCap => "200, body of exactly the cap",
+            Outcome::OkOneOver => "200, body one byte over the cap",
+            Outcome::OkFarOver => "200, body 3 frames far over the cap",
+            Outcome::OkErrorBeforeCap => "200, body fails before the cap",
+            Outcome::OkErrorAfterCap => "200, body fails after the cap",
+            Outcome::FailUnder => "502, small body",
+            Outcome::FailFarOver => "502, body far over the cap",
+            Outcome::HandlerError => "an error instead of a response",
+        }
+    }
+}
+
+/// What a success row holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Stored {
+    /// The complete body (at most the cap).
+    Full,
+    /// The too-large sentinel.
+    Sentinel,
+    /// An empty body standing for a non-empty one: the pre-fix poison.
+    Empty,
+}
+
+/// What a finalize writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Write {
+    Succeeded(Stored),
+    Failed,
+}
+
+impl Write {
+    pub fn words(self) -> &'static str {
+        match self {
+            Write::Succeeded(Stored::Full) => "succeeded(full)",
+            Write::Succeeded(Stored::Sentinel) => "succeeded(too_large)",
+            Write::Succeeded(Stored::Empty) => "succeeded(full) with an EMPTY body",
+            Write::Failed => "failed",
+        }
+    }
+}
+
+/// The body a first client received.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Live {
+    /// Exactly the handler's frames (its error and trailers included).
+    Exact,
+    /// An empty body substituted for the handler's.
+    Empty,
+}
+
+/// What a claim found in the row, decided from the row and the clock alone (the same in every
+/// variant; the variant decides what to do about it).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Seen {
+    Absent,
+    /// Past its `expires_at`: free whatever it holds.
+    Expired,
+    /// Live, with another fingerprint.
+    OtherFingerprint,
+    /// Processing under a live lease.
+    LiveLease,
+    /// Processing, its lease lapsed.
+    LeaseLapsed,
+    Failed,
+    Succeeded,
+}
+
+impl Seen {
+    /// What the claim statement takes over (the `WHERE` of the claim).
+    pub fn claimable(self) -> bool {
+        matches!(
+            self,
+            Seen::Absent | Seen::Expired | Seen::LeaseLapsed | Seen::Failed
+        )
+    }
+}
+
+/// What a client ended with. Refusals carry whether the row they were decided on had expired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Answer {
+    Fresh {
+        success: bool,
+        live: Live,
+    },
+    Replay {
+        stored: Stored,
+        marked: bool,
+        origin: u8,
+        row_expired: bool,
+    },
+    /// 409 in flight.
+    Conflict {
+        row_expired: bool,
+    },
+    /// 422 fingerprint mismatch.
+    Mismatch {
+        row_expired: bool,
+    },
+    /// 503: the claim answered with a database error; the handler did not run.
+    Unavailable,
+}
+
+/// How a claim's finalizing ended: the layer's own events and the environment's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Ending {
+    /// `idempotency.finalize_applied` (or a committed attempt the layer heard an error for).
+    Applied,
+    /// `idempotency.finalize_lost`: no row matched.
+    Lost,
+    /// `idempotency.finalize_unknown`: every attempt answered an error.
+    Unknown,
+    /// The client went away before a non-2xx was finalized (no guard covers a non-2xx).
+    Cancelled,
+    /// The process died.
+    Died,
+}
+
+/// Where a client's request is. Every variant but `Ready`, `Guarding`, `Done` and `Gone` is an
+/// await point at which the client may cancel.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Stage {
+    Ready,
+    /// Sent; the claim statement is in flight (`attempt` 0-based: SQLite's loop).
+    Claiming {
+        attempt: u8,
+    },
+    /// SQLite: the claim took nothing; the middleware reads the row to say why.
+    Reading {
+        attempt: u8,
+    },
+    /// Claimed at `generation`; the handler runs.
+    Running {
+        generation: u8,
+    },
+    /// The handler answered; the middleware reads the body.
+    Capturing {
+        generation: u8,
+        outcome: Outcome,
+    },
+    /// A finalize is in flight; `attempts` made before this one.
+    Finalizing {
+        generation: u8,
+        outcome: Outcome,
+        write: Write,
+        live: Live,
+        attempts: u8,
+    },
+    /// The response was returned; its over-cap tail is still streaming.
+    Streaming,
+    /// The client went away after a 2xx; the drop guard's finalize is in flight.
+    Guarding {
+        generation: u8,
+        attempts: u8,
+    },
+    Done(Answer),
+    /// The client went away; nothing of it is pending.
+    Gone,
+}
+
+impl Stage {
+    /// The claim this client's process still works on: a handler, a capture or a finalizer.
+    pub fn working_on(self) -> Option<u8> {
+        match self {
+            Stage::Running { generation }
+            | Stage::Capturing { generation, .. }
+            | Stage::Finalizing { generation, .. }
+            | Stage::Guarding { generation, .. } => Some(generation),
+            _ => None,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum RowStatus {
+    Processing,
+    /// Written by the finalizer of generation `origin`.
+    Succeeded {
+        stored: Stored,
+        origin: u8,
+    },
+    Failed {
+        origin: u8,
+    },
+}
+
+/// The cache row of key `k`. Times are clock ticks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Row {
+    pub fingerprint: Fingerprint,
+    pub generation: u8,
+    pub status: RowStatus,
+    pub lease_expires_at: u8,
+    pub expires_at: u8,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Client {
+    pub fingerprint: Fingerprint,
+    pub stage: Stage,
+    /// The process stalled longer than the lease while this request was in it: its heartbeat
+    /// missed the renewal.
+    pub stalled: bool,
+}
+
+/// What happened, as the protocol's steps record it in every variant. Keyed by generation.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct History {
+    /// What each claim that took the key read in the row (the row it took over).
+    pub claimed_over: BTreeMap<u8, Seen>,
+    /// The fingerprint each generation's handler ran with.
+    pub ran_with: BTreeMap<u8, Fingerprint>,
+    /// How each generation's handler answered; a 2xx committed its effects.
+    pub handler: BTreeMap<u8, Outcome>,
+    /// What each generation's first client received.
+    pub delivered: BTreeMap<u8, Live>,
+    /// How each claim's finalizing ended (inline or through the drop guard).
+    pub ended: BTreeMap<u8, Ending>,
+    /// The generation whose claim began the key's current lifetime (took an absent or expired row).
+    pub lifetime_start: u8,
+}
+
+/// Budgets of environment events still available.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Budget {
+    pub ticks: u8,
+    pub finalize_faults: u8,
+    pub claim_faults: u8,
+    pub cancellations: u8,
+    pub process_faults: u8,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct IdempotencyState {
+    pub now: u8,
+    pub clients: Vec<Client>,
+    pub row: Option<Row>,
+    /// The highest generation ever claimed: the model keeps numbering across the pre-fix purge.
+    pub generations: u8,
+    pub budget: Budget,
+    pub history: History,
+}
+
+/// Where the layer awaits when a client cancels, named for a replay against the layer.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum AwaitPoint {
+    /// The claim statement.
+    Claim,
+    /// SQLite's read of the row the claim did not take (a replay, 409 or 422 being read).
+    ReplayRead,
+    /// The handler.
+    Handler,
+    /// The body capture after the handler's response.
+    Capture,
+    /// A finalize statement.
+    Finalize,
+    /// The over-cap tail streaming to the client.
+    Tail,
+}
+
+impl Stage {
+    /// The await point a client at this stage is parked at, if any.
+    pub fn await_point(self) -> Option<AwaitPoint> {
+        match self {
+            Stage::Claiming { .. } => Some(AwaitPoint::Claim),
+            Stage::Reading { .. } => Some(AwaitPoint::ReplayRead),
+            Stage::Running { .. } => Some(AwaitPoint::Handler),
+            Stage::Capturing { .. } => Some(AwaitPoint::Capture),
+            Stage::Finalizing { .. } => Some(AwaitPoint::Finalize),
+            Stage::Streaming => Some(AwaitPoint::Tail),
+            _ => None,
+        }
+    }
+}
+
+/// What one database statement did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum DbResult {
+    /// The conditional update matched the row.
+    Matched,
+    /// It matched no row.
+    NoRowMatched,
+    /// An error answered it; `committed` says whether the write happened anyway.
+    Error { committed: bool },
+}
+
+/// One actor's verb.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Action {
+    ClientSends {
+        client: usize,
+        fingerprint: Fingerprint,
+    },
+    /// The claim statement (PostgreSQL: with the read of the row it found).
+    MiddlewareClaims {
+        client: usize,
+    },
+    /// The claim statement answered a database error: 503.
+    MiddlewareClaimFails {
+        client: usize,
+        committed: bool,
+    },
+    /// SQLite: the second statement, reading the row the claim did not take.
+    MiddlewareReadsRow {
+        client: usize,
+    },
+    HandlerResponds {
+        client: usize,
+        outcome: Outcome,
+    },
+    MiddlewareCaptures {
+        client: usize,
+    },
+    MiddlewareFinalizes {
+        client: usize,
+        result: DbResult,
+    },
+    TailStreams {
+        client: usize,
+    },
+    /// The client drops the response future at the await point `at`; an in-flight finalize
+    /// statement may still commit.
+    ClientCancels {
+        client: usize,
+        at: AwaitPoint,
+        in_flight_commits: bool,
+    },
+    DropGuardFinalizes {
+        client: usize,
+        result: DbResult,
+    },
+    /// One clock tick; in `renewed` the heartbeats of live claims renew their leases within it.
+    ClockTicks,
+    /// Pre-fix only: the hourly cleanup deletes the expired row.
+    CleanupPurges,
+    /// The process freezes longer than the lease while the handler runs: no renewal.
+    ProcessStalls {
+        client: usize,
+    },
+    /// The process dies: the request, its finalizers and its heartbeat are gone.
+    ProcessDies {
+        client: usize,
+    },
+}
+
+/// A seeded bug in one protocol step of the `renewed` middleware, for tests that show a
+/// property fails by what is observed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mutation {
+    /// The claim condition also takes over a succeeded row (M1).
+    ClaimTakesSucceeded,
+    /// The claim condition does not compare fingerprints (M5).
+    ClaimIgnoresFingerprint,
+    /// The claim condition ignores the lease (M6).
+    ClaimIgnoresLease,
+    /// A replay is served without the replay marker (M4).
+    ReplayUnmarked,
+    /// The capture stores the first cap bytes of an over-cap body as a full body (M2).
+    CaptureTruncates,
+    /// A 2xx whose body fails is finalized `failed` (M3's "never failed").
+    BodyErrorFinalizesFailed,
+    /// No drop guard (M3's "never left processing").
+    NoDropGuard,
+    /// A non-2xx is cached as a success (M9).
+    CacheNonSuccess,
+    /// The non-2xx arm returns without finalizing (M9's "recorded failed").
+    NonSuccessNotFinalized,
+    /// The finalize is conditional on the key only (M8).
+    FinalizeUnfenced,
+    /// Expiry is left to the cleanup job (M10).
+    ExpiryByCleanupOnly,
+    /// The first client gets an empty body when the finalize ends unknown (M7).
+    UnknownFinalizeEmptiesBody,
+    /// The heartbeat renews only while the handler runs, not through the capture and the
+    /// finalizers (M1).
+    HeartbeatStopsAtResponse,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Variant {
+    PreFix,
+    Fixed,
+    Fenced,
+    Renewed,
+}
+
+pub struct IdempotencyModel {
+    pub(crate) variant: Variant,
+    variant_name: &'static str,
+    bounds: Bounds,
+    clients: usize,
+    fingerprints: Vec<Fingerprint>,
+    outcomes: Vec<Outcome>,
+    /// SQLite's two-statement claim instead of PostgreSQL's one.
+    sqlite: bool,
+    pub(crate) mutation: Option<Mutation>,
+}
+
+impl IdempotencyModel {
+    /// Test-only: the same model with a seeded bug.
+    pub fn with_mutation(mut self, mutation: Mutation) -> Self {
+        self.mutation = Some(mutation);
+        self
+    }
+
+    fn mutated(&self, mutation: Mutation) -> bool {
+        self.mutation == Some(mutation)
+    }
+
+    pub fn attempts(&self) -> u8 {
+        match self.variant {
+            Variant::PreFix => 1,
+            _ => FINALIZE_ATTEMPTS_MAX,
+        }
+    }
+
+    fn fenced(&self) -> bool {
+        matches!(self.variant, Variant::Fenced | Variant::Renewed)
+            && !self.mutated(Mutation::FinalizeUnfenced)
+    }
+
+    fn has_guard(&self) -> bool {
+        self.variant != Variant::PreFix && !self.mutated(Mutation::NoDropGuard)
+    }
+
+    fn heartbeat(&self) -> bool {
+        self.variant == Variant::Renewed
+    }
+
+    /// Expiry decided at read time (#1194's fix) rather than by the cleanup job.
+    fn read_time_expiry(&self) -> bool {
+        self.variant != Variant::PreFix && !self.mutated(Mutation::ExpiryByCleanupOnly)
+    }
+
+    /// What a claim at `now` finds, whatever the variant does about it.
+    pub fn seen(row: Option<&Row>, fingerprint: Fingerprint, now: u8) -> Seen {
+        let Some(row) = row else { return Seen::Absent };
+        if row.expires_at <= now {
+            return Seen::Expired;
+        }
+        if row.fingerprint != fingerprint {
+            return Seen::OtherFingerprint;
+        }
+        match row.status {
+            RowStatus::Processing if row.lease_expires_at > now => Seen::LiveLease,
+            RowStatus::Processing => Seen::LeaseLapsed,
+            RowStatus::Failed { .. } => Seen::Failed,
+            RowStatus::Succeeded { .. } => Seen::Succeeded,
+        }
+    }
+
+    /// What the variant's claim statement decides about what it found. Pre-fix reads an expired
+    /// row as live (only the cleanup job frees it): the decision is made on what the row holds.
+    fn claims(&self, row: Option<&Row>, fingerprint: Fingerprint, now: u8) -> bool {
+        let mut seen = Self::seen(row, fingerprint, now);
+        if seen == Seen::Expired && !self.read_time_expiry() {
+            seen = Self::seen(row, fingerprint, 0);
+        }
+        match seen {
+            Seen::OtherFingerprint => self.mutated(Mutation::ClaimIgnoresFingerprint),
+            Seen::LiveLease => self.mutated(Mutation::ClaimIgnoresLease),
+            Seen::Succeeded => self.mutated(Mutation::ClaimTakesSucceeded),
+            other => other.claimable(),
+        }
+    }
+
+    /// The answer to a claim that took nothing, read from the row (`classify`); `None` when the
+    /// row turned out claimable (SQLite claims again).
+    fn refusal(&self, row: Option<&Row>, fingerprint: Fingerprint, now: u8) -> Option<Answer> {
+        let row_ref = row?;
+        let row_expired = row_ref.expires_at <= now;
+        let seen = if row_expired && !self.read_time_expiry() {
+            Self::seen(row, fingerprint, 0)
+        } else {
+            Self::seen(row, fingerprint, now)
+        };
+        match seen {
+            Seen::OtherFingerprint => Some(Answer::Mismatch { row_expired }),
+            Seen::LiveLease => Some(Answer::Conflict { row_expired }),
+            Seen::Succeeded => {
+                let RowStatus::Succeeded { stored, origin } = row_ref.status else {
+                    return None;
+                };
+                let marked = !self.mutated(Mutation::ReplayUnmarked);
+                Some(Answer::Replay {
+                    stored,
+                    marked,
+                    origin,
+                    row_expired,
+                })
+            }
+            _ => None,
+        }
+    }
+
+    /// Whether a finalize by `generation` applies to the row.
+    fn finalize_applies(&self, row: Option<&Row>, generation: u8) -> bool {
+        match row {
+            None => false,
+            Some(row) if self.fenced() => {
+                row.generation == generation && row.status == RowStatus::Processing
+            }
+            Some(_) => true,
+        }
+    }
+
+    /// What the middleware writes and sends once the body is read.
+    fn capture(&self, outcome: Outcome) -> (Write, Live) {
+        if !outcome.is_success() {
+            let live = match (self.variant, outcome) {
+                // Bug c: the non-2xx arm also used the capped to_bytes, empty on error.
+                (Variant::PreFix, Outcome::FailFarOver) => Live::Empty,
+                _ => Live::Exact,
+            };
+            let write = if self.mutated(Mutation::CacheNonSuccess) {
+                Write::Succeeded(Stored::Full)
+            } else {
+                Write::Failed
+            };
+            return (write, live);
+        }
+        match self.variant {
+            Variant::PreFix => match outcome {
+                Outcome::OkUnder | Outcome::OkAtCap => {
+                    (Write::Succeeded(Stored::Full), Live::Exact)
+                }
+                // to_bytes(cap + 1) succeeds on exactly cap + 1 bytes: the sentinel.
+                Outcome::OkOneOver => (Write::Succeeded(Stored::Sentinel), Live::Exact),
+                // Bug a: anything else errs and becomes an empty body, cached and sent.
+                _ => (Write::Succeeded(Stored::Empty), Live::Empty),
+            },
+            _ => match outcome {
+                Outcome::OkUnder | Outcome::OkAtCap => {
+                    (Write::Succeeded(Stored::Full), Live::Exact)
+                }
+                Outcome::OkErrorBeforeCap | Outcome::OkErrorAfterCap
+                    if self.mutated(Mutation::BodyErrorFinalizesFailed) =>
+                {
+                    (Write::Failed, Live::Exact)
+                }
+                Outcome::OkOneOver | Outcome::OkFarOver
+                    if self.mutated(Mutation::CaptureTruncates) =>
+                {
+                    (Write::Succeeded(Stored::Full), Live::Exact)
+                }
+                _ => (Write::Succeeded(Stored::Sentinel), Live::Exact),
+            },
+        }
+    }
+
+    fn apply_write(state: &mut IdempotencyState, generation: u8, write: Write) {
+        let Some(row) = state.row.as_mut() else {
+            return;
+        };
+        row.status = match write {
+            Write::Succeeded(stored) => RowStatus::Succeeded {
+                stored,
+                origin: generation,
+            },
+            Write::Failed => RowStatus::Failed { origin: generation },
+        };
+    }
+
+    /// The client's stage after its inline finalize is done with (applied, lost or unknown).
+    fn after_finalize(
+        &self,
+        state: &mut IdempotencyState,
+        client: usize,
+        generation: u8,
+        outcome: Outcome,
+        live: Live,
+        ending: Ending,
+    ) {
+        state.history.ended.insert(generation, ending);
+        let live = if ending == Ending::Unknown
+            && outcome.is_success()
+            // Bug b (pre-fix): the live body is swapped for an empty one.
+            && (self.variant == Variant::PreFix || self.mutated(Mutation::UnknownFinalizeEmptiesBody))
+        {
+            Live::Empty
+        } else {
+            live
+        };
+        state.history.delivered.insert(generation, live);
+        state.clients[client].stage =
+            if self.variant != Variant::PreFix && outcome.is_success() && outcome.overflows() {
+                Stage::Streaming
+            } else {
+                Stage::Done(Answer::Fresh {
+                    success: outcome.is_success(),
+                    live,
+                })
+            };
+    }
+
+    /// The claim statement took the key for `client`.
+    fn grant(state: &mut IdempotencyState, client: usize) {
+        let fingerprint = state.clients[client].fingerprint;
+        let now = state.now;
+        let seen = Self::seen(state.row.as_ref(), fingerprint, now);
+        state.generations += 1;
+        let generation = state.generations;
+        if matches!(seen, Seen::Absent | Seen::Expired) {
+            state.history.lifetime_start = generation;
+        }
+        state.history.claimed_over.insert(generation, seen);
+        state.row = Some(Row {
+            fingerprint,
+            generation,
+            status: RowStatus::Processing,
+            lease_expires_at: now + LEASE_TICKS,
+            expires_at: now + ROW_TTL_TICKS,
+        });
+    }
+
+    fn claim(&self, state: &mut IdempotencyState, client: usize) {
+        let fingerprint = state.clients[client].fingerprint;
+        let Stage::Claiming { attempt } = state.clients[client].stage else {
+            return;
+        };
+        if self.claims(state.row.as_ref(), fingerprint, state.now) {
+            Self::grant(state, client);
+            state
+                .history
+                .ran_with
+                .insert(state.generations, fingerprint);
+            state.clients[client].stage = Stage::Running {
+                generation: state.generations,
+            };
+            return;
+        }
+        if self.sqlite {
+            state.clients[client].stage = Stage::Reading { attempt };
+            return;
+        }
+        // PostgreSQL reads the row the claim found in the same statement.
+        let answer = self
+            .refusal(state.row.as_ref(), fingerprint, state.now)
+            .unwrap_or(Answer::Conflict { row_expired: false });
+        state.clients[client].stage = Stage::Done(answer);
+    }
+
+    fn read_row(&self, state: &mut IdempotencyState, client: usize) {
+        let fingerprint = state.clients[client].fingerprint;
+        let Stage::Reading { attempt } = state.clients[client].stage else {
+            return;
+        };
+        state.clients[client].stage = match self.refusal(state.row.as_ref(), fingerprint, state.now)
+        {
+            Some(answer) => Stage::Done(answer),
+            None if attempt + 1 < CLAIM_ATTEMPTS_MAX => Stage::Claiming {
+                attempt: attempt + 1,
+            },
+            // A row that flips between claimable and not three times: reported in flight.
+            None => Stage::Done(Answer::Conflict {
+                row_expired: state.row.is_some_and(|row| row.expires_at <= state.now),
+            }),
+        };
+    }
+
+    /// Whether the clock may tick: never to the row expiry of a claim whose process is still
+    /// working on it, unless the process stalled (a handler never outlives the 24 h row).
+    fn may_tick(&self, state: &IdempotencyState) -> bool {
+        if state.budget.ticks == 0 {
+            return false;
+        }
+        let Some(row) = state.row else { return true };
+        let protected = row.status == RowStatus::Processing
+            && state
+                .clients
+                .iter()
+                .any(|client| client.stage.working_on() == Some(row.generation) && !client.stalled);
+        !(protected && row.expires_at <= state.now + 1)
+    }
+
+    /// The heartbeat renews the row's lease within the tick: conditional on key, generation
+    /// and processing, for a claim some finalizer of which is pending in a process that is not
+    /// stalled.
+    fn renew_leases(&self, state: &mut IdempotencyState) {
+        if !self.heartbeat() {
+            return;
+        }
+        let now = state.now;
+        let Some(row) = state.row.as_mut() else {
+            return;
+        };
+        let handler_only = self.mutated(Mutation::HeartbeatStopsAtResponse);
+        let renewing = row.status == RowStatus::Processing
+            && state.clients.iter().any(|client| {
+                let renews = if handler_only {
+                    client.stage
+                        == Stage::Running {
+                            generation: row.generation,
+                        }
+                } else {
+                    client.stage.working_on() == Some(row.generation)
+                };
+                renews && !client.stalled
+            });
+        if renewing {
+            row.lease_expires_at = now + LEASE_TICKS;
+        }
+    }
+
+    /// The actions of one finalizer (inline or guard) of `generation`.
+    fn finalize_results(&self, state: &IdempotencyState, generation: u8) -> Vec<DbResult> {
+        let mut results = vec![if self.finalize_applies(state.row.as_ref(), generation) {
+            DbResult::Matched
+        } else {
+            DbResult::NoRowMatched
+        }];
+        if state.budget.finalize_faults > 0 {
+            results.push(DbResult::Error { committed: true });
+            results.push(DbResult::Error { committed: false });
+        }
+        results
+    }
+}
+
+impl stateright::Model for IdempotencyModel {
+    type State = IdempotencyState;
+    type Action = Action;
+
+    fn init_states(&self) -> Vec<IdempotencyState> {
+        let budget = Budget {
+            ticks: self.bounds.get("ticks") as u8,
+            finalize_faults: self.bounds.get("finalize_faults") as u8,
+            claim_faults: self.bounds.get("claim_faults") as u8,
+            cancellations: self.bounds.get("cancellations") as u8,
+            process_faults: self.bounds.get("process_faults") as u8,
+        };
+        let clients = vec![
+            Client {
+                fingerprint: Fingerprint::A,
+                stage: Stage::Ready,
+                stalled: false
+            };
+            self.clients
+        ];
+        vec![IdempotencyState {
+            now: 0,
+            clients,
+            row: None,
+            generations: 0,
+            budget,
+            history: History::default(),
+        }]
+    }
+
+    fn actions(&self, state: &IdempotencyState, actions: &mut Vec<Action>) {
+        for (client, entry) in state.clients.iter().enumerate() {
+            match entry.stage {
+                Stage::Ready => {
+                    for fingerprint in &self.fingerprints {
+                        actions.push(Action::ClientSends {
+                            client,
+                            fingerprint: *fingerprint,
+                        });
+                    }
+                }
+                Stage::Claiming { .. } => {
+                    actions.push(Action::MiddlewareClaims { client });
+                    if state.budget.claim_faults > 0 {
+                        actions.push(Action::MiddlewareClaimFails {
+                            client,
+                            committed: true,
+                        });
+                        actions.push(Action::MiddlewareClaimFails {
+                            client,
+                            committed: false,
+                        });
+                    }
+                }
+                Stage::Reading { .. } => actions.push(Action::MiddlewareReadsRow { client }),
+                Stage::Running { .. } => {
+                    for outcome in &self.outcomes {
+                        actions.push(Action::HandlerResponds {
+                            client,
+                            outcome: *outcome,
+                        });
+                    }
+                }
+                Stage::Capturing { .. } => actions.push(Action::MiddlewareCaptures { client }),
+                Stage::Finalizing { generation, .. } => {
+                    for result in self.finalize_results(state, generation) {
+                        actions.push(Action::MiddlewareFinalizes { client, result });
+                    }
+                }
+                Stage::Streaming => actions.push(Action::TailStreams { client }),
+                Stage::Guarding { generation, .. } => {
+                    for result in self.finalize_results(state, generation) {
+                        actions.push(Action::DropGuardFinalizes { client, result });
+                    }
+                }
+                Stage::Done(_) | Stage::Gone => {}
+            }
+            if let Some(at) = entry
+                .stage
+                .await_point()
+                .filter(|_| state.budget.cancellations > 0)
+            {
+                actions.push(Action::ClientCancels {
+                    client,
+                    at,
+                    in_flight_commits: false,
+                });
+                if at == AwaitPoint::Finalize {
+                    actions.push(Action::ClientCancels {
+                        client,
+                        at,
+                        in_flight_commits: true,
+                    });
+                }
+            }
+            if state.budget.process_faults > 0 {
+                if self.heartbeat()
+                    && matches!(entry.stage, Stage::Running { .. })
+                    && !entry.stalled
+                {
+                    actions.push(Action::ProcessStalls { client });
+                }
+                if entry.stage.working_on().is_some() {
+                    actions.push(Action::ProcessDies { client });
+                }
+            }
+        }
+        if self.may_tick(state) {
+            actions.push(Action::ClockTicks);
+        }
+        if !self.read_time_expiry() && state.row.is_some_and(|row| row.expires_at <= state.now) {
+            actions.push(Action::CleanupPurges);
+        }
+    }
+
+    fn next_state(&self, last: &IdempotencyState, action: Action) -> Option<IdempotencyState> {
+        let mut state = last.clone();
+        match action {
+            Action::ClientSends {
+                client,
+                fingerprint,
+            } => {
+                state.clients[client] = Client {
+                    fingerprint,
+                    stage: Stage::Claiming { attempt: 0 },
+                    stalled: false,
+                };
+            }
+            Action::MiddlewareClaims { client } => self.claim(&mut state, client),
+            Action::MiddlewareClaimFails { client, committed } => {
+                state.budget.claim_faults -= 1;
+                let fingerprint = state.clients[client].fingerprint;
+                if committed && self.claims(state.row.as_ref(), fingerprint, state.now) {
+                    // The claim took the key but the layer heard an error: nobody owns the row.
+                    Self::grant(&mut state, client);
+                }
+                state.clients[client].stage = Stage::Done(Answer::Unavailable);
+            }
+            Action::MiddlewareReadsRow { client } => self.read_row(&mut state, client),
+            Action::HandlerResponds { client, outcome } => {
+                let Stage::Running { generation } = state.clients[client].stage else {
+                    return None;
+                };
+                state.history.handler.insert(generation, outcome);
+                state.clients[client].stage = if outcome == Outcome::HandlerError {
+                    // No response to capture: the layer finalizes failed and returns the error.
+                    Stage::Finalizing {
+                        generation,
+                        outcome,
+                        write: Write::Failed,
+                        live: Live::Exact,
+                        attempts: 0,
+                    }
+                } else {
+                    Stage::Capturing {
+                        generation,
+                        outcome,
+                    }
+                };
+            }
+            Action::MiddlewareCaptures { client } => {
+                let Stage::Capturing {
+                    generation,
+                    outcome,
+                } = state.clients[client].stage
+                else {
+                    return None;
+                };
+                let (write, live) = self.capture(outcome);
+                if !outcome.is_success() && self.mutated(Mutation::NonSuccessNotFinalized) {
+                    state.history.delivered.insert(generation, live);
+                    state.clients[client].stage = Stage::Done(Answer::Fresh {
+                        success: false,
+                        live,
+                    });
+                } else {
+                    state.clients[client].stage = Stage::Finalizing {
+                        generation,
+                        outcome,
+                        write,
+                        live,
+                        attempts: 0,
+                    };
+                }
+            }
+            Action::MiddlewareFinalizes { client, result } => {
+                let Stage::Finalizing {
+                    generation,
+                    outcome,
+                    write,
+                    live,
+                    attempts,
+                } = state.clients[client].stage
+                else {
+                    return None;
+                };
+                let applies = self.finalize_applies(state.row.as_ref(), generation);
+                match result {
+                    DbResult::Matched | DbResult::NoRowMatched => {
+                        if (result == DbResult::Matched) != applies {
+                            return None;
+                        }
+                        if applies {
+                            Self::apply_write(&mut state, generation, write);
+                        }
+                        let ending = if applies {
+                            Ending::Applied
+                        } else {
+                            Ending::Lost
+                        };
+                        self.after_finalize(&mut state, client, generation, outcome, live, ending);
+                    }
+                    DbResult::Error { committed } => {
+                        state.budget.finalize_faults -= 1;
+                        if committed && applies {
+                            Self::apply_write(&mut state, generation, write);
+                        }
+                        if attempts + 1 < self.attempts() {
+                            state.clients[client].stage = Stage::Finalizing {
+                                generation,
+                                outcome,
+                                write,
+                                live,
+                                attempts: attempts + 1,
+                            };
+                        } else {
+                            self.after_finalize(
+                                &mut state,
+                                client,
+                                generation,
+                                outcome,
+                                live,
+                                Ending::Unknown,
+                            );
+                        }
+                    }
+                }
+            }
+            Action::TailStreams { client } => {
+                state.clients[client].stage = Stage::Done(Answer::Fresh {
+                    success: true,
+                    live: Live::Exact,
+                });
+            }
+            Action::ClientCancels {
+                client,
+                at,
+                in_flight_commits,
+            } => {
+                state.budget.cancellations -= 1;
+                let stage = state.clients[client].stage;
+                if stage.await_point() != Some(at) {
+                    return None;
+                }
+                if let Stage::Finalizing {
+                    generation, write, ..
+                } = stage
+                {
+                    if in_flight_commits && self.finalize_applies(state.row.as_ref(), generation) {
+                        Self::apply_write(&mut state, generation, write);
+                    }
+                }
+                let after_success = match stage {
+                    Stage::Capturing {
+                        generation,
+                        outcome,
+                    }
+                    | Stage::Finalizing {
+                        generation,
+                        outcome,
+                        ..
+                    } => Some((generation, outcome.is_success())),
+                    _ => None,
+                };
+                state.clients[client].stage = match after_success {
+                    // The drop guard (D5): armed after the 2xx, it finalizes the sentinel anyway.
+                    Some((generation, true)) if self.has_guard() => Stage::Guarding {
+                        generation,
+                        attempts: 0,
+                    },
+                    Some((generation, false)) => {
+                        state.history.ended.insert(generation, Ending::Cancelled);
+                        Stage::Gone
+                    }
+                    _ => Stage::Gone,
+                };
+            }
+            Action::DropGuardFinalizes { client, result } => {
+                let Stage::Guarding {
+                    generation,
+                    attempts,
+                } = state.clients[client].stage
+                else {
+                    return None;
+                };
+                let applies = self.finalize_applies(state.row.as_ref(), generation);
+                let write = Write::Succeeded(Stored::Sentinel);
+                let ending = match result {
+                    DbResult::Matched | DbResult::NoRowMatched => {
+                        if (result == DbResult::Matched) != applies {
+                            return None;
+                        }
+                        if applies {
+                            Self::apply_write(&mut state, generation, write);
+                        }
+                        Some(if applies {
+                            Ending::Applied
+                        } else {
+                            Ending::Lost
+                        })
+                    }
+                    DbResult::Error { committed } => {
+                        state.budget.finalize_faults -= 1;
+                        if committed && applies {
+                            Self::apply_write(&mut state, generation, write);
+                        }
+                        (attempts + 1 >= self.attempts()).then_some(Ending::Unknown)
+                    }
+                };
+                state.clients[client].stage = match ending {
+                    Some(ending) => {
+                        state.history.ended.insert(generation, ending);
+                        Stage::Gone
+                    }
+                    None => Stage::Guarding {
+                        generation,
+                        attempts: attempts + 1,
+                    },
+                };
+            }
+            Action::ClockTicks => {
+                state.budget.ticks -= 1;
+                state.now += 1;
+                self.renew_leases(&mut state);
+            }
+            Action::CleanupPurges => state.row = None,
+            Action::ProcessStalls { client } => {
+                state.budget.process_faults -= 1;
+                state.clients[client].stalled = true;
+            }
+            Action::ProcessDies { client } => {
+                state.budget.process_faults -= 1;
+                let generation = state.clients[client].stage.working_on()?;
+                state.history.ended.insert(generation, Ending::Died);
+                state.clients[client].stage = Stage::Gone;
+            }
+        }
+        Some(state)
+    }
+
+    fn properties(&self) -> Vec<stateright::Property<Self>> {
+        use crate::check::{ModelSpec, PropertyDef};
+        self.property_defs()
+            .iter()
+            .map(PropertyDef::to_stateright)
+            .collect()
+    }
+}

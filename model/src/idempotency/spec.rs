@@ -1,0 +1,490 @@
+//! What `oncecheck` needs of the idempotency model: variants, bounds, properties with their
+//! requirement IDs, the expected verdicts (the table of specs/idempotency-middleware.md,
+//! derived from the bounds where a bound removes a case) and the steps in HTTP words.
+
+use super::*;
+use crate::check::{BoundSpec, Kind, ModelSpec, PropertyDef, SpecError, Verdict};
+
+const BOUNDS: &[BoundSpec] = &[
+    BoundSpec {
+        key: "clients",
+        default: 2,
+        min: 1,
+        max: 3,
+        help: "clients sending one request each with key k",
+    },
+    BoundSpec {
+        key: "fingerprints",
+        default: 2,
+        min: 1,
+        max: 2,
+        help: "distinct request fingerprints (A, B)",
+    },
+    BoundSpec {
+        key: "outcomes",
+        default: 5,
+        min: 1,
+        max: 9,
+        help: "handler outcomes explored, in Outcome::ALL order",
+    },
+    BoundSpec {
+        key: "ticks",
+        default: 2,
+        min: 0,
+        max: 4,
+        help: "clock ticks (lease 1 tick, row expiry 2 ticks)",
+    },
+    BoundSpec {
+        key: "finalize_faults",
+        default: 2,
+        min: 0,
+        max: 3,
+        help: "finalize statements answered with an error (unknown outcome)",
+    },
+    BoundSpec {
+        key: "claim_faults",
+        default: 1,
+        min: 0,
+        max: 2,
+        help: "claim statements answered with an error (503)",
+    },
+    BoundSpec {
+        key: "cancellations",
+        default: 1,
+        min: 0,
+        max: 3,
+        help: "client cancellations (at any await point)",
+    },
+    BoundSpec {
+        key: "process_faults",
+        default: 0,
+        min: 0,
+        max: 1,
+        help: "process stalls (past the lease) or deaths",
+    },
+    BoundSpec {
+        key: "sqlite",
+        default: 0,
+        min: 0,
+        max: 1,
+        help: "1: SQLite's two-statement claim (claim, then read)",
+    },
+];
+
+impl ModelSpec for IdempotencyModel {
+    const NAME: &'static str = "idempotency";
+    const VARIANTS: &'static [&'static str] = &["pre-fix", "fixed", "fenced", "renewed"];
+    const BOUNDS: &'static [BoundSpec] = BOUNDS;
+
+    fn build(variant: &str, bounds: &Bounds) -> Result<Self, SpecError> {
+        let variant_name = Self::resolve_variant(variant)?;
+        let variant = match variant_name {
+            "pre-fix" => Variant::PreFix,
+            "fixed" => Variant::Fixed,
+            "fenced" => Variant::Fenced,
+            _ => Variant::Renewed,
+        };
+        let fingerprints =
+            [Fingerprint::A, Fingerprint::B][..bounds.get("fingerprints") as usize].to_vec();
+        Ok(IdempotencyModel {
+            variant,
+            variant_name,
+            bounds: bounds.clone(),
+            clients: bounds.get("clients") as usize,
+            fingerprints,
+            outcomes: Outcome::ALL[..bounds.get("outcomes") as usize].to_vec(),
+            sqlite: bounds.get("sqlite") == 1,
+            mutation: None,
+        })
+    }
+
+    fn variant(&self) -> &'static str {
+        self.variant_name
+    }
+
+    fn bounds(&self) -> &Bounds {
+        &self.bounds
+    }
+
+    fn property_defs(&self) -> Vec<PropertyDef<Self>> {
+        use Kind::{Always, Sometimes};
+        vec![
+            PropertyDef {
+                id: "M1",
+                name: M1_AT_MOST_ONCE,
+                kind: Always,
+                condition: m1_holds,
+            },
+            PropertyDef {
+                id: "M1",
+                name: "M1 a replay is served",
+                kind: Sometimes,
+                condition: m1_example,
+            },
+            PropertyDef {
+                id: "M2",
+                name: "M2 no-poison",
+                kind: Always,
+                condition: m2_holds,
+            },
+            PropertyDef {
+                id: "M2",
+                name: "M2 a sentinel is stored",
+                kind: Sometimes,
+                condition: m2_example,
+            },
+            PropertyDef {
+                id: "M3",
+                name: M3_TERMINAL_RULE,
+                kind: Always,
+                condition: m3_holds,
+            },
+            PropertyDef {
+                id: "M3",
+                name: "M3 the drop guard stores the sentinel",
+                kind: Sometimes,
+                condition: m3_example,
+            },
+            PropertyDef {
+                id: "M3",
+                name: M3_UNKNOWN_FINALIZE,
+                kind: Sometimes,
+                condition: m3_unknown_example,
+            },
+            PropertyDef {
+                id: "M4",
+                name: "M4 replay-fidelity",
+                kind: Always,
+                condition: m4_holds,
+            },
+            PropertyDef {
+                id: "M4",
+                name: "M4 a sentinel replay is served",
+                kind: Sometimes,
+                condition: m4_example,
+            },
+            PropertyDef {
+                id: "M5",
+                name: "M5 fingerprint",
+                kind: Always,
+                condition: m5_holds,
+            },
+            PropertyDef {
+                id: "M5",
+                name: "M5 a 422 is answered",
+                kind: Sometimes,
+                condition: m5_example,
+            },
+            PropertyDef {
+                id: "M6",
+                name: "M6 in-flight",
+                kind: Always,
+                condition: m6_holds,
+            },
+            PropertyDef {
+                id: "M6",
+                name: "M6 a 409 is answered",
+                kind: Sometimes,
+                condition: m6_example,
+            },
+            PropertyDef {
+                id: "M6",
+                name: M6_RENEWED,
+                kind: Sometimes,
+                condition: m6_renewed_example,
+            },
+            PropertyDef {
+                id: "M7",
+                name: "M7 live-body",
+                kind: Always,
+                condition: m7_holds,
+            },
+            PropertyDef {
+                id: "M7",
+                name: "M7 an over-cap tail streams after the finalize",
+                kind: Sometimes,
+                condition: m7_example,
+            },
+            PropertyDef {
+                id: "M8",
+                name: "M8 fencing",
+                kind: Always,
+                condition: m8_holds,
+            },
+            PropertyDef {
+                id: "M8",
+                name: M8_STALE_LOST,
+                kind: Sometimes,
+                condition: m8_example,
+            },
+            PropertyDef {
+                id: "M9",
+                name: "M9 non-2xx passthrough",
+                kind: Always,
+                condition: m9_holds,
+            },
+            PropertyDef {
+                id: "M9",
+                name: "M9 a failed key runs again",
+                kind: Sometimes,
+                condition: m9_example,
+            },
+            PropertyDef {
+                id: "M10",
+                name: M10_EXPIRED_FREE,
+                kind: Always,
+                condition: m10_holds,
+            },
+            PropertyDef {
+                id: "M10",
+                name: "M10 an expired key is claimed",
+                kind: Sometimes,
+                condition: m10_example,
+            },
+        ]
+    }
+
+    /// The table of specs/idempotency-middleware.md section 5 at the CI bounds; where a bound
+    /// removes a case (no clock, one client, no process fault) the expectation follows it.
+    fn expected(&self, property: &PropertyDef<Self>) -> Verdict {
+        let ticks = self.bounds.get("ticks");
+        let duplicates = self.clients >= 2;
+        let lease_can_lapse = duplicates && ticks >= u32::from(LEASE_TICKS);
+        let row_can_expire = duplicates && ticks >= u32::from(ROW_TTL_TICKS);
+        let finalize_can_end_unknown =
+            self.bounds.get("finalize_faults") >= u32::from(self.attempts());
+        let process_faults = self.bounds.get("process_faults") >= 1;
+        let reached = |yes: bool| {
+            if yes {
+                Verdict::Reached
+            } else {
+                Verdict::Unreached
+            }
+        };
+        let holds = |yes: bool| {
+            if yes {
+                Verdict::Holds
+            } else {
+                Verdict::Violated
+            }
+        };
+        let pre_fix = self.variant == Variant::PreFix;
+        match property.name {
+            // The lease crossing: without the heartbeat a slow handler's claim is taken over.
+            M1_AT_MOST_ONCE => match self.variant {
+                Variant::Renewed => {
+                    holds(!(lease_can_lapse && (process_faults || finalize_can_end_unknown)))
+                }
+                _ => holds(!lease_can_lapse),
+            },
+            "M2 no-poison" | "M4 replay-fidelity" | "M7 live-body" | "M9 non-2xx passthrough" => {
+                holds(!pre_fix)
+            }
+            M3_TERMINAL_RULE => holds(!pre_fix),
+            "M8 fencing" => holds(
+                !(lease_can_lapse && matches!(self.variant, Variant::PreFix | Variant::Fixed)),
+            ),
+            M10_EXPIRED_FREE => holds(!(pre_fix && row_can_expire)),
+            "M5 fingerprint" | "M6 in-flight" => holds(true),
+            // Pre-fix never streams a tail and has no drop guard.
+            "M3 the drop guard stores the sentinel"
+            | "M7 an over-cap tail streams after the finalize" => reached(!pre_fix),
+            M3_UNKNOWN_FINALIZE => reached(finalize_can_end_unknown),
+            M6_RENEWED => {
+                reached(self.variant == Variant::Renewed && ticks >= u32::from(LEASE_TICKS))
+            }
+            // Unfenced finalizers are never lost: they overwrite (M8 violated).
+            // A finalize is also lost after its own earlier attempt committed and the failed row was
+            // claimed again, so no clock is needed when finalizes can fail.
+            M8_STALE_LOST => reached(
+                matches!(self.variant, Variant::Fenced | Variant::Renewed)
+                    && (lease_can_lapse || (duplicates && self.bounds.get("finalize_faults") >= 1)),
+            ),
+            "M10 an expired key is claimed" => reached(row_can_expire),
+            "M4 a sentinel replay is served"
+            | "M1 a replay is served"
+            | "M2 a sentinel is stored" => {
+                reached(duplicates || property.name == "M2 a sentinel is stored")
+            }
+            "M5 a 422 is answered" => reached(duplicates && self.fingerprints.len() == 2),
+            "M6 a 409 is answered" | "M9 a failed key runs again" => reached(duplicates),
+            name => panic!("no expectation for property {name}"),
+        }
+    }
+
+    fn step_words(
+        &self,
+        before: &IdempotencyState,
+        action: &Action,
+        after: &IdempotencyState,
+    ) -> String {
+        let name = |client: &usize| format!("C{}", client + 1);
+        let generation_of = |client: usize| before.clients[client].stage.working_on().unwrap_or(0);
+        let row_generation = before.row.map_or(0, |row| row.generation);
+        let refusal = |answer: Answer| match answer {
+            Answer::Conflict { row_expired } => {
+                format!("409 in flight{}", expired_note(row_expired))
+            }
+            Answer::Mismatch { row_expired } => {
+                format!("422 fingerprint mismatch{}", expired_note(row_expired))
+            }
+            Answer::Replay {
+                stored,
+                marked,
+                row_expired,
+                ..
+            } => format!(
+                "replay of {} -> 200, idempotency-replayed: {marked}{}",
+                Write::Succeeded(stored).words(),
+                expired_note(row_expired)
+            ),
+            Answer::Unavailable => "503 cache unavailable".to_string(),
+            Answer::Fresh { .. } => "a fresh answer".to_string(),
+        };
+        match action {
+            Action::ClientSends { client, fingerprint } => {
+                format!("{} POST /transfers Idempotency-Key k fp {fingerprint:?}", name(client))
+            }
+            Action::MiddlewareClaims { client } => match after.clients[*client].stage {
+                Stage::Running { generation } => {
+                    let seen = after.history.claimed_over.get(&generation).copied().unwrap_or(Seen::Absent);
+                    format!("{}: claim k {}, generation {generation}", name(client), takeover_words(seen))
+                }
+                Stage::Reading { .. } => format!("{}: claim k takes nothing (SQLite: the row is read next)", name(client)),
+                Stage::Done(answer) => format!("{}: claim k -> {}", name(client), refusal(answer)),
+                _ => format!("{}: claim", name(client)),
+            },
+            Action::MiddlewareClaimFails { client, committed } => format!(
+                "{}: claim k answers a database error -> 503 (the claim {})",
+                name(client),
+                if after.generations != before.generations { "did commit: k is processing with no owner" } else if *committed { "did commit but took nothing" } else { "did not commit" }
+            ),
+            Action::MiddlewareReadsRow { client } => match after.clients[*client].stage {
+                Stage::Done(answer) => format!("{}: reads row k -> {}", name(client), refusal(answer)),
+                _ => format!("{}: reads row k: claimable now, claims again", name(client)),
+            },
+            Action::HandlerResponds { client, outcome } => {
+                format!("{}: handler returns {}", name(client), outcome.words())
+            }
+            Action::MiddlewareCaptures { client } => match after.clients[*client].stage {
+                Stage::Finalizing { write, live, .. } => format!(
+                    "{}: middleware reads the body, will finalize {} and send {} body",
+                    name(client),
+                    write.words(),
+                    if live == Live::Exact { "the handler's" } else { "an EMPTY" }
+                ),
+                _ => format!("{}: middleware reads the body and returns it without finalizing", name(client)),
+            },
+            Action::MiddlewareFinalizes { client, result } => {
+                let write = match before.clients[*client].stage {
+                    Stage::Finalizing { write, .. } => write.words(),
+                    _ => "?",
+                };
+                format!(
+                    "{}: finalize {write} {} (finalizer generation {}, row generation {row_generation})",
+                    name(client),
+                    result_words(*result),
+                    generation_of(*client)
+                )
+            }
+            Action::DropGuardFinalizes { client, result } => format!(
+                "{}: drop guard finalizes succeeded(too_large) {} (generation {}, row generation {row_generation})",
+                name(client),
+                result_words(*result),
+                generation_of(*client)
+            ),
+            Action::TailStreams { client } => format!("{}: the over-cap tail streams; the client has every byte", name(client)),
+            Action::ClientCancels { client, in_flight_commits, .. } => {
+                let during = match before.clients[*client].stage {
+                    Stage::Claiming { .. } => "while the key is claimed",
+                    Stage::Reading { .. } => "while the row is read for a replay",
+                    Stage::Running { .. } => "while the handler runs",
+                    Stage::Capturing { .. } => "while the middleware reads the body",
+                    Stage::Finalizing { .. } if *in_flight_commits => "while the finalize is in flight (it still commits)",
+                    Stage::Finalizing { .. } => "while the finalize is in flight",
+                    Stage::Streaming => "while the tail streams",
+                    _ => "",
+                };
+                let guard = if matches!(after.clients[*client].stage, Stage::Guarding { .. }) {
+                    "; the drop guard takes over"
+                } else {
+                    ""
+                };
+                format!("{} cancels (drops the response future) {during}{guard}", name(client))
+            }
+            Action::ClockTicks => {
+                let renewed = match (before.row, after.row) {
+                    (Some(old), Some(new)) if new.lease_expires_at != old.lease_expires_at => {
+                        format!("; the heartbeat renews generation {}'s lease to {}", new.generation, new.lease_expires_at)
+                    }
+                    _ => String::new(),
+                };
+                format!("the clock ticks to {}{renewed}", after.now)
+            }
+            Action::CleanupPurges => "the cleanup job deletes the expired row k".to_string(),
+            Action::ProcessStalls { client } => {
+                format!("{}'s process stalls past the lease (its heartbeat misses the renewal)", name(client))
+            }
+            Action::ProcessDies { client } => format!("{}'s process dies", name(client)),
+        }
+    }
+}
+
+fn expired_note(row_expired: bool) -> &'static str {
+    if row_expired {
+        " (the row had EXPIRED)"
+    } else {
+        ""
+    }
+}
+
+fn takeover_words(seen: Seen) -> &'static str {
+    match seen {
+        Seen::Absent => "inserts a processing row",
+        Seen::Expired => "takes over the expired row",
+        Seen::LeaseLapsed => "takes over the row whose lease lapsed",
+        Seen::Failed => "takes over the failed row",
+        Seen::LiveLease => "takes over a LIVE lease",
+        Seen::Succeeded => "takes over a SUCCEEDED row",
+        Seen::OtherFingerprint => "takes over a row of ANOTHER fingerprint",
+    }
+}
+
+fn result_words(result: DbResult) -> &'static str {
+    match result {
+        DbResult::Matched => "applied",
+        DbResult::NoRowMatched => "lost",
+        DbResult::Error { committed: true } => "answered an error, outcome unknown (it did commit)",
+        DbResult::Error { committed: false } => {
+            "answered an error, outcome unknown (it did not commit)"
+        }
+    }
+}
+
+// Property names shared by `property_defs`, `expected` and the tests.
+pub const M1_AT_MOST_ONCE: &str = "M1 at-most-once";
+pub const M3_TERMINAL_RULE: &str = "M3 terminal-rule";
+pub const M3_UNKNOWN_FINALIZE: &str = "M3 an unknown finalize leaves the row processing";
+pub const M6_RENEWED: &str = "M6 a heartbeat keeps a slow handler's claim";
+pub const M8_STALE_LOST: &str = "M8 a stale finalizer is lost";
+pub const M10_EXPIRED_FREE: &str = "M10 expired-key-free";
+
+/// The shortest path (fewest actions) from an initial state to a state where `property`'s
+/// discovery condition holds: a violating state for `always`, an example for `sometimes`.
+pub fn shortest_trace<M>(
+    model: &M,
+    property: &PropertyDef<M>,
+) -> Option<Vec<crate::check::TraceStep>>
+where
+    M: ModelSpec,
+    M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
+{
+    // One shortest-path search for every model: `check::shortest_paths`.
+    let matching = property.kind == Kind::Sometimes;
+    let mut found =
+        crate::check::shortest_paths(model, &[(property.name, property.condition, matching)]);
+    found
+        .remove(property.name)
+        .map(|path| crate::check::steps_of(model, &path))
+}
