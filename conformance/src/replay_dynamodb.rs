@@ -35,8 +35,44 @@ use tokio::task::JoinHandle;
 const REQUEST_WAIT_MILLIS_MAX: u64 = 10_000;
 /// How long a finished push may take to return its answers after its last response.
 const PUSH_RETURN_WAIT_MILLIS_MAX: u64 = 10_000;
+/// The SDK attempt timeout of a writer whose response the trace loses by a stall: the stall
+/// lasts this long, and the writer's other requests are never held longer.
+const STALLED_ATTEMPT_MILLIS: u64 = 2_500;
+/// The SDK attempt timeout of every other actor: longer than any stall plus the steps around
+/// it, so that a request held while another writer stalls is still answered.
+const HELD_ATTEMPT_MILLIS: u64 = 30_000;
+/// The connect timeout of every actor (loopback).
+const CONNECT_MILLIS_MAX: u64 = 2_000;
+
+/// A store of `table` behind `endpoint` (a proxy listener), its client derived from the run's
+/// template with `attempt` as the SDK's attempt timeout.
+fn store_behind(
+    template: &aws_sdk_dynamodb::Client,
+    endpoint: &str,
+    table: &str,
+    attempt: Duration,
+) -> DynamoDbStore {
+    use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
+    let timeouts = TimeoutConfig::builder()
+        .connect_timeout(Duration::from_millis(CONNECT_MILLIS_MAX))
+        .operation_attempt_timeout(attempt)
+        .build();
+    let config = template
+        .config()
+        .to_builder()
+        .endpoint_url(endpoint)
+        .timeout_config(timeouts)
+        .build();
+    DynamoDbStore::from_client(aws_sdk_dynamodb::Client::from_conf(config), table)
+}
+
 /// The writers' push deadline: far beyond any replay, so only the trace decides outcomes.
 const PUSH_DEADLINE_SECS: u64 = 120;
+/// The push deadline of a writer whose deadline the trace passes: the real deadline is wall
+/// time, so it is set this far ahead at spawn and the step waits for it. Every earlier step of
+/// that writer must be done by then (a replay step takes milliseconds; the margin is for a
+/// loaded machine).
+const DRIVEN_DEADLINE_MILLIS: u64 = 15_000;
 
 /// How the proxy loses a response the trace loses: both are an unknown outcome to the store,
 /// and both must take the same store path.
@@ -100,6 +136,8 @@ impl StoreConfig {
 #[derive(Debug, Clone)]
 pub struct DynamoContext {
     pub upstream: String,
+    /// The SDK client every actor's client is derived from (one configuration load per run).
+    pub template: aws_sdk_dynamodb::Client,
     /// The `--target` value as given, for the replay command of a report.
     pub target: String,
     pub config: StoreConfig,
@@ -441,14 +479,25 @@ impl ReplayTarget for DynamoTarget {
     type View = BTreeMap<String, String>;
 
     fn applicable(&self, trace: &LoadedTrace<RelayModel>) -> Result<(), String> {
-        if trace
-            .path
-            .iter()
-            .any(|(_, action)| matches!(action, Some(Action::ResponseLost { .. })))
-        {
-            return Err("the trace loses a response; the store retries such a round in place while the model re-pushes, so lost responses are not replayed yet".to_string());
+        let unmapped =
+            trace
+                .path
+                .iter()
+                .enumerate()
+                .find_map(|(index, (_, action))| match action {
+                    Some(Action::FolderReceivesRecord { .. }) => {
+                        Some((index, "a stream record folded"))
+                    }
+                    Some(Action::TruncatorDeletes { .. }) => Some((index, "a truncation")),
+                    _ => None,
+                });
+        match unmapped {
+            Some((index, what)) => Err(format!(
+                "step {} is {what}, which this target does not drive in the real store yet",
+                index + 1
+            )),
+            None => Ok(()),
         }
-        Ok(())
     }
 
     fn expected_view(
@@ -466,8 +515,12 @@ impl ReplayTarget for DynamoTarget {
         let proxy = Proxy::start(&self.context.upstream, (writers + pullers).max(1))
             .await
             .map_err(|error| environment(format!("proxy: {error}")))?;
-        let set_up =
-            DynamoDbStore::connect(self.table.clone(), Some(&proxy.set_up_endpoint())).await;
+        let set_up = store_behind(
+            &self.context.template,
+            &proxy.set_up_endpoint(),
+            &self.table,
+            Duration::from_millis(HELD_ATTEMPT_MILLIS),
+        );
         set_up
             .create_table()
             .await
@@ -499,13 +552,25 @@ impl ReplayTarget for DynamoTarget {
             backoff_base: Duration::ZERO,
             backoff_max: Duration::ZERO,
         };
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(PUSH_DEADLINE_SECS);
+        let started = tokio::time::Instant::now();
         let mut actors = Vec::with_capacity(writers);
         for writer in 0..writers {
-            let mut store =
-                DynamoDbStore::connect(self.table.clone(), Some(&proxy.endpoint(writer)))
-                    .await
-                    .with_tuning(tuning.clone());
+            let driven = trace.path.iter().any(|(_, action)| {
+                matches!(action, Some(Action::PushDeadlinePasses { writer: passed }) if *passed as usize == writer)
+            });
+            let deadline = started
+                + if driven {
+                    Duration::from_millis(DRIVEN_DEADLINE_MILLIS)
+                } else {
+                    Duration::from_secs(PUSH_DEADLINE_SECS)
+                };
+            let mut store = store_behind(
+                &self.context.template,
+                &proxy.endpoint(writer),
+                &self.table,
+                attempt_of(trace, writer, config.lose_by),
+            )
+            .with_tuning(tuning.clone());
             if store_variant == "counter-only" {
                 store = store.with_mutation(Mutation::NoPredecessorCheck);
             }
@@ -527,10 +592,12 @@ impl ReplayTarget for DynamoTarget {
         }
         let mut puller_stores = Vec::with_capacity(pullers);
         for puller in 0..pullers {
-            puller_stores.push(Arc::new(
-                DynamoDbStore::connect(self.table.clone(), Some(&proxy.endpoint(writers + puller)))
-                    .await,
-            ));
+            puller_stores.push(Arc::new(store_behind(
+                &self.context.template,
+                &proxy.endpoint(writers + puller),
+                &self.table,
+                Duration::from_millis(HELD_ATTEMPT_MILLIS),
+            )));
         }
         self.running = Some(Running {
             proxy,
@@ -598,28 +665,41 @@ impl ReplayTarget for DynamoTarget {
                 }
                 let answer = match outcome {
                     TransactOutcome::Committed => {
-                        let answer = if model.bounds.window {
-                            let (answer, mut held) =
-                                proxy.forward_holding(&request).await.map_err(environment)?;
-                            let mut expected: Vec<ItemKey> = after
-                                .table
-                                .pending
-                                .keys()
-                                .filter(|key| !before.table.pending.contains_key(key))
-                                .map(|key| key_of(&stream, *key))
-                                .collect();
-                            expected.sort();
-                            held.sort();
-                            if answer.is_success() && held != expected {
-                                return Err(Fault::diverged(
-                                    format!("pending {expected:?}"),
-                                    format!("pending {held:?}"),
-                                ));
-                            }
-                            answer
-                        } else {
-                            proxy.forward(&request).await.map_err(environment)?
-                        };
+                        let answer =
+                            if model.bounds.window {
+                                let (answer, held) =
+                                    proxy.forward_holding(&request).await.map_err(environment)?;
+                                let mut expected: Vec<ItemKey> = after
+                                    .table
+                                    .pending
+                                    .keys()
+                                    .filter(|key| !before.table.pending.contains_key(key))
+                                    .map(|key| key_of(&stream, *key))
+                                    .collect();
+                                expected.sort();
+                                // The model applies at commit an item no other step can observe
+                                // pending (a claim no writer can touch): so does the proxy.
+                                let mut held: Vec<ItemKey> =
+                                    held.into_iter()
+                                        .filter(|key| {
+                                            expected.contains(key)
+                                                || !after.table.applied.keys().any(|applied| {
+                                                    key_of(&stream, *applied) == *key
+                                                })
+                                                || proxy.apply(key).is_err()
+                                        })
+                                        .collect();
+                                held.sort();
+                                if answer.is_success() && held != expected {
+                                    return Err(Fault::diverged(
+                                        format!("pending {expected:?}"),
+                                        format!("pending {held:?}"),
+                                    ));
+                                }
+                                answer
+                            } else {
+                                proxy.forward(&request).await.map_err(environment)?
+                            };
                         if !answer.is_success() {
                             return Err(Fault::diverged(
                                 "committed",
@@ -698,6 +778,91 @@ impl ReplayTarget for DynamoTarget {
                 requests += 1;
                 let answer = proxy.forward(&request).await.map_err(environment)?;
                 proxy.deliver(request, answer).map_err(environment)?;
+            }
+            Action::WriterReadsClaims { writer } => {
+                let w = writer as usize;
+                let request = take(proxy, w, "BatchGetItem").await?;
+                requests += 1;
+                let names = claim_names(model, &stream);
+                let mut expected: Vec<String> =
+                    remaining_ops(model, before, w).map(real_op_id).collect();
+                let mut asked: Vec<String> = request
+                    .batch_get_keys()
+                    .map_err(|error| {
+                        Fault::diverged("a BatchGetItem of claims", error.to_string())
+                    })?
+                    .into_iter()
+                    .map(|(_, key)| {
+                        names
+                            .get(&key.seq)
+                            .cloned()
+                            .unwrap_or_else(|| format!("seq {}", key.seq))
+                    })
+                    .collect();
+                expected.sort();
+                asked.sort();
+                if asked != expected {
+                    return Err(Fault::diverged(
+                        format!("BatchGetItem of the claims of {expected:?}"),
+                        format!("BatchGetItem of the claims of {asked:?}"),
+                    ));
+                }
+                let answer = proxy.forward(&request).await.map_err(environment)?;
+                let mut found: Vec<String> = answer
+                    .body
+                    .pointer(&format!(
+                        "/Responses/{}",
+                        table.replace('~', "~0").replace('/', "~1")
+                    ))
+                    .and_then(Json::as_array)
+                    .into_iter()
+                    .flatten()
+                    .filter_map(|item| {
+                        item.as_object()
+                            .and_then(|item| attribute_string(item, "op_id"))
+                    })
+                    .collect();
+                let mut found_by_model: Vec<String> = remaining_ops(model, before, w)
+                    .filter(|op| {
+                        matches!(
+                            before.table.read(Key::Claim(*op)),
+                            Some(Value::Claim { .. })
+                        )
+                    })
+                    .map(real_op_id)
+                    .collect();
+                found.sort();
+                found_by_model.sort();
+                if found != found_by_model {
+                    return Err(Fault::diverged(
+                        format!("claims found {found_by_model:?}"),
+                        format!("claims found {found:?}: {}", answer.body),
+                    ));
+                }
+                proxy.deliver(request, answer).map_err(environment)?;
+            }
+            Action::PushDeadlinePasses { writer } => {
+                // The writer's next request (a counter read or a round) waits untaken in the
+                // proxy, so nothing reaches the table, as in the model; the push ends with the
+                // deadline error when its wall-clock deadline passes.
+                let w = writer as usize;
+                if let Actor::Writer(handle) = &mut running.actors[w] {
+                    let wait =
+                        Duration::from_millis(DRIVEN_DEADLINE_MILLIS + PUSH_RETURN_WAIT_MILLIS_MAX);
+                    let outcome = match tokio::time::timeout(wait, handle).await {
+                        Ok(Ok(outcome)) => outcome,
+                        other => {
+                            return Err(Fault::diverged(
+                                "the push ends at its deadline",
+                                format!("{other:?}"),
+                            ))
+                        }
+                    };
+                    running.actors[w] = Actor::Finished(outcome);
+                }
+            }
+            Action::FolderReceivesRecord { .. } | Action::TruncatorDeletes { .. } => {
+                unreachable!("refused as not applicable before the replay")
             }
             Action::WriterQueriesTop { writer } => {
                 let request = take(proxy, writer as usize, "Query").await?;
@@ -884,6 +1049,41 @@ impl ReplayTarget for DynamoTarget {
     fn counts(&self) -> (usize, usize) {
         (self.requests, self.lost_responses)
     }
+}
+
+/// The ops of `writer`'s push whose claims a batched claim read asks for: from the op due
+/// next, every op not already answered ahead.
+fn remaining_ops<'a>(
+    model: &'a RelayModel,
+    state: &'a RelayState,
+    writer: usize,
+) -> impl Iterator<Item = OpId> + 'a {
+    let push = &model.writers[writer].1;
+    let start = state.writers[writer].next_op as usize;
+    (start..push.len())
+        .filter(move |position| state.writers[writer].answered_ahead & (1 << position) == 0)
+        .map(move |position| push[position])
+}
+
+/// Every op id of the trace by its claim's sort key, to name the claims a request asks for.
+fn claim_names(model: &RelayModel, stream: &str) -> BTreeMap<i64, String> {
+    model
+        .writers
+        .iter()
+        .flat_map(|(_, push)| push.iter())
+        .map(|op| (key_of(stream, Key::Claim(*op)).seq, real_op_id(*op)))
+        .collect()
+}
+
+/// The attempt timeout of `writer`'s client: short when the trace stalls one of its responses.
+fn attempt_of(trace: &LoadedTrace<RelayModel>, writer: usize, lose_by: LoseBy) -> Duration {
+    let stalled = lose_by == LoseBy::Stall
+        && trace.path.iter().any(|(_, action)| matches!(action, Some(Action::ResponseLost { writer: lost }) if *lost as usize == writer));
+    Duration::from_millis(if stalled {
+        STALLED_ATTEMPT_MILLIS
+    } else {
+        HELD_ATTEMPT_MILLIS
+    })
 }
 
 fn reason_code(reason: &Reason) -> String {

@@ -13,7 +13,7 @@
 //! the reason; it is never reported as conforming.
 
 use crate::replay::{payload_of, real_op_id, Fault, ReplayTarget, Step};
-use oncecheck_model::ddb::{OpId, Seq, TransactOutcome};
+use oncecheck_model::ddb::{Key, OpId, Seq, TransactOutcome, Value};
 use oncecheck_model::relay::{Action, Build, Phase, RelayModel, RelayState};
 use oncecheck_model::trace::LoadedTrace;
 use oncecheck_store::{NewOp, OpStore, PushContext};
@@ -93,22 +93,39 @@ fn log_page(state: &RelayState, cursor: Seq, limit: usize) -> Vec<(Seq, OpId)> {
         .collect()
 }
 
-/// The op a writer's step stores or answers from its claim, with the model's seq and whether the
-/// answer is `existing`.
+/// The ops a writer's step stores or answers from a claim, with the model's seq and whether
+/// the answer is `existing`, in the order the store answers them.
 fn appended_at(
     model: &RelayModel,
     before: &RelayState,
     action: Action,
     after: &RelayState,
-) -> Option<(u8, OpId, i64, bool)> {
+) -> Vec<(u8, OpId, i64, bool)> {
     match action {
         Action::WriterSendsRound { writer } => match &after.writers[writer as usize].phase {
             Phase::Sent {
                 round,
                 outcome: TransactOutcome::Committed,
-            } => Some((writer, round.op, i64::from(round.seq), false)),
-            _ => None,
+            } => vec![(writer, round.op, i64::from(round.seq), false)],
+            _ => Vec::new(),
         },
+        // The batched claim read answers every remaining op whose claim is visible.
+        Action::WriterReadsClaims { writer } => {
+            let w = writer as usize;
+            let push = &model.writers[w].1;
+            let was = &before.writers[w];
+            (was.next_op as usize..push.len())
+                .filter(|position| was.answered_ahead & (1 << position) == 0)
+                .filter_map(
+                    |position| match before.table.read(Key::Claim(push[position])) {
+                        Some(Value::Claim { seq }) => {
+                            Some((writer, push[position], i64::from(seq), true))
+                        }
+                        _ => None,
+                    },
+                )
+                .collect()
+        }
         Action::WriterReceivesResponse { writer } | Action::WriterReadsClaim { writer } => {
             let (was, now) = (
                 &before.writers[writer as usize],
@@ -131,12 +148,12 @@ fn appended_at(
                     .and_then(|seqs| seqs.iter().next())
                     .copied()
                     .unwrap_or(0);
-                Some((writer, op, i64::from(seq), true))
+                vec![(writer, op, i64::from(seq), true)]
             } else {
-                None
+                Vec::new()
             }
         }
-        _ => None,
+        _ => Vec::new(),
     }
 }
 
@@ -162,7 +179,18 @@ impl ReplayTarget for LogTarget {
                 .iter()
                 .any(|writer| matches!(writer.phase, Phase::Failed(_)))
         }) {
-            return Err(format!("an append in the trace fails on contention, which a locked log never shows{suffix}"));
+            return Err(format!("an append in the trace fails (contention or its deadline), which a locked log never shows{suffix}"));
+        }
+        if let Some(index) = path.iter().position(|(_, action)| {
+            matches!(
+                action,
+                Some(Action::FolderReceivesRecord { .. } | Action::TruncatorDeletes { .. })
+            )
+        }) {
+            return Err(format!(
+                "step {} folds or truncates the stream, which a locked log does not have{suffix}",
+                index + 1
+            ));
         }
         for (index, (state, action)) in path.iter().enumerate() {
             if let Some(Action::PullerQueries { puller }) = action {
@@ -216,46 +244,37 @@ impl ReplayTarget for LogTarget {
     ) -> Result<(), Fault> {
         let model = &trace.model;
         let action = *step.action;
-        if let Some((writer, op, seq, existing)) =
-            appended_at(model, step.before, action, step.after)
-        {
+        for (writer, op, seq, existing) in appended_at(model, step.before, action, step.after) {
             self.append(writer, op, seq, existing).await?;
         }
-        match action {
-            // The client re-pushes from the start: a new push context.
-            Action::ResponseLost { writer } => {
-                self.pushes.remove(&writer);
+        if let Action::PullerQueries { puller } = action {
+            let cursor = step.before.pullers[puller as usize].cursor;
+            let limit = model.bounds.page_limit as usize;
+            let expected: Vec<i64> = step
+                .before
+                .table
+                .query_after(cursor, limit)
+                .iter()
+                .map(|(seq, _)| i64::from(*seq))
+                .collect();
+            self.requests += 1;
+            let page = self
+                .store
+                .pull(&self.stream, i64::from(cursor), limit)
+                .await
+                .map_err(|error| {
+                    Fault::diverged(
+                        format!("P{} page {expected:?}", puller + 1),
+                        format!("error: {error}"),
+                    )
+                })?;
+            let actual: Vec<i64> = page.iter().map(|op| op.seq).collect();
+            if actual != expected {
+                return Err(Fault::diverged(
+                    format!("P{} page after {cursor}: {expected:?}", puller + 1),
+                    format!("{actual:?}"),
+                ));
             }
-            Action::PullerQueries { puller } => {
-                let cursor = step.before.pullers[puller as usize].cursor;
-                let limit = model.bounds.page_limit as usize;
-                let expected: Vec<i64> = step
-                    .before
-                    .table
-                    .query_after(cursor, limit)
-                    .iter()
-                    .map(|(seq, _)| i64::from(*seq))
-                    .collect();
-                self.requests += 1;
-                let page = self
-                    .store
-                    .pull(&self.stream, i64::from(cursor), limit)
-                    .await
-                    .map_err(|error| {
-                        Fault::diverged(
-                            format!("P{} page {expected:?}", puller + 1),
-                            format!("error: {error}"),
-                        )
-                    })?;
-                let actual: Vec<i64> = page.iter().map(|op| op.seq).collect();
-                if actual != expected {
-                    return Err(Fault::diverged(
-                        format!("P{} page after {cursor}: {expected:?}", puller + 1),
-                        format!("{actual:?}"),
-                    ));
-                }
-            }
-            _ => {}
         }
         Ok(())
     }

@@ -13,7 +13,7 @@ use crate::replay_dynamodb::{DynamoContext, DynamoTarget, StoreConfig};
 use crate::replay_log::LogTarget;
 use oncecheck_model::relay::RelayModel;
 use oncecheck_model::trace::LoadedTrace;
-use oncecheck_store::{MemoryStore, OpStore, SqliteStore};
+use oncecheck_store::{DynamoDbStore, MemoryStore, OpStore, SqliteStore};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
@@ -80,8 +80,15 @@ impl Session {
                     .check_upstream()
                     .await
                     .map_err(|error| format!("DynamoDB at {upstream} does not answer: {error}"))?;
+                // The template every actor's client is derived from; its endpoint is replaced by
+                // a proxy listener's for each actor.
+                let template = DynamoDbStore::connect("template", Some(&proxy.set_up_endpoint()))
+                    .await
+                    .client()
+                    .clone();
                 Ok(Session::Dynamodb(Arc::new(DynamoContext {
                     upstream,
+                    template,
                     target: target.to_string(),
                     config,
                 })))

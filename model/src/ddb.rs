@@ -18,7 +18,7 @@
 //!   that); they are recorded in [`Anomalies`] so properties can see them.
 
 use serde::Serialize;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// A stream's seq. Small on purpose: state stays small and hashing cheap.
 pub type Seq = u8;
@@ -117,7 +117,9 @@ pub struct TransactItem {
 pub enum Reason {
     None,
     /// With ALL_OLD, `old` is the item's image (or `None` when the item is absent).
-    ConditionalCheckFailed { old: Option<Value> },
+    ConditionalCheckFailed {
+        old: Option<Value>,
+    },
     TransactionConflict,
 }
 
@@ -161,6 +163,18 @@ pub struct Table {
 impl Table {
     /// TransactWriteItems. With `window` false every write is applied at commit.
     pub fn transact(&mut self, items: &[TransactItem], window: bool) -> TransactOutcome {
+        self.transact_applying(items, window, &BTreeSet::new())
+    }
+
+    /// TransactWriteItems whose writes to `apply_at_commit` skip the window: they are visible at
+    /// commit. Only sound for items no other step reads or writes while they would be pending
+    /// (a model reduction decides which; see specs/relay-append.md, "Reductions").
+    pub fn transact_applying(
+        &mut self,
+        items: &[TransactItem],
+        window: bool,
+        apply_at_commit: &BTreeSet<Key>,
+    ) -> TransactOutcome {
         let reasons: Vec<Reason> = items
             .iter()
             .map(|item| {
@@ -171,7 +185,11 @@ impl Table {
                 if item.condition.holds(current) {
                     Reason::None
                 } else {
-                    let old = if item.return_old_on_failure { current } else { None };
+                    let old = if item.return_old_on_failure {
+                        current
+                    } else {
+                        None
+                    };
                     Reason::ConditionalCheckFailed { old }
                 }
             })
@@ -181,7 +199,7 @@ impl Table {
         }
         for item in items {
             if let Operation::Write(value) = item.operation {
-                if window {
+                if window && !apply_at_commit.contains(&item.key) {
                     let previous = self.pending.insert(item.key, value);
                     assert!(previous.is_none(), "a transaction wrote {} twice", item.key);
                 } else {
@@ -194,7 +212,10 @@ impl Table {
 
     /// One pending item of a committed transaction becomes visible.
     pub fn apply(&mut self, key: Key) {
-        let value = self.pending.remove(&key).expect("only pending items are applied");
+        let value = self
+            .pending
+            .remove(&key)
+            .expect("only pending items are applied");
         self.write_visible(key, value);
     }
 
@@ -202,11 +223,11 @@ impl Table {
         let previous = self.applied.insert(key, value);
         match (key, previous, value) {
             (Key::Op(_), Some(old), new) if old != new => self.anomalies.op_overwritten = true,
-            (Key::Counter, Some(Value::Counter { next_seq: old }), Value::Counter { next_seq: new })
-                if new < old =>
-            {
-                self.anomalies.counter_went_back = true
-            }
+            (
+                Key::Counter,
+                Some(Value::Counter { next_seq: old }),
+                Value::Counter { next_seq: new },
+            ) if new < old => self.anomalies.counter_went_back = true,
             _ => {}
         }
     }
@@ -217,9 +238,14 @@ impl Table {
         if self.pending.contains_key(&Key::Counter) {
             return Err(Reason::TransactionConflict);
         }
-        let next = self.counter().checked_add(1).filter(|next| *next <= SEQ_MAX);
+        let next = self
+            .counter()
+            .checked_add(1)
+            .filter(|next| *next <= SEQ_MAX);
         let Some(next) = next else {
-            return Err(Reason::ConditionalCheckFailed { old: self.applied.get(&Key::Counter).copied() });
+            return Err(Reason::ConditionalCheckFailed {
+                old: self.applied.get(&Key::Counter).copied(),
+            });
         };
         self.write_visible(Key::Counter, Value::Counter { next_seq: next });
         Ok(next)
@@ -288,14 +314,20 @@ mod tests {
     fn a_committed_transaction_is_invisible_and_locked_until_each_item_applies() {
         let mut table = Table::default();
         let outcome = table.transact(
-            &[put(Key::Op(1), Value::Op { op_id: 0 }), put(Key::Claim(0), Value::Claim { seq: 1 })],
+            &[
+                put(Key::Op(1), Value::Op { op_id: 0 }),
+                put(Key::Claim(0), Value::Claim { seq: 1 }),
+            ],
             true,
         );
         assert_eq!(outcome, TransactOutcome::Committed);
         assert!(table.query_after(0, 10).is_empty());
         assert_eq!(table.committed_ops().len(), 1);
         let conflicting = table.transact(&[put(Key::Op(1), Value::Op { op_id: 1 })], true);
-        assert_eq!(conflicting, TransactOutcome::Cancelled(vec![Reason::TransactionConflict]));
+        assert_eq!(
+            conflicting,
+            TransactOutcome::Cancelled(vec![Reason::TransactionConflict])
+        );
         table.apply(Key::Op(1));
         assert_eq!(table.query_after(0, 10), vec![(1, 0)]);
         assert!(table.pending.contains_key(&Key::Claim(0)));
@@ -304,7 +336,9 @@ mod tests {
     #[test]
     fn cancellation_reasons_come_one_per_item_in_request_order_with_the_old_image() {
         let mut table = Table::default();
-        table.applied.insert(Key::Counter, Value::Counter { next_seq: 3 });
+        table
+            .applied
+            .insert(Key::Counter, Value::Counter { next_seq: 3 });
         table.pending.insert(Key::Op(4), Value::Op { op_id: 9 });
         let items = [
             TransactItem {
@@ -319,12 +353,17 @@ mod tests {
         assert_eq!(
             table.transact(&items, true),
             TransactOutcome::Cancelled(vec![
-                Reason::ConditionalCheckFailed { old: Some(Value::Counter { next_seq: 3 }) },
+                Reason::ConditionalCheckFailed {
+                    old: Some(Value::Counter { next_seq: 3 })
+                },
                 Reason::None,
                 Reason::TransactionConflict,
             ])
         );
-        assert!(!table.applied.contains_key(&Key::Claim(1)), "a cancelled transaction writes nothing");
+        assert!(
+            !table.applied.contains_key(&Key::Claim(1)),
+            "a cancelled transaction writes nothing"
+        );
     }
 
     #[test]
@@ -338,7 +377,9 @@ mod tests {
     fn add_conflicts_with_a_transaction_holding_the_counter() {
         let mut table = Table::default();
         assert_eq!(table.add_to_counter(), Ok(1));
-        table.pending.insert(Key::Counter, Value::Counter { next_seq: 2 });
+        table
+            .pending
+            .insert(Key::Counter, Value::Counter { next_seq: 2 });
         assert_eq!(table.add_to_counter(), Err(Reason::TransactionConflict));
     }
 
@@ -368,7 +409,9 @@ mod tests {
         for seq in [1, 2, 5] {
             table.applied.insert(Key::Op(seq), Value::Op { op_id: seq });
         }
-        table.applied.insert(Key::Counter, Value::Counter { next_seq: 2 });
+        table
+            .applied
+            .insert(Key::Counter, Value::Counter { next_seq: 2 });
         table.applied.insert(Key::Claim(7), Value::Claim { seq: 9 });
         assert_eq!(table.query_after(0, 2), vec![(1, 1), (2, 2)]);
         assert_eq!(table.query_after(2, 2), vec![(5, 5)]);

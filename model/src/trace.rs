@@ -340,7 +340,7 @@ mod tests {
     fn a_trace_loads_back_to_the_same_path() {
         let (_, document) = counterexample();
         let loaded = from_itf::<RelayModel>(&document).unwrap();
-        assert_eq!(loaded.path.len(), 6);
+        assert_eq!(loaded.path.len(), 14);
         assert_eq!(loaded.meta.property.as_deref(), Some("R1 no-skip"));
         let text = serde_json::to_string(&document).unwrap();
         assert!(text.contains(r#""mbt::actionTaken":"WriterAddsToCounter""#));

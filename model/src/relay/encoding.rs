@@ -62,6 +62,7 @@ fn phase_text(phase: &Phase) -> String {
         Phase::Allocated { seq } => format!("Allocated({seq})"),
         Phase::Sent { round, .. } => format!("Sent(seq {}, expected {})", round.seq, round.expected),
         Phase::ReadingClaim { op } => format!("ReadingClaim({})", op_name(*op)),
+        Phase::ReadingClaims => "ReadingClaims".to_string(),
         Phase::QueryingTop => "QueryingTop".to_string(),
         Phase::Done => "Done".to_string(),
         Phase::Failed(error) => format!("Failed({error:?})"),
@@ -77,8 +78,14 @@ fn read_index(picks: &Map<String, Json>, field: &str, count: usize) -> Result<u8
     Ok(index as u8)
 }
 
+fn read_seq(picks: &Map<String, Json>) -> Result<u8, String> {
+    let value = picks.get("seq").ok_or("`seq` is missing")?;
+    let seq = crate::trace::read_int(value).ok_or_else(|| format!("`seq` is not an integer: {value}"))?;
+    u8::try_from(seq).map_err(|_| format!("`seq` = {seq} is out of range"))
+}
+
 impl TraceEncoding for RelayModel {
-    const VARS: &'static [&'static str] = &["items", "pending", "writers", "pullers", "answers"];
+    const VARS: &'static [&'static str] = &["items", "pending", "writers", "pullers", "answers", "folders", "truncated"];
 
     fn encode_state(&self, state: &RelayState) -> Map<String, Json> {
         let items = map(state.table.applied.iter().map(|(key, value)| (Json::String(key_text(*key)), value_json(*value))));
@@ -115,6 +122,18 @@ impl TraceEncoding for RelayModel {
         vars.insert("writers".to_string(), Json::Array(writers));
         vars.insert("pullers".to_string(), Json::Array(pullers));
         vars.insert("answers".to_string(), answers);
+        let folders: Vec<Json> = state
+            .folders
+            .iter()
+            .map(|folder| {
+                json!({
+                    "folded": set(folder.folded.iter().map(|seq| int((*seq).into()))),
+                    "watermark": int(folder.watermark.into()),
+                })
+            })
+            .collect();
+        vars.insert("folders".to_string(), Json::Array(folders));
+        vars.insert("truncated".to_string(), map(state.truncated.iter().map(|(seq, op)| (int((*seq).into()), op_text(*op)))));
         vars
     }
 
@@ -128,6 +147,10 @@ impl TraceEncoding for RelayModel {
             Action::ResponseLost { writer } => { picks.insert("writer".into(), int(writer.into())); "ResponseLost" }
             Action::WriterReadsClaim { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterReadsClaim" }
             Action::WriterQueriesTop { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterQueriesTop" }
+            Action::WriterReadsClaims { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterReadsClaims" }
+            Action::PushDeadlinePasses { writer } => { picks.insert("writer".into(), int(writer.into())); "PushDeadlinePasses" }
+            Action::FolderReceivesRecord { seq } => { picks.insert("seq".into(), int(seq.into())); "FolderReceivesRecord" }
+            Action::TruncatorDeletes { seq } => { picks.insert("seq".into(), int(seq.into())); "TruncatorDeletes" }
             Action::ItemApplied { key } => { picks.insert("key".into(), Json::String(key_text(key))); "ItemApplied" }
             Action::PullerQueries { puller } => { picks.insert("puller".into(), int(puller.into())); "PullerQueries" }
         };
@@ -145,12 +168,16 @@ impl TraceEncoding for RelayModel {
             "ResponseLost" => Action::ResponseLost { writer: writer()? },
             "WriterReadsClaim" => Action::WriterReadsClaim { writer: writer()? },
             "WriterQueriesTop" => Action::WriterQueriesTop { writer: writer()? },
+            "WriterReadsClaims" => Action::WriterReadsClaims { writer: writer()? },
+            "PushDeadlinePasses" => Action::PushDeadlinePasses { writer: writer()? },
+            "FolderReceivesRecord" => Action::FolderReceivesRecord { seq: read_seq(picks)? },
+            "TruncatorDeletes" => Action::TruncatorDeletes { seq: read_seq(picks)? },
             "ItemApplied" => {
                 let text = picks.get("key").and_then(Json::as_str).ok_or("`key` is missing or not a string")?;
                 Action::ItemApplied { key: parse_key(text).ok_or_else(|| format!("`key` = {text:?} is no item key"))? }
             }
             "PullerQueries" => Action::PullerQueries { puller: read_index(picks, "puller", self.bounds.pullers as usize)? },
-            other => return Err(format!("unknown action `{other}` (valid: WriterReadsCounter, WriterAddsToCounter, WriterSendsRound, WriterReceivesResponse, ResponseLost, WriterReadsClaim, WriterQueriesTop, ItemApplied, PullerQueries)")),
+            other => return Err(format!("unknown action `{other}` (valid: WriterReadsCounter, WriterAddsToCounter, WriterSendsRound, WriterReceivesResponse, ResponseLost, WriterReadsClaim, WriterReadsClaims, WriterQueriesTop, PushDeadlinePasses, ItemApplied, PullerQueries, FolderReceivesRecord, TruncatorDeletes)")),
         })
     }
 }
