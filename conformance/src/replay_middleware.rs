@@ -59,6 +59,10 @@ pub struct MiddlewareView {
     pub row: Option<RowView>,
     /// Handler calls so far: one per claim that took the key.
     pub handler_runs: usize,
+    /// Per client, the store call it has waiting (held by the replay until the trace releases
+    /// it): `claim` (SQLite's read of the row is in the same call) or `finalize` (inline or the
+    /// drop guard's).
+    pub waiting: Vec<Option<&'static str>>,
 }
 
 /// Whether the layer from impl/idempotency can reproduce `path` on `database`; `Err` names the
@@ -153,18 +157,73 @@ pub fn expected_views(path: &[(IdempotencyState, Option<Action>)]) -> Vec<Middle
                 body,
             }
         });
+        let waiting = state
+            .clients
+            .iter()
+            .map(|client| match client.stage {
+                Stage::Claiming { .. } | Stage::Reading { .. } => Some("claim"),
+                Stage::Finalizing { .. } | Stage::Guarding { .. } => Some("finalize"),
+                _ => None,
+            })
+            .collect();
         views.push(MiddlewareView {
             row,
             handler_runs: state.history.ran_with.len(),
+            waiting,
         });
     }
     views
+}
+
+/// Where a path of one variant stops being a path of `other` (same bounds): the first step
+/// (1-based) whose action `other` cannot take, or after which the rows or handler runs differ,
+/// with both views. `None` when `other` takes every step to the same views. This is where a
+/// replay of a pre-fix counterexample against the shipped layer must diverge.
+pub fn first_difference(
+    path: &[(IdempotencyState, Option<Action>)],
+    other: &IdempotencyModel,
+) -> Option<(usize, String)> {
+    use stateright::Model;
+    let expected = expected_views(path);
+    let mut states = vec![path.first()?.0.clone()];
+    for (index, (_, action)) in path.iter().enumerate() {
+        let Some(action) = action else { break };
+        let before = states.last().expect("a state before every step");
+        let mut enabled = Vec::new();
+        other.actions(before, &mut enabled);
+        let next = enabled
+            .contains(action)
+            .then(|| other.next_state(before, *action))
+            .flatten();
+        let Some(next) = next else {
+            return Some((
+                index + 1,
+                format!("{action:?} is not a step of `{}`", other.variant()),
+            ));
+        };
+        states.push(next);
+        let replayed: Vec<(IdempotencyState, Option<Action>)> =
+            states.iter().map(|state| (state.clone(), None)).collect();
+        let actual = expected_views(&replayed).pop().expect("one view per state");
+        if actual != expected[index + 1] {
+            return Some((
+                index + 1,
+                format!(
+                    "{}: {actual:?}; the path: {:?}",
+                    other.variant(),
+                    expected[index + 1]
+                ),
+            ));
+        }
+    }
+    None
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
     use oncecheck_model::check::shortest_paths;
+    use oncecheck_model::idempotency::AwaitPoint;
     use stateright::Model;
 
     fn model(variant: &str, overrides: &[(&str, u32)]) -> IdempotencyModel {
@@ -205,7 +264,8 @@ mod tests {
             views[0],
             MiddlewareView {
                 row: None,
-                handler_runs: 0
+                handler_runs: 0,
+                waiting: vec![None, None],
             }
         );
         let last = views.last().unwrap();
@@ -301,6 +361,46 @@ mod tests {
             error,
             format!("step {}: a step between SQLite's claim statement and its read of the row: both run inside one store call", split.len() - 1)
         );
+    }
+
+    // The step the fix changes: the pre-fix counterexamples of M2 and M3 replayed on the
+    // shipped behaviour part from it exactly where the capture (M2) or the finalize (M3) differs.
+    #[test]
+    fn the_pre_fix_counterexamples_part_from_the_shipped_layer_at_the_fixed_step() {
+        let pre_fix = model("pre-fix", &[]);
+        let fenced = model("fenced", &[]);
+        // M2: the finalize writes the empty body pre-fix and the sentinel on the shipped layer.
+        // M3: the client cancels during the capture; pre-fix nothing is left to finalize, the
+        // shipped layer's drop guard has its finalize waiting.
+        for (name, steps, parts_at) in [("M2 no-poison", 5, 5), ("M3 terminal-rule", 4, 4)] {
+            let path = counterexample(&pre_fix, name);
+            assert_eq!(path.len() - 1, steps, "{name}");
+            let (step, detail) = first_difference(&path, &fenced).unwrap();
+            let action = path[step - 1].1.unwrap();
+            println!("{name}: {steps} steps; parts at step {step} ({action:?}): {detail}");
+            assert_eq!(step, parts_at, "{name}");
+            match name {
+                "M2 no-poison" => {
+                    assert!(matches!(action, Action::MiddlewareFinalizes { .. }));
+                    assert!(detail.contains("body: Some(Sentinel)"), "{detail}");
+                }
+                _ => {
+                    assert!(matches!(
+                        action,
+                        Action::ClientCancels {
+                            at: AwaitPoint::Capture,
+                            ..
+                        }
+                    ));
+                    assert!(
+                        detail.contains("waiting: [Some(\"finalize\"), None]"),
+                        "{detail}"
+                    );
+                }
+            }
+        }
+        let path = counterexample(&fenced, "M1 at-most-once");
+        assert_eq!(first_difference(&path, &fenced), None);
     }
 
     // The fenced lease crossing: a second claim takes the row over in place, so the real
