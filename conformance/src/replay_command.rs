@@ -175,8 +175,8 @@ async fn run_all(
         return ExitCode::from(2);
     }
     let mut totals = ReplayStats::default();
-    let (mut replayed, mut refused, mut diverged, mut not_applicable) =
-        (0usize, 0usize, 0usize, 0usize);
+    let (mut replayed, mut refused, mut diverged, mut not_applicable, mut environment) =
+        (0usize, 0usize, 0usize, 0usize, 0usize);
     let outcomes = replay_all(session.clone(), traces, jobs, |file, result| match result {
         Ok(stats) => println!(
             "ok   {} ({} steps, {} requests, {} lost responses)",
@@ -204,20 +204,21 @@ async fn run_all(
             }
             Err(ReplayError::NotApplicable { .. }) if only_replayable => not_applicable += 1,
             Err(ReplayError::Load(_) | ReplayError::NotApplicable { .. }) => refused += 1,
-            Err(_) => diverged += 1,
+            Err(ReplayError::Environment { .. }) => environment += 1,
+            Err(ReplayError::Diverged(_)) => diverged += 1,
         }
     }
     close(session).await;
     let seconds = started.elapsed().as_secs_f64();
     println!(
-        "replayed {replayed} of {} traces against {target} ({jobs} at a time): {} steps, {} requests, {} lost responses, {:.2}s, {diverged} diverged, {refused} rejected, {not_applicable} not applicable to this target",
+        "replayed {replayed} of {} traces against {target} ({jobs} at a time): {} steps, {} requests, {} lost responses, {:.2}s, {diverged} diverged, {environment} environment failures, {refused} rejected, {not_applicable} not applicable to this target",
         files.len(),
         totals.steps,
         totals.requests,
         totals.lost_responses,
         seconds
     );
-    if diverged > 0 {
+    if diverged > 0 || environment > 0 {
         ExitCode::from(1)
     } else if refused > 0 {
         ExitCode::from(2)

@@ -230,7 +230,10 @@ fn concurrent_jobs_replay_the_corpus_with_the_same_lines_in_the_same_order() {
         without_seconds(summary(&one)),
         without_seconds(summary(&four))
     );
-    assert!(four.contains(" 0 diverged, 0 rejected, "), "{four}");
+    assert!(
+        four.contains(" 0 diverged, 0 environment failures, 0 rejected, "),
+        "{four}"
+    );
     assert!(
         per_trace(&four)
             .iter()
