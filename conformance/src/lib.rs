@@ -20,6 +20,7 @@ pub mod replay_command;
 pub mod replay_dynamodb;
 #[cfg(feature = "replay")]
 pub mod replay_log;
+pub mod replay_middleware;
 #[cfg(feature = "replay")]
 pub mod replay_session;
 pub mod report;

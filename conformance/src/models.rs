@@ -392,15 +392,22 @@ pub fn export_traces(
     out: &std::path::Path,
     options: &crate::traces::ExportOptions,
 ) -> Result<std::io::Result<Vec<std::path::PathBuf>>, SpecError> {
-    if job.model != "relay" {
-        return Err(SpecError::UnknownModel {
-            name: job.model.to_string(),
-            valid: vec!["relay (the model with a trace encoding)".to_string()],
-        });
+    match job.model {
+        "relay" => {
+            let bounds = RelayModel::resolve_bounds(job.variant, &job.overrides)?;
+            let model = RelayModel::build(job.variant, &bounds)?;
+            Ok(crate::traces::export(&model, out, options))
+        }
+        "idempotency" => {
+            let bounds = IdempotencyModel::resolve_bounds(job.variant, &job.overrides)?;
+            let model = IdempotencyModel::build(job.variant, &bounds)?;
+            Ok(crate::traces::export(&model, out, options))
+        }
+        other => Err(SpecError::UnknownModel {
+            name: other.to_string(),
+            valid: vec!["relay, idempotency (the models with a trace encoding)".to_string()],
+        }),
     }
-    let bounds = RelayModel::resolve_bounds(job.variant, &job.overrides)?;
-    let model = RelayModel::build(job.variant, &bounds)?;
-    Ok(crate::traces::export(&model, out, options))
 }
 
 /// Writes the trace of every violated `always` (and of every mismatching property) as an SVG

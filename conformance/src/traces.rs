@@ -5,6 +5,7 @@
 //! without re-executing it against the model (see `oncecheck_model::trace::from_itf`).
 
 use oncecheck_model::check::{shortest_paths, Kind};
+use oncecheck_model::idempotency::IdempotencyModel;
 use oncecheck_model::relay::RelayModel;
 use oncecheck_model::trace::{
     from_itf, random_paths, read_header, to_itf, LoadedTrace, TraceEncoding, TraceError, TraceMeta,
@@ -168,8 +169,106 @@ fn write_documents(
     Ok(written)
 }
 
+/// The coverage label of an action: its name and every parameter that is not an actor's index
+/// (`HandlerResponds outcome="OkUnder"`, `ClientCancels at="Handler" in_flight_commits=false`,
+/// `MiddlewareFinalizes result="ErrorCommitted"`). Which actor takes a step is not a kind of step.
+pub fn coverage_label<M: TraceEncoding>(model: &M, action: &M::Action) -> String
+where
+    M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
+{
+    let (name, picks) = model.encode_action(action);
+    let mut label = name;
+    for (key, value) in &picks {
+        if oncecheck_model::trace::read_int(value).is_none() {
+            label.push_str(&format!(" {key}={value}"));
+        }
+    }
+    label
+}
+
+/// One path per coverage label ([`coverage_label`]): the shortest path whose last step has that
+/// label, found breadth-first over the whole reachable state space, then continued by a seeded
+/// walk until nothing is enabled, so every client in it finishes. Ordered by label.
+pub fn covering_paths<M>(
+    model: &M,
+    seed: u64,
+    path_steps_max: usize,
+) -> Vec<(String, Vec<(M::State, Option<M::Action>)>)>
+where
+    M: TraceEncoding,
+    M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
+{
+    use std::collections::{BTreeMap, HashMap, VecDeque};
+    type Parents<S, A> = HashMap<S, Option<(S, A)>>;
+    let mut parents: Parents<M::State, M::Action> = HashMap::new();
+    let mut frontier = VecDeque::new();
+    for state in model.init_states() {
+        if !parents.contains_key(&state) {
+            parents.insert(state.clone(), None);
+            frontier.push_back(state);
+        }
+    }
+    let rebuild = |parents: &Parents<M::State, M::Action>, last: &M::State| {
+        let mut path = vec![(last.clone(), None)];
+        let mut cursor = last.clone();
+        while let Some(Some((parent, action))) = parents.get(&cursor) {
+            path.push((parent.clone(), Some(action.clone())));
+            cursor = parent.clone();
+        }
+        path.reverse();
+        path
+    };
+    let mut found: BTreeMap<String, Vec<(M::State, Option<M::Action>)>> = BTreeMap::new();
+    let mut actions = Vec::new();
+    while let Some(state) = frontier.pop_front() {
+        actions.clear();
+        model.actions(&state, &mut actions);
+        for action in actions.drain(..) {
+            let Some(next) = model.next_state(&state, action.clone()) else {
+                continue;
+            };
+            let label = coverage_label(model, &action);
+            if let std::collections::btree_map::Entry::Vacant(entry) = found.entry(label) {
+                let mut path = rebuild(&parents, &state);
+                path.last_mut().expect("a path has a state").1 = Some(action.clone());
+                path.push((next.clone(), None));
+                entry.insert(path);
+            }
+            if !parents.contains_key(&next) {
+                parents.insert(next.clone(), Some((state.clone(), action)));
+                frontier.push_back(next);
+            }
+        }
+    }
+    let mut generator = oncecheck_model::trace::SplitMix64::new(seed);
+    found
+        .into_iter()
+        .map(|(label, mut path)| {
+            let mut enabled = Vec::new();
+            while path.len() <= path_steps_max {
+                let state = path.last().expect("a path has a state").0.clone();
+                enabled.clear();
+                model.actions(&state, &mut enabled);
+                if enabled.is_empty() {
+                    break;
+                }
+                let action = enabled.swap_remove(generator.below(enabled.len()));
+                let Some(next) = model.next_state(&state, action.clone()) else {
+                    break;
+                };
+                path.last_mut().expect("a path has a state").1 = Some(action);
+                path.push((next, None));
+            }
+            (label, path)
+        })
+        .collect()
+}
+
 /// Writes the counterexample of every violated `always`, an example of every reached
-/// `sometimes`, and `paths_count` random covering paths. Answers the files written.
+/// `sometimes`, one path per coverage label ([`covering_paths`]) and `paths_count` random
+/// paths. Answers the files written.
 pub fn export<M>(model: &M, out: &Path, options: &ExportOptions) -> std::io::Result<Vec<PathBuf>>
 where
     M: TraceEncoding,
@@ -177,6 +276,11 @@ where
     M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
 {
     let mut documents = property_documents(model, &[Kind::Always, Kind::Sometimes]);
+    documents.extend(covering_documents(
+        model,
+        options.seed,
+        options.path_steps_max,
+    ));
     documents.extend(path_documents(
         model,
         options.paths_count,
@@ -186,15 +290,48 @@ where
     write_documents(out, &documents)
 }
 
+/// (file name, document) of one path per coverage label ([`covering_paths`]).
+pub fn covering_documents<M>(
+    model: &M,
+    seed: u64,
+    path_steps_max: usize,
+) -> Vec<(String, serde_json::Value)>
+where
+    M: TraceEncoding,
+    M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
+{
+    let variant = model.variant();
+    covering_paths(model, seed, path_steps_max)
+        .iter()
+        .enumerate()
+        .map(|(index, (label, path))| {
+            let meta = TraceMeta {
+                kind: "path".to_string(),
+                property: None,
+                description: format!(
+                    "covers `{label}` (shortest path to it, then a walk to the end, seed {seed})"
+                ),
+            };
+            (
+                format!("{}-{variant}-cover-{index:03}-{}.itf.json", M::NAME, slug(label)),
+                to_itf(model, path, &meta),
+            )
+        })
+        .collect()
+}
+
 /// A loaded trace of a model the replayer knows.
 pub enum Loaded {
     Relay(LoadedTrace<RelayModel>),
+    Idempotency(LoadedTrace<IdempotencyModel>),
 }
 
 impl Loaded {
     pub fn steps(&self) -> usize {
         match self {
             Loaded::Relay(trace) => trace.path.len().saturating_sub(1),
+            Loaded::Idempotency(trace) => trace.path.len().saturating_sub(1),
         }
     }
 }
@@ -229,8 +366,11 @@ pub fn load(file: &Path) -> Result<Loaded, LoadError> {
     let header = read_header(&document).map_err(|error| failure(error.to_string()))?;
     match header.model.as_str() {
         "relay" => Ok(Loaded::Relay(load_as::<RelayModel>(file, &document)?)),
+        "idempotency" => Ok(Loaded::Idempotency(load_as::<IdempotencyModel>(
+            file, &document,
+        )?)),
         other => Err(failure(format!(
-            "field `#meta.model`: traces of model `{other}` cannot be replayed; replayable models: relay"
+            "field `#meta.model`: traces of model `{other}` cannot be loaded; models with traces: relay, idempotency"
         ))),
     }
 }

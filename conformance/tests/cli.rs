@@ -589,3 +589,82 @@ fn the_explorer_speaks_the_clis_words_and_shows_variant_bounds_and_expectations(
         "the state by role: {svg}"
     );
 }
+
+// The covering set is chosen by coverage: one path per kind of step (action, handler outcome,
+// finalize fault, await point of a cancellation), each loading back strictly.
+#[test]
+fn idempotency_traces_cover_every_outcome_fault_and_await_point_and_load_back() {
+    let out = scratch("idempotency-fenced");
+    let _ = std::fs::remove_dir_all(&out);
+    let output = oncecheck(&[
+        "traces",
+        "idempotency",
+        "--variant",
+        "fenced",
+        "--out",
+        out.to_str().unwrap(),
+        "--count",
+        "80",
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    let mut names: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|entry| entry.unwrap().file_name().to_string_lossy().to_string())
+        .collect();
+    names.sort();
+    assert!(names.len() >= 100, "{} traces", names.len());
+    for wanted in [
+        "counterexample-m1",
+        "example-",
+        "cover-",
+        "handlerresponds-outcome-okunder",
+        "handlerresponds-outcome-okoneover",
+        "handlerresponds-outcome-failfarover",
+        "handlerresponds-outcome-okerrorbeforecap",
+        "handlerresponds-outcome-handlererror",
+        "middlewarefinalizes-result-errorcommitted",
+        "middlewarefinalizes-result-errornotcommitted",
+        "middlewarefinalizes-result-norowmatched",
+        "dropguardfinalizes-result-errorcommitted",
+        "clientcancels-at-claim",
+        "clientcancels-at-handler",
+        "clientcancels-at-capture",
+        "clientcancels-at-finalize-in-flight-commits-true",
+        "clientcancels-at-tail",
+    ] {
+        assert!(
+            names.iter().any(|name| name.contains(wanted)),
+            "no trace covers `{wanted}`"
+        );
+    }
+    for name in &names {
+        let loaded = oncecheck_conformance::traces::load(&out.join(name))
+            .unwrap_or_else(|error| panic!("{error}"));
+        assert!(matches!(
+            loaded,
+            oncecheck_conformance::traces::Loaded::Idempotency(_)
+        ));
+    }
+    // Strict loading: an edited outcome is rejected naming file, step and field.
+    let cover = names
+        .iter()
+        .find(|name| name.contains("outcome-okunder"))
+        .unwrap();
+    let mut document: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(out.join(cover)).unwrap()).unwrap();
+    let states = document["states"].as_array().unwrap().len();
+    let step = (1..states)
+        .find(|index| document["states"][*index]["mbt::actionTaken"] == "HandlerResponds")
+        .unwrap();
+    document["states"][step]["mbt::nondetPicks"]["outcome"] = serde_json::json!("OkTwice");
+    let edited = scratch("edited-idempotency.itf.json");
+    std::fs::write(&edited, document.to_string()).unwrap();
+    let error = oncecheck_conformance::traces::load(&edited)
+        .err()
+        .unwrap()
+        .to_string();
+    assert!(
+        error.contains(&format!("edited-idempotency.itf.json: step {step}, field `mbt::nondetPicks`: `outcome` = \"OkTwice\" is none of")),
+        "{error}"
+    );
+}

@@ -29,11 +29,13 @@
 //! row expiry of a claim whose process is still working on it unless that process stalled — the
 //! row's time to live (24 h) is far beyond any handler.
 
+mod encoding;
 mod properties;
 mod spec;
 #[cfg(test)]
 mod tests;
 
+pub use encoding::{result_name, row_json};
 pub use properties::*;
 pub use spec::*;
 

@@ -1,0 +1,417 @@
+//! The model half of the middleware target (`middleware-sqlite`, `middleware-postgres`): which
+//! idempotency traces the shipped layer can reproduce, and the model's state in the words a
+//! replay observes of the real system (the cache row as the database holds it, and how many
+//! times the handler was entered).
+//!
+//! The real half — the layer on an axum server over loopback TCP, the held store calls and the
+//! scripted handler — is not written yet; `oncecheck replay` does not offer these targets.
+//!
+//! Invariants: a trace is applicable only when every step it takes has a real counterpart in the
+//! layer as configured for its variant; otherwise the answer names the first step that has none
+//! (never "conforms"). The expected row's generation is the one the real store numbers: the
+//! store continues a key's generation when it takes a row over in place, and starts at 1 again
+//! only when the row was deleted (the pre-fix cleanup), where the model keeps counting.
+
+use oncecheck_model::check::ModelSpec;
+use oncecheck_model::idempotency::{
+    Action, Fingerprint, IdempotencyModel, IdempotencyState, RowStatus, Stage, Stored,
+};
+
+/// The database the layer's cache store runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Database {
+    Sqlite,
+    Postgres,
+}
+
+/// The layer behaviour (`oncecheck_idempotency::Behaviour`, behind `test-seams` except
+/// `fenced`) that stands for a model variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerBehaviour {
+    PreFix,
+    Fixed,
+    Fenced,
+}
+
+/// What a stored success holds, as the row's `response_body` and `body_too_large` show it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BodyKind {
+    Full,
+    Sentinel,
+    /// An empty body for a handler that answered a non-empty one.
+    Empty,
+}
+
+/// The cache row of the trace's key, as read from the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RowView {
+    /// `processing`, `succeeded` or `failed`.
+    pub status: &'static str,
+    pub generation: i64,
+    pub fingerprint: Fingerprint,
+    /// `Some` exactly for `succeeded`.
+    pub body: Option<BodyKind>,
+}
+
+/// What a replay compares after every step.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MiddlewareView {
+    pub row: Option<RowView>,
+    /// Handler calls so far: one per claim that took the key.
+    pub handler_runs: usize,
+    /// Per client, the store call it has waiting (held by the replay until the trace releases
+    /// it): `claim` (SQLite's read of the row is in the same call) or `finalize` (inline or the
+    /// drop guard's).
+    pub waiting: Vec<Option<&'static str>>,
+}
+
+/// Whether the layer from impl/idempotency can reproduce `path` on `database`; `Err` names the
+/// first step it cannot take, or why the whole trace is out of reach.
+pub fn applicable(
+    model: &IdempotencyModel,
+    path: &[(IdempotencyState, Option<Action>)],
+    database: Database,
+) -> Result<LayerBehaviour, String> {
+    let behaviour = match model.variant() {
+        "pre-fix" => LayerBehaviour::PreFix,
+        "fixed" => LayerBehaviour::Fixed,
+        "fenced" => LayerBehaviour::Fenced,
+        other => {
+            return Err(format!(
+                "variant `{other}` needs the lease heartbeat, which the layer in impl/idempotency does not have"
+            ))
+        }
+    };
+    let sqlite_claim = model.bounds().get("sqlite") == 1;
+    match (database, sqlite_claim) {
+        (Database::Sqlite, false) => {
+            return Err("a trace of PostgreSQL's one-statement claim (bound sqlite=0); SQLite claims in two statements".into())
+        }
+        (Database::Postgres, true) => {
+            return Err("a trace of SQLite's two-statement claim (bound sqlite=1); PostgreSQL claims in one".into())
+        }
+        _ => {}
+    }
+    for (index, (_, action)) in path.iter().enumerate() {
+        let reason = match action {
+            Some(Action::ProcessStalls { .. }) => {
+                "the process stalls past the lease: the replay runs the layer in its own process, which it cannot freeze"
+            }
+            Some(Action::ProcessDies { .. }) => {
+                "the process dies: the replay runs the layer in its own process, which must survive the step"
+            }
+            // The SQLite store's `claim` call runs the claim statement, the read of the row it
+            // did not take, and the claim again while the row flips: one held call, so nothing
+            // else can happen between them.
+            Some(Action::MiddlewareReadsRow { client }) if !follows(path, index, Action::MiddlewareClaims { client: *client }) => {
+                "a step between SQLite's claim statement and its read of the row: both run inside one store call"
+            }
+            Some(Action::MiddlewareClaims { client })
+                if matches!(path[index].0.clients[*client].stage, Stage::Claiming { attempt } if attempt > 0)
+                    && !follows(path, index, Action::MiddlewareReadsRow { client: *client }) =>
+            {
+                "a step between SQLite's read of the row and its claim again: both run inside one store call"
+            }
+            _ => continue,
+        };
+        return Err(format!("step {}: {reason}", index + 1));
+    }
+    Ok(behaviour)
+}
+
+/// Whether the step at `index` directly follows `previous`.
+fn follows(path: &[(IdempotencyState, Option<Action>)], index: usize, previous: Action) -> bool {
+    index > 0 && path[index - 1].1 == Some(previous)
+}
+
+/// The model's state after every step of `path`, in the words of [`MiddlewareView`].
+pub fn expected_views(path: &[(IdempotencyState, Option<Action>)]) -> Vec<MiddlewareView> {
+    // The real generation restarts at 1 on a row claimed while absent; the model's continues.
+    let mut offset: i64 = 0;
+    let mut views = Vec::with_capacity(path.len());
+    let mut previous_row_present = false;
+    for (state, _) in path {
+        if let Some(row) = state.row {
+            if !previous_row_present && row.status == RowStatus::Processing {
+                offset = i64::from(row.generation) - 1;
+            }
+        }
+        previous_row_present = state.row.is_some();
+        let row = state.row.map(|row| {
+            let (status, body) = match row.status {
+                RowStatus::Processing => ("processing", None),
+                RowStatus::Failed { .. } => ("failed", None),
+                RowStatus::Succeeded { stored, .. } => (
+                    "succeeded",
+                    Some(match stored {
+                        Stored::Full => BodyKind::Full,
+                        Stored::Sentinel => BodyKind::Sentinel,
+                        Stored::Empty => BodyKind::Empty,
+                    }),
+                ),
+            };
+            RowView {
+                status,
+                generation: i64::from(row.generation) - offset,
+                fingerprint: row.fingerprint,
+                body,
+            }
+        });
+        let waiting = state
+            .clients
+            .iter()
+            .map(|client| match client.stage {
+                Stage::Claiming { .. } | Stage::Reading { .. } => Some("claim"),
+                Stage::Finalizing { .. } | Stage::Guarding { .. } => Some("finalize"),
+                _ => None,
+            })
+            .collect();
+        views.push(MiddlewareView {
+            row,
+            handler_runs: state.history.ran_with.len(),
+            waiting,
+        });
+    }
+    views
+}
+
+/// Where a path of one variant stops being a path of `other` (same bounds): the first step
+/// (1-based) whose action `other` cannot take, or after which the rows or handler runs differ,
+/// with both views. `None` when `other` takes every step to the same views. This is where a
+/// replay of a pre-fix counterexample against the shipped layer must diverge.
+pub fn first_difference(
+    path: &[(IdempotencyState, Option<Action>)],
+    other: &IdempotencyModel,
+) -> Option<(usize, String)> {
+    use stateright::Model;
+    let expected = expected_views(path);
+    let mut states = vec![path.first()?.0.clone()];
+    for (index, (_, action)) in path.iter().enumerate() {
+        let Some(action) = action else { break };
+        let before = states.last().expect("a state before every step");
+        let mut enabled = Vec::new();
+        other.actions(before, &mut enabled);
+        let next = enabled
+            .contains(action)
+            .then(|| other.next_state(before, *action))
+            .flatten();
+        let Some(next) = next else {
+            return Some((
+                index + 1,
+                format!("{action:?} is not a step of `{}`", other.variant()),
+            ));
+        };
+        states.push(next);
+        let replayed: Vec<(IdempotencyState, Option<Action>)> =
+            states.iter().map(|state| (state.clone(), None)).collect();
+        let actual = expected_views(&replayed).pop().expect("one view per state");
+        if actual != expected[index + 1] {
+            return Some((
+                index + 1,
+                format!(
+                    "{}: {actual:?}; the path: {:?}",
+                    other.variant(),
+                    expected[index + 1]
+                ),
+            ));
+        }
+    }
+    None
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oncecheck_model::check::shortest_paths;
+    use oncecheck_model::idempotency::AwaitPoint;
+    use stateright::Model;
+
+    fn model(variant: &str, overrides: &[(&str, u32)]) -> IdempotencyModel {
+        let overrides: Vec<(String, u32)> = overrides
+            .iter()
+            .map(|(key, value)| (key.to_string(), *value))
+            .collect();
+        let bounds = IdempotencyModel::resolve_bounds(variant, &overrides).unwrap();
+        IdempotencyModel::build(variant, &bounds).unwrap()
+    }
+
+    fn counterexample(
+        model: &IdempotencyModel,
+        name: &str,
+    ) -> Vec<(IdempotencyState, Option<Action>)> {
+        let def = model
+            .property_defs()
+            .into_iter()
+            .find(|def| def.name == name)
+            .unwrap();
+        shortest_paths(model, &[(def.name, def.condition, false)])
+            .remove(def.name)
+            .unwrap()
+    }
+
+    //= specs/idempotency-middleware.md#M2
+    #[test]
+    fn the_pre_fix_poison_is_an_empty_success_row_of_the_first_generation() {
+        let model = model("pre-fix", &[]);
+        let path = counterexample(&model, "M2 no-poison");
+        assert_eq!(
+            applicable(&model, &path, Database::Postgres),
+            Ok(LayerBehaviour::PreFix)
+        );
+        let views = expected_views(&path);
+        assert_eq!(views.len(), path.len());
+        assert_eq!(
+            views[0],
+            MiddlewareView {
+                row: None,
+                handler_runs: 0,
+                waiting: vec![None, None],
+            }
+        );
+        let last = views.last().unwrap();
+        assert_eq!(
+            last.row,
+            Some(RowView {
+                status: "succeeded",
+                generation: 1,
+                fingerprint: Fingerprint::A,
+                body: Some(BodyKind::Empty),
+            })
+        );
+        assert_eq!(last.handler_runs, 1);
+    }
+
+    #[test]
+    fn a_trace_the_layer_cannot_take_is_not_applicable_with_the_reason() {
+        let renewed = model("renewed", &[]);
+        let path = counterexample(&model("fenced", &[]), "M1 at-most-once");
+        let error = applicable(&renewed, &path, Database::Postgres).unwrap_err();
+        assert!(error.contains("heartbeat"), "{error}");
+
+        let fenced = model("fenced", &[]);
+        let error = applicable(&fenced, &path, Database::Sqlite).unwrap_err();
+        assert!(error.contains("bound sqlite=0"), "{error}");
+        assert_eq!(
+            applicable(&fenced, &path, Database::Postgres),
+            Ok(LayerBehaviour::Fenced)
+        );
+
+        let faulty = model("fenced", &[("process_faults", 1)]);
+        let def = faulty
+            .property_defs()
+            .into_iter()
+            .find(|def| def.name == "M1 at-most-once")
+            .unwrap();
+        // The shortest path on which a process fault (a stall or a death) was spent.
+        let faulted =
+            |_: &IdempotencyModel, state: &IdempotencyState| state.budget.process_faults == 0;
+        let path = shortest_paths(&faulty, &[(def.name, faulted, true)])
+            .remove(def.name)
+            .unwrap();
+        let error = applicable(&faulty, &path, Database::Postgres).unwrap_err();
+        assert!(
+            error.starts_with(&format!("step {}: the process ", path.len() - 1)),
+            "{error}"
+        );
+    }
+
+    #[test]
+    fn a_step_inside_sqlites_claim_call_is_not_applicable() {
+        let sqlite = model("fenced", &[("sqlite", 1)]);
+        let reading = |_: &IdempotencyModel, state: &IdempotencyState| {
+            state
+                .clients
+                .iter()
+                .any(|client| matches!(client.stage, Stage::Reading { .. }))
+        };
+        let mut path = shortest_paths(&sqlite, &[("reading", reading, true)])
+            .remove("reading")
+            .unwrap();
+        let (before, _) = path.pop().unwrap();
+        let client = before
+            .clients
+            .iter()
+            .position(|client| matches!(client.stage, Stage::Reading { .. }))
+            .unwrap();
+        let read = Action::MiddlewareReadsRow { client };
+        let after = sqlite.next_state(&before, read).unwrap();
+        let mut direct = path.clone();
+        direct.push((before.clone(), Some(read)));
+        direct.push((after, None));
+        assert_eq!(
+            applicable(&sqlite, &direct, Database::Sqlite),
+            Ok(LayerBehaviour::Fenced)
+        );
+        assert!(applicable(&sqlite, &direct, Database::Postgres)
+            .unwrap_err()
+            .contains("bound sqlite=1"));
+
+        let tick = Action::ClockTicks;
+        let ticked = sqlite.next_state(&before, tick).unwrap();
+        let mut enabled = Vec::new();
+        sqlite.actions(&ticked, &mut enabled);
+        assert!(enabled.contains(&read));
+        let after = sqlite.next_state(&ticked, read).unwrap();
+        let mut split = path;
+        split.push((before, Some(tick)));
+        split.push((ticked, Some(read)));
+        split.push((after, None));
+        let error = applicable(&sqlite, &split, Database::Sqlite).unwrap_err();
+        assert_eq!(
+            error,
+            format!("step {}: a step between SQLite's claim statement and its read of the row: both run inside one store call", split.len() - 1)
+        );
+    }
+
+    // The step the fix changes: the pre-fix counterexamples of M2 and M3 replayed on the
+    // shipped behaviour part from it exactly where the capture (M2) or the finalize (M3) differs.
+    #[test]
+    fn the_pre_fix_counterexamples_part_from_the_shipped_layer_at_the_fixed_step() {
+        let pre_fix = model("pre-fix", &[]);
+        let fenced = model("fenced", &[]);
+        // M2: the finalize writes the empty body pre-fix and the sentinel on the shipped layer.
+        // M3: the client cancels during the capture; pre-fix nothing is left to finalize, the
+        // shipped layer's drop guard has its finalize waiting.
+        for (name, steps, parts_at) in [("M2 no-poison", 5, 5), ("M3 terminal-rule", 4, 4)] {
+            let path = counterexample(&pre_fix, name);
+            assert_eq!(path.len() - 1, steps, "{name}");
+            let (step, detail) = first_difference(&path, &fenced).unwrap();
+            let action = path[step - 1].1.unwrap();
+            println!("{name}: {steps} steps; parts at step {step} ({action:?}): {detail}");
+            assert_eq!(step, parts_at, "{name}");
+            match name {
+                "M2 no-poison" => {
+                    assert!(matches!(action, Action::MiddlewareFinalizes { .. }));
+                    assert!(detail.contains("body: Some(Sentinel)"), "{detail}");
+                }
+                _ => {
+                    assert!(matches!(
+                        action,
+                        Action::ClientCancels {
+                            at: AwaitPoint::Capture,
+                            ..
+                        }
+                    ));
+                    assert!(
+                        detail.contains("waiting: [Some(\"finalize\"), None]"),
+                        "{detail}"
+                    );
+                }
+            }
+        }
+        let path = counterexample(&fenced, "M1 at-most-once");
+        assert_eq!(first_difference(&path, &fenced), None);
+    }
+
+    // The fenced lease crossing: a second claim takes the row over in place, so the real
+    // generation is the model's (2), and both claims entered the handler.
+    //= specs/idempotency-middleware.md#M1
+    #[test]
+    fn the_lease_crossing_shows_two_handler_runs_and_generation_two() {
+        let model = model("fenced", &[]);
+        let path = counterexample(&model, "M1 at-most-once");
+        let last = expected_views(&path).pop().unwrap();
+        assert_eq!(last.handler_runs, 2);
+        assert_eq!(last.row.map(|row| row.generation), Some(2));
+    }
+}
