@@ -29,7 +29,7 @@ pub mod sync;
 pub use capture::{capture_up_to_cap, BoxBody, BoxError, Capture, LiveBody};
 pub use clock::{Clock, ManualClock, SystemClock};
 pub use layer::{
-    Behaviour, Config, IdempotencyLayer, IdempotencyLayerBuilder, IdempotencyService, Principal, StatsSnapshot,
-    BODY_BYTES_MAX_DEFAULT, REPLAYED_HEADER,
+    Behaviour, Config, IdempotencyLayer, IdempotencyLayerBuilder, IdempotencyService, Principal,
+    StatsSnapshot, BODY_BYTES_MAX_DEFAULT, REPLAYED_HEADER,
 };
 pub use store::{CacheKey, CacheStore, MemoryStore, PostgresStore, SqliteStore};

@@ -5,12 +5,12 @@
 //! primitive used behind shuttle's back would hide interleavings from the schedule explorer.
 
 #[cfg(not(feature = "shuttle"))]
-pub use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+pub use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 #[cfg(not(feature = "shuttle"))]
 pub use std::sync::{Arc, Mutex, MutexGuard};
 
 #[cfg(feature = "shuttle")]
-pub use shuttle::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
+pub use shuttle::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize, Ordering};
 #[cfg(feature = "shuttle")]
 pub use shuttle::sync::{Arc, Mutex, MutexGuard};
 
@@ -37,6 +37,45 @@ where
             Err(_) => false,
         }
     }
+}
+
+/// Waits `duration` (a finalize backoff). Under shuttle, which has no clock, it yields instead,
+/// so a schedule still interleaves other tasks at that point.
+pub async fn sleep(duration: std::time::Duration) {
+    #[cfg(feature = "shuttle")]
+    {
+        let _ = duration;
+        shuttle::future::yield_now().await;
+    }
+    #[cfg(not(feature = "shuttle"))]
+    tokio::time::sleep(duration).await;
+}
+
+/// Waits one heartbeat period. Under shuttle it never returns: without a clock a heartbeat
+/// would renew in a busy loop, and lease expiry is not what the schedules explore.
+pub async fn sleep_between_renewals(interval: std::time::Duration) {
+    #[cfg(feature = "shuttle")]
+    {
+        let _ = interval;
+        std::future::pending::<()>().await;
+    }
+    #[cfg(not(feature = "shuttle"))]
+    tokio::time::sleep(interval).await;
+}
+
+/// Runs `future` for at most `limit`; `None` when the limit passed first (the future is
+/// dropped). Under shuttle the limit is not enforced.
+pub async fn within<F: std::future::Future>(
+    limit: std::time::Duration,
+    future: F,
+) -> Option<F::Output> {
+    #[cfg(feature = "shuttle")]
+    {
+        let _ = limit;
+        Some(future.await)
+    }
+    #[cfg(not(feature = "shuttle"))]
+    tokio::time::timeout(limit, future).await.ok()
 }
 
 /// Locks a mutex, treating poison as recoverable: the data guarded here (rows of the memory

@@ -23,7 +23,12 @@ fn seed() -> u64 {
     let seed = std::env::var("SHUTTLE_SEED")
         .ok()
         .and_then(|text| text.parse().ok())
-        .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64);
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
     println!("shuttle seed: {seed} (rerun with SHUTTLE_SEED={seed})");
     seed
 }
@@ -42,11 +47,19 @@ fn layer_for(store: MemoryStore) -> IdempotencyLayer<MemoryStore> {
 }
 
 fn request() -> Request<Full<Bytes>> {
-    Request::post("/transfers").header("idempotency-key", "k").body(Full::new(Bytes::from_static(b"{}"))).unwrap()
+    Request::post("/transfers")
+        .header("idempotency-key", "k")
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .unwrap()
 }
 
 fn key() -> CacheKey {
-    CacheKey { scope: String::new(), method: "POST".into(), path: "/transfers".into(), key: "k".into() }
+    CacheKey {
+        scope: String::new(),
+        method: "POST".into(),
+        path: "/transfers".into(),
+        key: "k".into(),
+    }
 }
 
 /// A body that yields one frame, then never ends: the client is still reading when it goes away.
@@ -58,7 +71,10 @@ struct Stalled {
 impl Body for Stalled {
     type Data = Bytes;
     type Error = Infallible;
-    fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         if self.sent {
             return Poll::Pending;
         }
@@ -101,9 +117,14 @@ fn concurrent_duplicates_run_the_handler_once() {
                 let mut fresh = 0;
                 for call in calls {
                     let (status, replayed, body) = call.await.unwrap();
-                    match (status, replayed.as_ref().map(|value| value.to_str().unwrap())) {
+                    match (
+                        status,
+                        replayed.as_ref().map(|value| value.to_str().unwrap()),
+                    ) {
                         (StatusCode::OK, Some("false")) => fresh += 1,
-                        (StatusCode::OK, Some("true")) => assert_eq!(&body[..], b"moved", "a replay is the original body"),
+                        (StatusCode::OK, Some("true")) => {
+                            assert_eq!(&body[..], b"moved", "a replay is the original body")
+                        }
                         (StatusCode::CONFLICT, None) => {}
                         other => panic!("unexpected answer {other:?}"),
                     }
@@ -132,7 +153,10 @@ fn drop_guard_finalizes_the_sentinel_while_a_duplicate_races_it() {
                     let (counter, frames) = (counter.clone(), frames.clone());
                     async move {
                         counter.fetch_add(1, Ordering::SeqCst);
-                        Ok::<_, Infallible>(Response::new(Stalled { sent: false, produced: frames }))
+                        Ok::<_, Infallible>(Response::new(Stalled {
+                            sent: false,
+                            produced: frames,
+                        }))
                     }
                 });
                 let service = layer.layer(handler);
@@ -142,7 +166,10 @@ fn drop_guard_finalizes_the_sentinel_while_a_duplicate_races_it() {
                 let waker = futures_util::task::noop_waker();
                 let mut context = Context::from_waker(&waker);
                 while produced.load(Ordering::SeqCst) == 0 {
-                    assert!(first.as_mut().poll(&mut context).is_pending(), "the stalled body never completes");
+                    assert!(
+                        first.as_mut().poll(&mut context).is_pending(),
+                        "the stalled body never completes"
+                    );
                     shuttle::future::yield_now().await;
                 }
                 drop(first);
@@ -162,7 +189,11 @@ fn drop_guard_finalizes_the_sentinel_while_a_duplicate_races_it() {
                 }
                 let row = store.row(&key()).unwrap();
                 assert_eq!(row.status, "succeeded", "the guard finalized the row");
-                assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler never ran twice");
+                assert_eq!(
+                    runs.load(Ordering::SeqCst),
+                    1,
+                    "the handler never ran twice"
+                );
                 assert_eq!(layer.stats().guard_fired, 1);
             })
         },

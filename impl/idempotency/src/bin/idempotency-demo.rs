@@ -41,7 +41,11 @@ fn argument(name: &str, default: &str) -> String {
 
 async fn transfer(State(pool): State<SqlitePool>, Json(transfer): Json<Transfer>) -> Response {
     if transfer.amount <= 0 || transfer.from == transfer.to {
-        return (StatusCode::UNPROCESSABLE_ENTITY, "amount must be positive between two accounts").into_response();
+        return (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            "amount must be positive between two accounts",
+        )
+            .into_response();
     }
     let result: Result<Response, sqlx::Error> = async {
         let mut transaction = pool.begin().await?;
@@ -66,12 +70,21 @@ async fn transfer(State(pool): State<SqlitePool>, Json(transfer): Json<Transfer>
         Ok((StatusCode::CREATED, Json(body)).into_response())
     }
     .await;
-    result.unwrap_or_else(|error| (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response())
+    result.unwrap_or_else(|error| {
+        (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response()
+    })
 }
 
 async fn accounts(State(pool): State<SqlitePool>) -> Response {
-    match sqlx::query_as::<_, (String, i64)>("SELECT id, balance FROM accounts ORDER BY id").fetch_all(&pool).await {
-        Ok(rows) => Json(rows.into_iter().collect::<std::collections::BTreeMap<_, _>>()).into_response(),
+    match sqlx::query_as::<_, (String, i64)>("SELECT id, balance FROM accounts ORDER BY id")
+        .fetch_all(&pool)
+        .await
+    {
+        Ok(rows) => Json(
+            rows.into_iter()
+                .collect::<std::collections::BTreeMap<_, _>>(),
+        )
+        .into_response(),
         Err(error) => (StatusCode::INTERNAL_SERVER_ERROR, error.to_string()).into_response(),
     }
 }
@@ -93,7 +106,9 @@ async fn authenticate(mut request: Request, next: Next) -> Response {
 #[tokio::main]
 async fn main() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::fmt()
-        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()),
+        )
         .init();
     let database = argument("--database", "idempotency-demo.db");
     let listen = argument("--listen", "127.0.0.1:3000");
@@ -101,7 +116,10 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         .filename(&database)
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal);
-    let pool = SqlitePoolOptions::new().max_connections(4).connect_with(options).await?;
+    let pool = SqlitePoolOptions::new()
+        .max_connections(4)
+        .connect_with(options)
+        .await?;
     sqlx::raw_sql(
         "CREATE TABLE IF NOT EXISTS accounts (id TEXT PRIMARY KEY, balance INTEGER NOT NULL CHECK (balance >= 0));
          INSERT OR IGNORE INTO accounts (id, balance) VALUES ('alice', 100), ('bob', 100);",
@@ -118,7 +136,9 @@ async fn main() -> Result<(), Box<dyn std::error::Error>> {
         // Outermost, so it runs first and the principal is there when the cache key is built.
         .layer(axum::middleware::from_fn(authenticate));
     let listener = tokio::net::TcpListener::bind(&listen).await?;
-    println!("idempotency-demo on http://{listen} (database {database}); POST /transfers, GET /accounts");
+    println!(
+        "idempotency-demo on http://{listen} (database {database}); POST /transfers, GET /accounts"
+    );
     axum::serve(listener, app).await?;
     Ok(())
 }
