@@ -42,7 +42,9 @@ pub const BODY_BYTES_MAX_DEFAULT: usize = 1 << 20;
 
 /// The authenticated principal a request acts for, inserted as a request extension by the
 /// application's authentication layer (which must run before this one). Cached responses are
-/// scoped by it, so a tenant can never replay another tenant's response. Absent = scope "".
+/// scoped by it, so a tenant can never replay another tenant's response. Absent = scope "",
+/// the anonymous caller. A principal with an empty name is refused with 401: it would share
+/// the anonymous caller's rows, so credentials that name no one are never anonymous.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal(pub String);
 
@@ -451,11 +453,13 @@ where
         .path_and_query()
         .map_or(parts.uri.path(), |value| value.as_str());
     let fingerprint = Fingerprint::of(&parts.method, path_and_query, &body_bytes);
-    let scope = parts
-        .extensions
-        .get::<Principal>()
-        .map(|principal| principal.0.clone())
-        .unwrap_or_default();
+    let scope = match parts.extensions.get::<Principal>() {
+        None => String::new(),
+        Some(Principal(name)) if name.is_empty() => {
+            return Ok(problem_response(empty_principal_problem()))
+        }
+        Some(Principal(name)) => name.clone(),
+    };
     let cache_key = CacheKey {
         scope,
         method: parts.method.to_string(),
@@ -683,6 +687,15 @@ fn mismatch_problem() -> Problem {
         kind: "fingerprint-mismatch",
         title: "Idempotency-Key reused with a different request",
         detail: "this key was first used with another method, path or body".into(),
+    }
+}
+
+fn empty_principal_problem() -> Problem {
+    Problem {
+        status: StatusCode::UNAUTHORIZED,
+        kind: "empty-principal",
+        title: "The request's credentials name no one",
+        detail: "the authentication layer accepted credentials with an empty principal".into(),
     }
 }
 

@@ -556,6 +556,34 @@ async fn key_validation<St: TestStore>(store: St) {
     );
 }
 
+/// Routing runs before the layer (`route_layer`): an unknown route is 404 and a wrong method
+/// 405, never 400 missing-key; an empty principal is 401, never the anonymous caller's scope.
+async fn routing_and_principals<St: TestStore>(store: St) {
+    let handler = Handler::new(vec![Script::ok(vec![Step::Data(5)])]);
+    let app = app(
+        layer_builder(store.clone(), &clock()).build(),
+        handler.clone(),
+    );
+    let unknown = http::Request::post("/unknown")
+        .body(axum::body::Body::from("x"))
+        .unwrap();
+    assert_eq!(send(&app, unknown).await.status, StatusCode::NOT_FOUND);
+    let wrong_method = http::Request::delete("/transfers")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    assert_eq!(
+        send(&app, wrong_method).await.status,
+        StatusCode::METHOD_NOT_ALLOWED
+    );
+    let mut empty = post(Some("k1"), "x");
+    empty.extensions_mut().insert(Principal(String::new()));
+    let refused = send(&app, empty).await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(refused.headers["content-type"], "application/problem+json");
+    assert_eq!(handler.runs(), 0);
+    assert_eq!(store.row_count().await, 0, "nothing was claimed");
+}
+
 /// An expired row never blocks: after the TTL the key is new, even with another fingerprint.
 async fn row_expiry<St: TestStore>(store: St) {
     let clock = clock();
@@ -647,6 +675,7 @@ on_both_stores! {
     without_heartbeat_the_lease_crossing_runs_twice: 4,
     tenant_scoping: 4,
     key_validation: 4,
+    routing_and_principals: 4,
     row_expiry: 4,
     concurrent_duplicates: 4,
 }

@@ -332,8 +332,8 @@ pub fn postgres_url() -> String {
     })
 }
 
-/// A fresh PostgreSQL database on the server of ONCECHECK_PG_URL.
-pub async fn postgres_store(connections_max: u32) -> PostgresStore {
+/// Creates a fresh database on the server of ONCECHECK_PG_URL; returns its URL.
+pub async fn fresh_postgres_database() -> String {
     use sqlx::postgres::PgPoolOptions;
     let admin_url = postgres_url();
     let name = unique_name("idem");
@@ -350,9 +350,37 @@ pub async fn postgres_store(connections_max: u32) -> PostgresStore {
     let base = admin_url
         .rsplit_once('/')
         .map_or(admin_url.as_str(), |(base, _)| base);
+    format!("{base}/{name}")
+}
+
+/// Drops a database made by [`fresh_postgres_database`].
+pub async fn drop_postgres_database(url: &str) {
+    let name = url
+        .rsplit_once('/')
+        .map(|(_, name)| name.to_string())
+        .unwrap();
+    let admin = sqlx::PgPool::connect(&postgres_url()).await.unwrap();
+    sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+}
+
+/// A fresh SQLite database path (the file does not exist yet).
+pub fn fresh_sqlite_path() -> std::path::PathBuf {
+    let directory = std::env::temp_dir().join("oncecheck-idempotency-tests");
+    std::fs::create_dir_all(&directory).unwrap();
+    directory.join(format!("{}.db", unique_name("demo")))
+}
+
+/// A fresh PostgreSQL database on the server of ONCECHECK_PG_URL.
+pub async fn postgres_store(connections_max: u32) -> PostgresStore {
+    use sqlx::postgres::PgPoolOptions;
+    let url = fresh_postgres_database().await;
     let pool = PgPoolOptions::new()
         .max_connections(connections_max)
-        .connect(&format!("{base}/{name}"))
+        .connect(&url)
         .await
         .unwrap();
     let store = PostgresStore::new(pool);
@@ -389,7 +417,8 @@ pub fn app<St: CacheStore>(layer: IdempotencyLayer<St>, handler: Arc<Handler>) -
                 route_handler.clone().respond(request)
             }),
         )
-        .layer(layer)
+        // As applications should mount it: after routing, so unknown routes are 404.
+        .route_layer(layer)
 }
 
 pub fn post(key: Option<&str>, body: &'static str) -> Request<AxumBody> {
