@@ -5,7 +5,7 @@
 //! attributed to its actor by the port it arrived on. A request is **held**: its client stays
 //! blocked until the replayer, stepping through a trace, takes it ([`Proxy::next_request`]),
 //! decides what the model does with it and answers it. The proxy then makes the server behave as
-//! AWS documents but emulators do not (DESIGN.md sections 2 and 5):
+//! AWS documents but emulators do not (specs/relay-append.md, "DynamoDB facts the design builds on"):
 //!
 //! - **the visibility window**: a committed transaction's written items are held *pending* until
 //!   the trace applies them one at a time ([`Proxy::apply`]); Queries and GetItems answer the

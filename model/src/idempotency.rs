@@ -1,13 +1,13 @@
-//! The Idempotency-Key middleware model (DESIGN.md M1-M9, specs/idempotency-middleware.md).
+//! The Idempotency-Key middleware model (M1-M9 of specs/idempotency-middleware.md).
 //!
 //! Clients send one request each with the key `k` (fingerprint A or B); the middleware claims
 //! the key in the cache row, runs the handler, captures the body, finalizes the row; the
 //! environment expires the lease or the row, fails a finalize (unknown outcome) and cancels
 //! clients at every await point. Variants:
-//! - `pre-fix`: seed 003 before its fix — a capped `to_bytes` whose error becomes an empty body
+//! - `pre-fix`: the layer before its body-integrity fix — a capped `to_bytes` whose error becomes an empty body
 //!   (cached and sent), a finalize error that empties the live body, no drop guard, one
 //!   finalize attempt, finalize conditional on the key only.
-//! - `fixed`: seed 003's D1-D8 — frame capture, the terminal rule, the drop guard, a finalize
+//! - `fixed`: the body-integrity fix — frame capture, the terminal rule, the drop guard, a finalize
 //!   retry — with the finalize still conditional on the key only.
 //! - `fenced`: `fixed` plus generation fencing (finalize only the own generation while processing).
 //!

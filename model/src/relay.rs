@@ -1,4 +1,4 @@
-//! The relay append protocol (specs/relay-append.md; seed 000): writers that take a stream's
+//! The relay append protocol (specs/relay-append.md): writers that take a stream's
 //! seq inside the write transaction, pullers that page with a limit and store the last seq of a
 //! page as their cursor, all over the DynamoDB semantics of [`crate::ddb`], visibility window
 //! included.
@@ -10,7 +10,7 @@
 //! because a response can be lost after commit. A conformance replay orders real requests by
 //! these steps.
 //!
-//! Variants (DESIGN.md section 4):
+//! Variants (specs/relay-append.md, "Variants and verdicts"):
 //! - `add-era`: UpdateItem ADD allocates the seq, then a transaction of claim and op.
 //! - `counter-only`: the counter condition in the transaction, no predecessor check.
 //! - `fixed`: the whole design (predecessor check and its flip, ALL_OLD hint, floor step, carry).

@@ -1,4 +1,4 @@
-//! Tokened DynamoDB writes retried under unknown outcomes (requirements T1-T4 of DESIGN.md,
+//! Tokened DynamoDB writes retried under unknown outcomes (requirements T1-T4,
 //! spec: `specs/tokened-writes.md`).
 //!
 //! What is modelled: clients that each make one logical write with one of the retry patterns of
@@ -337,7 +337,7 @@ impl TokenModel {
             .any(|client| client.attempts.iter().any(|a| matches!(a.server, ServerSide::Running { .. })))
     }
 
-    /// The server's answer to a pending request (DESIGN.md section 2), with the mutations.
+    /// The server's answer to a pending request (specs/tokened-writes.md, server rules), with the mutations.
     fn decide(&self, state: &TokenState, client: usize, attempt: usize) -> Decision {
         let owner = &state.clients[client];
         let request = &owner.attempts[attempt];
@@ -744,7 +744,7 @@ impl ModelSpec for TokenModel {
         ]
     }
 
-    /// Expectations of the honest model (DESIGN.md section 4), derived from the bounds where a
+    /// Expectations of the honest model (specs/tokened-writes.md, verdicts), derived from the bounds where a
     /// bound removes a case: no retries, or a clock too short for a late retry. At the CI
     /// bounds this is the table of `specs/tokened-writes.md`.
     fn expected(&self, property: &PropertyDef<Self>) -> Verdict {

@@ -1,4 +1,4 @@
-//! Seed 003's scenario matrix, fencing and tenant scoping, against real SQLite and PostgreSQL.
+//! The body-integrity scenario matrix, fencing, the heartbeat and tenant scoping, against real SQLite and PostgreSQL.
 //!
 //! Every scenario is one generic function run on both stores. Each test that pins a fix says
 //! which behaviour (IDEM_BEHAVIOUR=pre-fix or fixed, with --features test-seams) makes it fail.

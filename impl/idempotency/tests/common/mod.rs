@@ -169,7 +169,7 @@ impl Handler {
 pub trait TestStore: CacheStore {
     async fn sole_row(&self) -> Option<RowView>;
     async fn row_count(&self) -> i64;
-    /// A BEFORE UPDATE trigger that raises when a row turns `succeeded` (seed 003's fault).
+    /// A BEFORE UPDATE trigger that raises when a row turns `succeeded` (the database fault the body-integrity fix was made for).
     async fn break_success_finalize(&self);
     /// Closes the pool and removes the throwaway database (called after a passing test; a
     /// failing one leaves its database behind for inspection).
