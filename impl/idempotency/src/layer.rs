@@ -938,6 +938,14 @@ impl<St: CacheStore> ClaimOwner<St> {
         // Armed before the first await after the 2xx: if the client goes away while we capture
         // or finalize, the guard still finalizes the sentinel.
         let guard = FinalizeGuard::arm(&self, status, headers.clone());
+        // Seeded bug (loom only): the guard stops covering the capture and the finalize.
+        #[cfg(oncecheck_loom)]
+        let guard = if sync::loom_mutation("guard-disarmed-early") {
+            guard.disarm();
+            FinalizeGuard { armed: None }
+        } else {
+            guard
+        };
         let capture = capture_up_to_cap(body, self.shared.config.body_bytes_max).await;
         //= specs/idempotency-middleware.md#M2
         //# A cached success holds the complete body, at most the cap, or the too-large sentinel.
@@ -1079,7 +1087,7 @@ impl<St: CacheStore> Drop for FinalizeGuard<St> {
     }
 }
 
-#[cfg(all(test, not(feature = "shuttle")))]
+#[cfg(all(test, not(feature = "shuttle"), not(oncecheck_loom)))]
 mod tests {
     use super::*;
     use crate::clock::ManualClock;

@@ -80,6 +80,17 @@ impl MemoryStore {
         {
             return Ok(FinalizeOutcome::Lost);
         }
+        // Seeded bug (loom only): the lock is released between the fencing check and the write,
+        // so two finalizers of one generation can both pass the check.
+        #[cfg(oncecheck_loom)]
+        let row = if sync::loom_mutation("split-finalize") {
+            drop(rows);
+            rows = sync::lock(&self.rows);
+            rows.get_mut(key)
+                .expect("rows are never deleted in the loom tests")
+        } else {
+            row
+        };
         row.status = status;
         row.response = response;
         Ok(FinalizeOutcome::Applied)
@@ -100,6 +111,13 @@ impl CacheStore for MemoryStore {
             response: None,
         };
         let Some(row) = rows.get(request.key) else {
+            // Seeded bug (loom only): the lock is released between finding no row and inserting
+            // one, so two claims can both find none.
+            #[cfg(oncecheck_loom)]
+            if sync::loom_mutation("split-claim") {
+                drop(rows);
+                rows = sync::lock(&self.rows);
+            }
             rows.insert(request.key.clone(), fresh(1));
             return Ok(ClaimOutcome::Claimed { generation: 1 });
         };
