@@ -129,6 +129,34 @@ async fn finalize_failure<St: TestStore>(store: St) {
     );
 }
 
+/// A short database hiccup: the first two finalize attempts fail, the third (after jittered
+/// backoffs) applies, so the success is recorded and replayed and the handler never becomes
+/// re-runnable. The pre-fix layer made one attempt and left the row to its lease.
+async fn finalize_hiccup<St: TestStore>(store: St) {
+    store.fail_next_success_finalizes(2).await;
+    let handler = Handler::new(vec![Script::ok(vec![Step::Data(100)])]);
+    let layer = layer_builder(store.clone(), &clock()).build();
+    let app = app(layer.clone(), handler.clone());
+    let first = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(first.data, pattern(0, 100));
+    let stats = layer.stats();
+    assert_eq!(
+        (
+            stats.finalize_retries,
+            stats.finalize_applied,
+            stats.finalize_unknown
+        ),
+        (2, 1, 0),
+        "{stats:?}"
+    );
+    let row = store.sole_row().await.expect("a row");
+    assert_eq!(row.status, "succeeded");
+    let replay = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(replay.replayed(), Some("true"));
+    assert_eq!(replay.data, pattern(0, 100));
+    assert_eq!(handler.runs(), 1);
+}
+
 /// The database refuses the sentinel finalize of an over-cap body: the body is still complete.
 async fn finalize_failure_on_overflow<St: TestStore>(store: St) {
     store.break_success_finalize().await;
@@ -357,16 +385,10 @@ async fn one_connection_pool<St: TestStore>(store: St) {
 //# Every finalize is conditional on its claim's generation and on the row still processing.
 async fn lease_crossing<St: TestStore>(store: St) {
     let clock = clock();
-    let mut slow = Script::ok(vec![Step::Data(3)]);
-    slow.gate_before_response = Some(0);
-    let fast = Script::ok(vec![Step::Data(7)]);
-    let handler = Handler::new(vec![slow, fast]);
+    let handler = slow_then_fast();
     let layer = layer_builder(store.clone(), &clock).build();
     let app = app(layer.clone(), handler.clone());
-    let stale = tokio::spawn(send_owned(app.clone(), "k1"));
-    while handler.runs() == 0 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let stale = start_first(&app, &handler).await;
     let in_flight = send(&app, post(Some("k1"), "x")).await;
     assert_eq!(
         in_flight.status,
@@ -426,17 +448,12 @@ async fn wait_for_renewals<St>(
 //# The handler runs only for the request that won the atomic claim of its key.
 async fn heartbeat_outlives_the_lease<St: TestStore>(store: St) {
     let clock = clock();
-    let mut slow = Script::ok(vec![Step::Data(3)]);
-    slow.gate_before_response = Some(0);
-    let handler = Handler::new(vec![slow, Script::ok(vec![Step::Data(7)])]);
+    let handler = slow_then_fast();
     let layer = layer_builder(store.clone(), &clock)
         .lease_renew_interval(Duration::from_millis(20))
         .build();
     let app = app(layer.clone(), handler.clone());
-    let first = tokio::spawn(send_owned(app.clone(), "k1"));
-    while handler.runs() == 0 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let first = start_first(&app, &handler).await;
     // 15 s steps, each followed by two renewals, so at least one read the clock after the step:
     // the lease always ends at least 15 s after the clock's "now".
     for _ in 0..3 {
@@ -471,17 +488,12 @@ async fn heartbeat_outlives_the_lease<St: TestStore>(store: St) {
 /// model's `fenced` variant shows, M1 violated); fencing keeps the stale finalize off the row.
 async fn without_heartbeat_the_lease_crossing_runs_twice<St: TestStore>(store: St) {
     let clock = clock();
-    let mut slow = Script::ok(vec![Step::Data(3)]);
-    slow.gate_before_response = Some(0);
-    let handler = Handler::new(vec![slow, Script::ok(vec![Step::Data(7)])]);
+    let handler = slow_then_fast();
     let layer = layer_builder(store.clone(), &clock)
         .without_lease_renewal()
         .build();
     let app = app(layer.clone(), handler.clone());
-    let first = tokio::spawn(send_owned(app.clone(), "k1"));
-    while handler.runs() == 0 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let first = start_first(&app, &handler).await;
     clock.advance_secs(45);
     let duplicate = send(&app, post(Some("k1"), "x")).await;
     assert_eq!(
@@ -495,6 +507,23 @@ async fn without_heartbeat_the_lease_crossing_runs_twice<St: TestStore>(store: S
     let row = store.sole_row().await.expect("a row");
     assert_eq!(row.generation, 2);
     assert_eq!(layer.stats().lease_renewed, 0);
+}
+
+/// A handler whose first run holds its response (3 bytes) until gate 0 is released; later
+/// runs answer 7 bytes at once.
+fn slow_then_fast() -> std::sync::Arc<Handler> {
+    let mut slow = Script::ok(vec![Step::Data(3)]);
+    slow.gate_before_response = Some(0);
+    Handler::new(vec![slow, Script::ok(vec![Step::Data(7)])])
+}
+
+/// Sends the first request for key k1 in the background; returns once its handler runs.
+async fn start_first(app: &axum::Router, handler: &Handler) -> tokio::task::JoinHandle<Received> {
+    let first = tokio::spawn(send_owned(app.clone(), "k1"));
+    while handler.runs() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    first
 }
 
 async fn send_owned(app: axum::Router, key: &'static str) -> Received {
@@ -661,6 +690,7 @@ on_both_stores! {
     giant_single_frame: 4,
     finalize_failure: 4,
     finalize_failure_on_overflow: 4,
+    finalize_hiccup: 4,
     oversized_non_2xx: 4,
     body_error_before_cap: 4,
     body_error_after_cap: 4,

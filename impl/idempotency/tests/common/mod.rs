@@ -171,6 +171,9 @@ pub trait TestStore: CacheStore {
     async fn row_count(&self) -> i64;
     /// A BEFORE UPDATE trigger that raises when a row turns `succeeded` (the database fault the body-integrity fix was made for).
     async fn break_success_finalize(&self);
+    /// A short hiccup: the next `count` updates that turn a row `succeeded` fail, later ones
+    /// apply (a counter the failing statement cannot roll back: RAISE(FAIL), a sequence).
+    async fn fail_next_success_finalizes(&self, count: u32);
     /// Closes the pool and removes the throwaway database (called after a passing test; a
     /// failing one leaves its database behind for inspection).
     async fn teardown(self);
@@ -237,6 +240,20 @@ impl TestStore for SqliteStore {
         .await
         .unwrap();
     }
+
+    async fn fail_next_success_finalizes(&self, count: u32) {
+        sqlx::raw_sql(&format!(
+            "CREATE TABLE hiccup (failures_left INTEGER NOT NULL);
+             INSERT INTO hiccup VALUES ({count});
+             CREATE TRIGGER hiccup BEFORE UPDATE ON idempotency_keys
+             WHEN NEW.status = 'succeeded' AND (SELECT failures_left FROM hiccup) > 0
+             BEGIN UPDATE hiccup SET failures_left = failures_left - 1;
+                   SELECT RAISE(FAIL, 'injected hiccup'); END;"
+        ))
+        .execute(self.pool())
+        .await
+        .unwrap();
+    }
 }
 
 impl TestStore for PostgresStore {
@@ -281,6 +298,23 @@ impl TestStore for PostgresStore {
              CREATE TRIGGER refuse_success BEFORE UPDATE ON idempotency_keys
              FOR EACH ROW WHEN (NEW.status = 'succeeded') EXECUTE FUNCTION refuse_success();",
         )
+        .execute(self.pool())
+        .await
+        .unwrap();
+    }
+
+    async fn fail_next_success_finalizes(&self, count: u32) {
+        // nextval is not rolled back with the failing statement, so it counts the attempts.
+        sqlx::raw_sql(&format!(
+            "CREATE SEQUENCE hiccup;
+             CREATE FUNCTION hiccup() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+               IF nextval('hiccup') <= {count} THEN RAISE EXCEPTION 'injected hiccup'; END IF;
+               RETURN NEW;
+             END $$;
+             CREATE TRIGGER hiccup BEFORE UPDATE ON idempotency_keys
+             FOR EACH ROW WHEN (NEW.status = 'succeeded') EXECUTE FUNCTION hiccup();"
+        ))
         .execute(self.pool())
         .await
         .unwrap();
