@@ -483,6 +483,52 @@ async fn heartbeat_outlives_the_lease<St: TestStore>(store: St) {
     assert_eq!(layer.stats().lease_lost, 0);
 }
 
+/// The heartbeat lives in the request's future: it stops when the handler has answered and
+/// when the request is dropped mid-handler (its claim then runs out with its lease).
+async fn heartbeat_stops_with_its_request<St: TestStore>(store: St) {
+    let clock = clock();
+    let handler = slow_then_fast();
+    let layer = layer_builder(store.clone(), &clock)
+        .lease_renew_interval(Duration::from_millis(10))
+        .build();
+    let app = app(layer.clone(), handler.clone());
+    let settled = |layer: &oncecheck_idempotency::IdempotencyLayer<St>| {
+        let layer = layer.clone();
+        async move {
+            // Quiet for 20 periods: no heartbeat of this layer is beating.
+            let before = layer.stats().lease_renewed;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            layer.stats().lease_renewed == before
+        }
+    };
+    let dropped = start_first(&app, &handler).await;
+    wait_for_renewals(&layer, 0, 2).await;
+    dropped.abort();
+    let _ = dropped.await;
+    assert!(
+        settled(&layer).await,
+        "the dropped request's heartbeat stopped"
+    );
+    assert_eq!(
+        store.sole_row().await.expect("a row").status,
+        "processing",
+        "left to its lease"
+    );
+    clock.advance_secs(31);
+    let second = tokio::spawn(send_owned(app.clone(), "k1"));
+    let answered = second.await.unwrap();
+    assert_eq!(
+        answered.data,
+        pattern(0, 7),
+        "after the lease a retry took the key over"
+    );
+    assert!(
+        settled(&layer).await,
+        "the heartbeat stopped when the handler answered"
+    );
+    assert_eq!(layer.stats().lease_lost, 0);
+}
+
 /// The same long handler with the heartbeat switched off: the duplicate takes the key over
 /// once the lease has run out and runs the handler a second time (the lease crossing the
 /// model's `fenced` variant shows, M1 violated); fencing keeps the stale finalize off the row.
@@ -702,6 +748,7 @@ on_both_stores! {
     one_connection_pool: 1,
     lease_crossing: 4,
     heartbeat_outlives_the_lease: 4,
+    heartbeat_stops_with_its_request: 4,
     without_heartbeat_the_lease_crossing_runs_twice: 4,
     tenant_scoping: 4,
     key_validation: 4,
