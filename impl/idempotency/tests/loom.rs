@@ -12,10 +12,9 @@
 //!   the finalize to the guard's background thread while a duplicate arrives; the handler runs
 //!   once and the row ends the sentinel (M1, M3). Seeded bug `guard-disarmed-early`.
 //!
-//! Run: `RUSTFLAGS="--cfg oncecheck_loom" CARGO_TARGET_DIR=target/loom cargo test --release -p
-//! oncecheck-idempotency --test loom`; with `ONCECHECK_LOOM_MUTATION=<bug>` each test whose bug
+//! Run: `cargo test -p oncecheck-idempotency --features loom --test loom`; with `ONCECHECK_LOOM_MUTATION=<bug>` each test whose bug
 //! it is must fail (scripts/red-runs asserts that).
-#![cfg(oncecheck_loom)]
+#![cfg(feature = "loom")]
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};

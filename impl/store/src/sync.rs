@@ -1,26 +1,26 @@
 //! The one place the store takes its synchronisation primitives from, so a loom or shuttle build
 //! can swap them without touching the backends. Invariant: no backend names `std::sync` directly.
 //!
-//! Under `--cfg oncecheck_loom` (tests/loom.rs) `Mutex` is loom's lock around a loom cell, so
+//! Under the `loom` feature (tests/loom.rs) `Mutex` is loom's lock around a loom cell, so
 //! loom sees every access to the guarded data: a lock skipped or split shows up as a data race.
 
 pub use std::sync::Arc;
-#[cfg(not(oncecheck_loom))]
+#[cfg(not(feature = "loom"))]
 pub use std::sync::{Mutex, MutexGuard};
 
 /// Locks `mutex`, treating poisoning as a bug: a panic while holding a store lock means a
 /// half-applied append, and carrying on would hide it.
-#[cfg(not(oncecheck_loom))]
+#[cfg(not(feature = "loom"))]
 pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .expect("a store lock was poisoned: a panic interrupted an append")
 }
 
-#[cfg(oncecheck_loom)]
+#[cfg(feature = "loom")]
 pub use checked::{lock, Mutex, MutexGuard};
 
-#[cfg(oncecheck_loom)]
+#[cfg(feature = "loom")]
 mod checked {
     use std::ops::{Deref, DerefMut};
 

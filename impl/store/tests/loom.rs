@@ -7,9 +7,8 @@
 //! Seeded bug `unlocked-store` (ONCECHECK_LOOM_MUTATION): the lock is skipped and loom reports
 //! the racing accesses, so this test fails (scripts/red-runs asserts it).
 //!
-//! Run: `RUSTFLAGS="--cfg oncecheck_loom" CARGO_TARGET_DIR=target/loom cargo test -p
-//! oncecheck-store --test loom`.
-#![cfg(oncecheck_loom)]
+//! Run: `cargo test -p oncecheck-store --features loom --test loom`.
+#![cfg(feature = "loom")]
 
 use std::future::Future;
 use std::pin::pin;
