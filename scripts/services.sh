@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Starts and stops the real components the tests need (DESIGN.md section 7), on loopback only.
+# Starts and stops the real components the tests need (moto server for DynamoDB, PostgreSQL), on loopback only.
 #
 #   source scripts/services.sh; services_up; ...; services_down
 #

@@ -1,5 +1,5 @@
 //! The `oncecheck` command as a user runs it: verdicts and exit codes, and bad input answered
-//! with a clear error and exit code 2 (DESIGN.md section 8). No server needed.
+//! with a clear error and exit code 2 (README.md). No server needed.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};

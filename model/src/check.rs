@@ -139,7 +139,7 @@ impl std::fmt::Display for Verdict {
 
 /// A property as a model declares it: requirement ID, words, kind and condition.
 pub struct PropertyDef<M: Model> {
-    /// The requirement ID of DESIGN.md section 3 (`R1`, `M8`, `T1`).
+    /// The requirement ID of the model's spec in specs/ (`R1`, `M8`, `T1`).
     pub id: &'static str,
     /// The stateright property name; unique within the model. By convention it starts with the ID.
     pub name: &'static str,

@@ -1,4 +1,4 @@
-//! DynamoDB semantics shared by the models (DESIGN.md section 2), at the granularity the relay
+//! DynamoDB semantics shared by the models (specs/relay-append.md, DynamoDB facts), at the granularity the relay
 //! protocol needs: one table of items keyed by [`Key`], conditional single-item writes,
 //! TransactWriteItems with per-item cancellation reasons, and read-committed queries.
 //!

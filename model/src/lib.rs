@@ -2,7 +2,7 @@
 //!
 //! Invariants (see ARCHITECTURE.md): nothing here is async or does I/O; every action is
 //! deterministic (ordered collections only); every property carries a requirement ID of
-//! DESIGN.md section 3 and an expected verdict per variant.
+//! its spec in specs/ and an expected verdict per variant.
 
 pub mod check;
 pub mod ddb;

@@ -18,7 +18,10 @@ use tower::ServiceExt;
 const BODY: &str = "{\"from\":\"alice\",\"to\":\"bob\",\"amount\":5}";
 
 fn router() -> Router {
-    Router::new().route("/transfers", axum::routing::post(|| async { "{\"status\":\"moved\"}" }))
+    Router::new().route(
+        "/transfers",
+        axum::routing::post(|| async { "{\"status\":\"moved\"}" }),
+    )
 }
 
 fn request(key: Option<&str>) -> Request<AxumBody> {
@@ -35,7 +38,11 @@ async fn run(app: &Router, count: usize, key_of: impl Fn(usize) -> Option<String
     for index in 0..count {
         let key = key_of(index);
         let response = app.clone().oneshot(request(key.as_deref())).await.unwrap();
-        assert!(response.status().is_success(), "status {}", response.status());
+        assert!(
+            response.status().is_success(),
+            "status {}",
+            response.status()
+        );
         response.into_body().collect().await.unwrap();
     }
     started.elapsed() / count as u32
@@ -44,14 +51,20 @@ async fn run(app: &Router, count: usize, key_of: impl Fn(usize) -> Option<String
 fn report(label: &str, mean: Duration, bare: Duration) {
     let per_second = 1.0 / mean.as_secs_f64();
     let added = mean.as_secs_f64() * 1e6 - bare.as_secs_f64() * 1e6;
-    println!("{label:<34} {per_second:>10.0} req/s   {:>8.1} us/req   added {added:>8.1} us", mean.as_secs_f64() * 1e6);
+    println!(
+        "{label:<34} {per_second:>10.0} req/s   {:>8.1} us/req   added {added:>8.1} us",
+        mean.as_secs_f64() * 1e6
+    );
 }
 
 async fn measure<St: CacheStore>(name: &str, store: St, count: usize, bare: Duration) {
     let app = router().layer(IdempotencyLayer::builder(store.clone()).build());
     let run_id = std::process::id();
     let before = store.round_trips();
-    let first = run(&app, count, |index| Some(format!("{name}-{run_id}-first-{index}"))).await;
+    let first = run(&app, count, |index| {
+        Some(format!("{name}-{run_id}-first-{index}"))
+    })
+    .await;
     let first_trips = (store.round_trips() - before) as f64 / count as f64;
     run(&app, 1, |_| Some(format!("{name}-{run_id}-replayed"))).await;
     let before = store.round_trips();
@@ -59,12 +72,21 @@ async fn measure<St: CacheStore>(name: &str, store: St, count: usize, bare: Dura
     let replay_trips = (store.round_trips() - before) as f64 / count as f64;
     report(&format!("{name} first request"), first, bare);
     report(&format!("{name} replay"), replay, bare);
-    println!("{name:<10} round trips: {first_trips:.2} per first request, {replay_trips:.2} per replay");
+    println!(
+        "{name:<10} round trips: {first_trips:.2} per first request, {replay_trips:.2} per replay"
+    );
 }
 
 fn main() {
-    let count: usize = std::env::var("BENCH_REQUESTS").ok().and_then(|text| text.parse().ok()).unwrap_or(2000);
-    let runtime = tokio::runtime::Builder::new_multi_thread().worker_threads(2).enable_all().build().unwrap();
+    let count: usize = std::env::var("BENCH_REQUESTS")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(2000);
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
     runtime.block_on(async {
         let bare_app = router();
         run(&bare_app, count / 10, |_| None).await;

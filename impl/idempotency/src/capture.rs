@@ -26,12 +26,22 @@ pub type BoxBody = UnsyncBoxBody<Bytes, BoxError>;
 /// What reading a body up to the cap found.
 pub enum Capture {
     /// The body ended within the cap. `data` is its complete data; `frames` replays it live.
-    Within { frames: Vec<Frame<Bytes>>, data: Bytes },
+    Within {
+        frames: Vec<Frame<Bytes>>,
+        data: Bytes,
+    },
     /// The body is longer than the cap. `frames` hold exactly `cap` data bytes; `remainder` is
     /// the crossing frame's tail (shared, not copied); `rest` is the unread body.
-    Overflow { frames: Vec<Frame<Bytes>>, remainder: Bytes, rest: BoxBody },
+    Overflow {
+        frames: Vec<Frame<Bytes>>,
+        remainder: Bytes,
+        rest: BoxBody,
+    },
     /// The body failed before it ended within the cap; `frames` is what came before the error.
-    Failed { frames: Vec<Frame<Bytes>>, error: BoxError },
+    Failed {
+        frames: Vec<Frame<Bytes>>,
+        error: BoxError,
+    },
 }
 
 /// Reads frames until the body ends, fails, or its data crosses `cap`.
@@ -40,7 +50,12 @@ pub async fn capture_up_to_cap(mut body: BoxBody, cap: usize) -> Capture {
     let mut captured_bytes = 0usize;
     loop {
         match body.frame().await {
-            None => return Capture::Within { data: concat_data(&frames, captured_bytes), frames },
+            None => {
+                return Capture::Within {
+                    data: concat_data(&frames, captured_bytes),
+                    frames,
+                }
+            }
             Some(Err(error)) => return Capture::Failed { frames, error },
             Some(Ok(frame)) => match frame.into_data() {
                 Ok(mut data) => {
@@ -50,7 +65,11 @@ pub async fn capture_up_to_cap(mut body: BoxBody, cap: usize) -> Capture {
                         if !prefix.is_empty() {
                             frames.push(Frame::data(prefix));
                         }
-                        return Capture::Overflow { frames, remainder: data, rest: body };
+                        return Capture::Overflow {
+                            frames,
+                            remainder: data,
+                            rest: body,
+                        };
                     }
                     captured_bytes += data.len();
                     if !data.is_empty() {
@@ -87,7 +106,11 @@ pub struct LiveBody {
 
 impl LiveBody {
     pub fn empty() -> LiveBody {
-        LiveBody { queued: VecDeque::new(), error: None, rest: None }
+        LiveBody {
+            queued: VecDeque::new(),
+            error: None,
+            rest: None,
+        }
     }
 
     pub fn full(data: Bytes) -> LiveBody {
@@ -100,23 +123,41 @@ impl LiveBody {
 
     /// The handler's body, untouched (non-2xx responses and requests the layer does not cover).
     pub fn passthrough(body: BoxBody) -> LiveBody {
-        LiveBody { queued: VecDeque::new(), error: None, rest: Some(body) }
+        LiveBody {
+            queued: VecDeque::new(),
+            error: None,
+            rest: Some(body),
+        }
     }
 
     /// Replays a capture: every frame the capture read, then whatever the handler has not yet sent.
     pub fn after_capture(capture: Capture) -> LiveBody {
         match capture {
-            Capture::Within { frames, .. } => LiveBody { queued: frames.into(), error: None, rest: None },
-            Capture::Overflow { frames, remainder, rest } => {
+            Capture::Within { frames, .. } => LiveBody {
+                queued: frames.into(),
+                error: None,
+                rest: None,
+            },
+            Capture::Overflow {
+                frames,
+                remainder,
+                rest,
+            } => {
                 let mut queued: VecDeque<Frame<Bytes>> = frames.into();
                 if !remainder.is_empty() {
                     queued.push_back(Frame::data(remainder));
                 }
-                LiveBody { queued, error: None, rest: Some(rest) }
+                LiveBody {
+                    queued,
+                    error: None,
+                    rest: Some(rest),
+                }
             }
-            Capture::Failed { frames, error } => {
-                LiveBody { queued: frames.into(), error: Some(error), rest: None }
-            }
+            Capture::Failed { frames, error } => LiveBody {
+                queued: frames.into(),
+                error: Some(error),
+                rest: None,
+            },
         }
     }
 }
@@ -148,8 +189,12 @@ impl Body for LiveBody {
     }
 
     fn size_hint(&self) -> SizeHint {
-        let queued: u64 =
-            self.queued.iter().filter_map(Frame::data_ref).map(|data| data.len() as u64).sum();
+        let queued: u64 = self
+            .queued
+            .iter()
+            .filter_map(Frame::data_ref)
+            .map(|data| data.len() as u64)
+            .sum();
         match (&self.rest, &self.error) {
             (None, None) => SizeHint::with_exact(queued),
             (Some(rest), None) => {

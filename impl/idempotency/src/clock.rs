@@ -31,7 +31,9 @@ pub struct ManualClock {
 
 impl ManualClock {
     pub fn new(start_millis: i64) -> Self {
-        ManualClock { now: Arc::new(AtomicI64::new(start_millis)) }
+        ManualClock {
+            now: Arc::new(AtomicI64::new(start_millis)),
+        }
     }
 
     pub fn advance_secs(&self, seconds: i64) {

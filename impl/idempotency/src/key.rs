@@ -44,15 +44,25 @@ pub fn parse_key(headers: &HeaderMap) -> Result<Option<String>, KeyError> {
 pub fn parse_value(raw: &[u8]) -> Result<String, KeyError> {
     // Optional surrounding whitespace is allowed by HTTP field syntax; it is never part of a key.
     let trimmed = trim_spaces(raw);
-    let key = if trimmed.first() == Some(&b'"') { unquote(trimmed)? } else { trimmed.to_vec() };
+    let key = if trimmed.first() == Some(&b'"') {
+        unquote(trimmed)?
+    } else {
+        trimmed.to_vec()
+    };
     validate(&key)?;
     // Validation guarantees ASCII, so this conversion cannot fail.
     String::from_utf8(key).map_err(|_| KeyError::NotVisibleAscii)
 }
 
 fn trim_spaces(raw: &[u8]) -> &[u8] {
-    let start = raw.iter().position(|byte| *byte != b' ' && *byte != b'\t').unwrap_or(raw.len());
-    let end = raw.iter().rposition(|byte| *byte != b' ' && *byte != b'\t').map_or(start, |i| i + 1);
+    let start = raw
+        .iter()
+        .position(|byte| *byte != b' ' && *byte != b'\t')
+        .unwrap_or(raw.len());
+    let end = raw
+        .iter()
+        .rposition(|byte| *byte != b' ' && *byte != b'\t')
+        .map_or(start, |i| i + 1);
     &raw[start..end]
 }
 

@@ -8,6 +8,11 @@
 //! - The live response is the handler's response: parts are moved, never rebuilt, and its
 //!   body frames reach the client in order, over-cap tail, errors and trailers included (M7, M9).
 //! - Every finalize is conditional on the claim's generation (M8).
+//! - While a claim's handler runs (until its finalize starts) a heartbeat renews the claim's
+//!   lease every `lease_renew_interval`; it lives inside the request's future, so it stops when
+//!   the handler ends, when the request is dropped and when the process dies. A renewal that
+//!   matches no row means the claim was taken over: the heartbeat stops, the finalize is fenced.
+//! - A finalize is retried only after a jittered backoff and only within `finalize_budget_ms`.
 
 use crate::capture::{capture_up_to_cap, BoxBody, BoxError, Capture, LiveBody};
 use crate::clock::{Clock, SystemClock};
@@ -15,10 +20,10 @@ use crate::fingerprint::Fingerprint;
 use crate::key::{self, KeyError};
 use crate::problem::Problem;
 use crate::store::{
-    CacheKey, CacheStore, CachedBody, ClaimOutcome, ClaimRequest, Fencing, FinalizeOutcome, StoredBody,
-    StoredResponse, SuccessRecord,
+    CacheKey, CacheStore, CachedBody, ClaimOutcome, ClaimRequest, Fencing, FinalizeOutcome,
+    RenewOutcome, StoredBody, StoredResponse, SuccessRecord,
 };
-use crate::sync::{self, Arc, AtomicU64, Ordering};
+use crate::sync::{self, Arc, AtomicBool, AtomicU64, Ordering};
 use bytes::Bytes;
 use http::header::HeaderName;
 use http::{HeaderMap, HeaderValue, Method, Request, Response, StatusCode};
@@ -27,6 +32,7 @@ use http_body_util::BodyExt;
 use std::future::Future;
 use std::pin::Pin;
 use std::task::{Context, Poll};
+use std::time::Duration;
 use tower::{Layer, Service};
 
 /// The replay marker: `true` on a replayed response, `false` on a fresh 2xx.
@@ -36,18 +42,23 @@ pub const BODY_BYTES_MAX_DEFAULT: usize = 1 << 20;
 
 /// The authenticated principal a request acts for, inserted as a request extension by the
 /// application's authentication layer (which must run before this one). Cached responses are
-/// scoped by it, so a tenant can never replay another tenant's response. Absent = scope "".
+/// scoped by it, so a tenant can never replay another tenant's response. Absent = scope "",
+/// the anonymous caller. A principal with an empty name is refused with 401: it would share
+/// the anonymous caller's rows, so credentials that name no one are never anonymous.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Principal(pub String);
 
-/// Which behaviour the layer runs. Only `Fenced` is reachable without the `test-seams` feature;
+/// Which behaviour the layer runs. Only `Fenced` exists without the `test-seams` feature;
 /// the others exist so tests can show what each fix prevents.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum Behaviour {
-    /// Seed 003 before its fix: capped `to_bytes` with an empty body on error (bugs a, b, c),
-    /// rebuilt responses, no drop guard, no finalize retry, unfenced finalize.
+    /// The layer before the body-integrity fix: capped `to_bytes` with an empty body on error,
+    /// rebuilt responses, no drop guard, no finalize retry, unfenced finalize, no heartbeat.
+    #[cfg(feature = "test-seams")]
     PreFix,
-    /// Seed 003's D1-D8, without generation fencing.
+    /// The body-integrity fix (terminal rule, frame capture, drop guard, typed finalize
+    /// outcomes), without generation fencing.
+    #[cfg(feature = "test-seams")]
     Fixed,
     /// D1-D8 plus generation fencing: the shipped behaviour.
     #[default]
@@ -60,14 +71,24 @@ pub struct Config {
     pub body_bytes_max: usize,
     /// Largest request body read for the fingerprint; longer requests get 413.
     pub request_body_bytes_max: usize,
-    /// How long a claim is owned before another request with the same key may take it over.
+    /// How long a claim is owned before another request with the same key may take it over,
+    /// unless the heartbeat renews it.
     pub lease_secs: u64,
+    /// How often the heartbeat renews a running claim's lease; `None` switches it off (then a
+    /// handler that outlives its lease can be run a second time: the lease crossing).
+    pub lease_renew_interval: Option<Duration>,
     /// How long a row lives (and so a replay is served) after its claim.
     pub row_ttl_secs: u64,
     /// Whether a covered request without a key gets 400 (true) or passes through uncached.
     pub key_required: bool,
     /// Finalize attempts when the database answers with an error (outcome unknown).
     pub finalize_attempts_max: u32,
+    /// Total time the attempts of one finalize may take, backoffs included; past it the
+    /// outcome is reported unknown. Kept well under the lease: the heartbeat has stopped by then.
+    pub finalize_budget_ms: u64,
+    /// The backoff before the second attempt; it doubles per attempt, each drawn with jitter
+    /// from its upper half.
+    pub finalize_backoff_ms: u64,
     /// The methods the layer covers; others pass through.
     pub methods: Vec<Method>,
     pub behaviour: Behaviour,
@@ -78,14 +99,26 @@ impl Default for Config {
         Config {
             body_bytes_max: BODY_BYTES_MAX_DEFAULT,
             request_body_bytes_max: BODY_BYTES_MAX_DEFAULT,
-            lease_secs: 60,
+            lease_secs: LEASE_SECS_DEFAULT,
+            lease_renew_interval: Some(default_renew_interval(LEASE_SECS_DEFAULT)),
             row_ttl_secs: 24 * 60 * 60,
             key_required: true,
-            finalize_attempts_max: 3,
+            finalize_attempts_max: 5,
+            finalize_budget_ms: 2_000,
+            finalize_backoff_ms: 25,
             methods: vec![Method::POST, Method::PATCH],
             behaviour: Behaviour::Fenced,
         }
     }
+}
+
+/// The default lease of a claim.
+pub const LEASE_SECS_DEFAULT: u64 = 60;
+
+/// The heartbeat's default period: a third of the lease, so two renewals in a row may fail
+/// (or be late) before the lease runs out.
+pub fn default_renew_interval(lease_secs: u64) -> Duration {
+    Duration::from_millis(lease_secs.saturating_mul(1000) / 3)
 }
 
 /// Counters of the layer's rarer paths, for tests and operators.
@@ -95,7 +128,11 @@ pub struct Stats {
     finalize_applied: AtomicU64,
     finalize_lost: AtomicU64,
     finalize_unknown: AtomicU64,
+    finalize_retries: AtomicU64,
     replays: AtomicU64,
+    lease_renewed: AtomicU64,
+    lease_lost: AtomicU64,
+    lease_renew_errors: AtomicU64,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -104,7 +141,15 @@ pub struct StatsSnapshot {
     pub finalize_applied: u64,
     pub finalize_lost: u64,
     pub finalize_unknown: u64,
+    /// Finalize attempts after the first (each after a backoff).
+    pub finalize_retries: u64,
     pub replays: u64,
+    /// Heartbeat renewals that moved a lease.
+    pub lease_renewed: u64,
+    /// Heartbeats that found their claim taken over (and stopped).
+    pub lease_lost: u64,
+    /// Renewals the database answered with an error (the heartbeat keeps going).
+    pub lease_renew_errors: u64,
 }
 
 struct Shared<St> {
@@ -121,13 +166,20 @@ pub struct IdempotencyLayer<St> {
 
 impl<St> Clone for IdempotencyLayer<St> {
     fn clone(&self) -> Self {
-        IdempotencyLayer { shared: self.shared.clone() }
+        IdempotencyLayer {
+            shared: self.shared.clone(),
+        }
     }
 }
 
 impl<St: CacheStore> IdempotencyLayer<St> {
     pub fn builder(store: St) -> IdempotencyLayerBuilder<St> {
-        IdempotencyLayerBuilder { store, clock: None, config: Config::default() }
+        IdempotencyLayerBuilder {
+            store,
+            clock: None,
+            config: Config::default(),
+            renewal: Renewal::ThirdOfLease,
+        }
     }
 
     pub fn store(&self) -> &St {
@@ -145,7 +197,11 @@ impl<St: CacheStore> IdempotencyLayer<St> {
             finalize_applied: stats.finalize_applied.load(Ordering::SeqCst),
             finalize_lost: stats.finalize_lost.load(Ordering::SeqCst),
             finalize_unknown: stats.finalize_unknown.load(Ordering::SeqCst),
+            finalize_retries: stats.finalize_retries.load(Ordering::SeqCst),
             replays: stats.replays.load(Ordering::SeqCst),
+            lease_renewed: stats.lease_renewed.load(Ordering::SeqCst),
+            lease_lost: stats.lease_lost.load(Ordering::SeqCst),
+            lease_renew_errors: stats.lease_renew_errors.load(Ordering::SeqCst),
         }
     }
 }
@@ -154,6 +210,15 @@ pub struct IdempotencyLayerBuilder<St> {
     store: St,
     clock: Option<Box<dyn Clock>>,
     config: Config,
+    renewal: Renewal,
+}
+
+/// The heartbeat as the builder was told, resolved against the lease in `build`.
+#[derive(Debug, Clone, Copy)]
+enum Renewal {
+    ThirdOfLease,
+    Every(Duration),
+    Off,
 }
 
 impl<St: CacheStore> IdempotencyLayerBuilder<St> {
@@ -187,6 +252,31 @@ impl<St: CacheStore> IdempotencyLayerBuilder<St> {
         self
     }
 
+    /// The total time one finalize may spend on attempts and backoffs (default 2 000 ms).
+    pub fn finalize_budget_ms(mut self, milliseconds: u64) -> Self {
+        self.config.finalize_budget_ms = milliseconds;
+        self
+    }
+
+    /// The first backoff between finalize attempts (default 25 ms, doubling, jittered).
+    pub fn finalize_backoff_ms(mut self, milliseconds: u64) -> Self {
+        self.config.finalize_backoff_ms = milliseconds;
+        self
+    }
+
+    /// How often the heartbeat renews a running claim's lease (default: a third of the lease).
+    pub fn lease_renew_interval(mut self, interval: Duration) -> Self {
+        self.renewal = Renewal::Every(interval);
+        self
+    }
+
+    /// Switches the heartbeat off: a handler that outlives its lease may then run twice (the
+    /// lease crossing). For handlers with their own deadline shorter than the lease.
+    pub fn without_lease_renewal(mut self) -> Self {
+        self.renewal = Renewal::Off;
+        self
+    }
+
     pub fn methods(mut self, methods: Vec<Method>) -> Self {
         self.config.methods = methods;
         self
@@ -204,12 +294,36 @@ impl<St: CacheStore> IdempotencyLayerBuilder<St> {
         self
     }
 
+    /// Builds the layer.
+    ///
+    /// # Panics
+    /// When the heartbeat interval is zero or not shorter than the lease, or the finalize budget
+    /// is not shorter than the lease: either would let a live claim's lease run out.
     pub fn build(self) -> IdempotencyLayer<St> {
+        let mut config = self.config;
+        let lease = Duration::from_secs(config.lease_secs);
+        config.lease_renew_interval = match self.renewal {
+            Renewal::ThirdOfLease => Some(default_renew_interval(config.lease_secs)),
+            Renewal::Every(interval) => Some(interval),
+            Renewal::Off => None,
+        };
+        if let Some(interval) = config.lease_renew_interval {
+            assert!(!interval.is_zero(), "lease_renew_interval must be positive");
+            assert!(
+                interval < lease,
+                "lease_renew_interval ({interval:?}) must be shorter than the lease ({lease:?})"
+            );
+        }
+        assert!(
+            Duration::from_millis(config.finalize_budget_ms) < lease,
+            "finalize_budget_ms ({}) must be shorter than the lease ({lease:?})",
+            config.finalize_budget_ms
+        );
         IdempotencyLayer {
             shared: Arc::new(Shared {
                 store: self.store,
                 clock: self.clock.unwrap_or_else(|| Box::new(SystemClock)),
-                config: self.config,
+                config,
                 stats: Stats::default(),
             }),
         }
@@ -220,7 +334,10 @@ impl<S, St: CacheStore> Layer<S> for IdempotencyLayer<St> {
     type Service = IdempotencyService<S, St>;
 
     fn layer(&self, inner: S) -> Self::Service {
-        IdempotencyService { inner, shared: self.shared.clone() }
+        IdempotencyService {
+            inner,
+            shared: self.shared.clone(),
+        }
     }
 }
 
@@ -231,7 +348,10 @@ pub struct IdempotencyService<S, St> {
 
 impl<S: Clone, St> Clone for IdempotencyService<S, St> {
     fn clone(&self) -> Self {
-        IdempotencyService { inner: self.inner.clone(), shared: self.shared.clone() }
+        IdempotencyService {
+            inner: self.inner.clone(),
+            shared: self.shared.clone(),
+        }
     }
 }
 
@@ -291,7 +411,12 @@ fn key_problem(error: &KeyError) -> Problem {
         KeyError::Missing => "missing-key",
         _ => "invalid-key",
     };
-    Problem { status: StatusCode::BAD_REQUEST, kind, title: "Invalid Idempotency-Key", detail: error.to_string() }
+    Problem {
+        status: StatusCode::BAD_REQUEST,
+        kind,
+        title: "Invalid Idempotency-Key",
+        detail: error.to_string(),
+    }
 }
 
 async fn handle<S, St, ReqBody, ResBody>(
@@ -323,11 +448,24 @@ where
         Ok(bytes) => bytes,
         Err(problem) => return Ok(problem_response(problem)),
     };
-    let path_and_query = parts.uri.path_and_query().map_or(parts.uri.path(), |value| value.as_str());
+    let path_and_query = parts
+        .uri
+        .path_and_query()
+        .map_or(parts.uri.path(), |value| value.as_str());
     let fingerprint = Fingerprint::of(&parts.method, path_and_query, &body_bytes);
-    let scope = parts.extensions.get::<Principal>().map(|principal| principal.0.clone()).unwrap_or_default();
-    let cache_key =
-        CacheKey { scope, method: parts.method.to_string(), path: parts.uri.path().to_string(), key };
+    let scope = match parts.extensions.get::<Principal>() {
+        None => String::new(),
+        Some(Principal(name)) if name.is_empty() => {
+            return Ok(problem_response(empty_principal_problem()))
+        }
+        Some(Principal(name)) => name.clone(),
+    };
+    let cache_key = CacheKey {
+        scope,
+        method: parts.method.to_string(),
+        path: parts.uri.path().to_string(),
+        key,
+    };
 
     //= specs/idempotency-middleware.md#M1
     //# The handler runs only for the request that won the atomic claim of its key.
@@ -360,23 +498,123 @@ where
         }
     };
     let request = Request::from_parts(parts, ReqBody::from(body_bytes));
-    let claim = ClaimOwner { shared: shared.clone(), key: cache_key, generation };
-    let response = match inner.call(request).await {
-        Ok(response) => response,
-        Err(error) => {
-            // No response was produced: record the attempt failed so a retry may run it again.
-            claim.finalize(Write::Failure(StatusCode::INTERNAL_SERVER_ERROR.as_u16())).await;
-            return Err(error);
-        }
+    let finalizing = Arc::new(AtomicBool::new(false));
+    let claim = ClaimOwner {
+        shared: shared.clone(),
+        key: cache_key,
+        generation,
+        finalizing: finalizing.clone(),
     };
-    let (parts, body) = response.into_parts();
-    let body = boxed(body);
-    let behaviour = config.behaviour;
-    Ok(match (behaviour, parts.status.is_success()) {
-        (Behaviour::PreFix, success) => claim.finish_pre_fix(parts, body, success).await,
-        (_, false) => claim.finish_non_success(parts, body).await,
-        (_, true) => claim.finish_success(parts, body).await,
-    })
+    let heartbeat = Heartbeat::for_claim(&claim);
+    let work = async move {
+        let response = match inner.call(request).await {
+            Ok(response) => response,
+            Err(error) => {
+                // No response was produced: record the attempt failed so a retry may run it again.
+                claim
+                    .finalize(Write::Failure(StatusCode::INTERNAL_SERVER_ERROR.as_u16()))
+                    .await;
+                return Err(error);
+            }
+        };
+        let (parts, body) = response.into_parts();
+        let body = boxed(body);
+        Ok(match parts.status.is_success() {
+            #[cfg(feature = "test-seams")]
+            success if claim.shared.config.behaviour == Behaviour::PreFix => {
+                claim.finish_pre_fix(parts, body, success).await
+            }
+            false => claim.finish_non_success(parts, body).await,
+            true => claim.finish_success(parts, body).await,
+        })
+    };
+    match heartbeat {
+        Some(heartbeat) => with_heartbeat(heartbeat, work).await,
+        None => work.await,
+    }
+}
+
+/// Runs `work` with the heartbeat beside it in the same future: whichever way `work` ends
+/// (or is dropped), the heartbeat ends with it. A heartbeat that ends first (its claim was
+/// taken over) leaves `work` running alone; its finalize is fenced.
+async fn with_heartbeat<St: CacheStore, T>(
+    heartbeat: Heartbeat<St>,
+    work: impl Future<Output = T>,
+) -> T {
+    use futures_util::future::{select, Either};
+    let work = std::pin::pin!(work);
+    let beating = std::pin::pin!(heartbeat.run());
+    match select(work, beating).await {
+        Either::Left((output, _)) => output,
+        Either::Right(((), work)) => work.await,
+    }
+}
+
+/// Renews one claim's lease until its finalize starts or a renewal finds the claim gone.
+struct Heartbeat<St> {
+    shared: Arc<Shared<St>>,
+    key: CacheKey,
+    generation: i64,
+    interval: Duration,
+    finalizing: Arc<AtomicBool>,
+}
+
+impl<St: CacheStore> Heartbeat<St> {
+    fn for_claim(claim: &ClaimOwner<St>) -> Option<Self> {
+        #[cfg(feature = "test-seams")]
+        if claim.shared.config.behaviour == Behaviour::PreFix {
+            return None;
+        }
+        Some(Heartbeat {
+            shared: claim.shared.clone(),
+            key: claim.key.clone(),
+            generation: claim.generation,
+            interval: claim.shared.config.lease_renew_interval?,
+            finalizing: claim.finalizing.clone(),
+        })
+    }
+
+    //= specs/idempotency-middleware.md#M1
+    //# The handler runs only for the request that won the atomic claim of its key.
+    async fn run(self) {
+        let lease_millis = secs_to_millis(self.shared.config.lease_secs);
+        loop {
+            sync::sleep_between_renewals(self.interval).await;
+            if self.finalizing.load(Ordering::SeqCst) {
+                return;
+            }
+            let now = self.shared.clock.now_millis();
+            let renewed = self
+                .shared
+                .store
+                .renew_lease(&self.key, self.generation, now + lease_millis, now)
+                .await;
+            let stats = &self.shared.stats;
+            match renewed {
+                Ok(RenewOutcome::Renewed) => {
+                    stats.lease_renewed.fetch_add(1, Ordering::SeqCst);
+                    tracing::debug!(event = "idempotency.lease_renewed", key = %self.key.key, generation = self.generation);
+                }
+                // A finalize that started after the check above makes the row terminal: not a loss.
+                Ok(RenewOutcome::Lost) if self.finalizing.load(Ordering::SeqCst) => return,
+                Ok(RenewOutcome::Lost) => {
+                    stats.lease_lost.fetch_add(1, Ordering::SeqCst);
+                    tracing::warn!(
+                        event = "idempotency.lease_lost",
+                        key = %self.key.key,
+                        generation = self.generation,
+                        "the claim was taken over (its lease ran out between renewals); its finalize will be fenced"
+                    );
+                    return;
+                }
+                Err(error) => {
+                    // The lease is still live until it runs out: keep trying at the next beat.
+                    stats.lease_renew_errors.fetch_add(1, Ordering::SeqCst);
+                    tracing::warn!(event = "idempotency.lease_renew_failed", key = %self.key.key, %error);
+                }
+            }
+        }
+    }
 }
 
 /// Reads the request body for the fingerprint (boxed first so its error type is nameable).
@@ -452,6 +690,15 @@ fn mismatch_problem() -> Problem {
     }
 }
 
+fn empty_principal_problem() -> Problem {
+    Problem {
+        status: StatusCode::UNAUTHORIZED,
+        kind: "empty-principal",
+        title: "The request's credentials name no one",
+        detail: "the authentication layer accepted credentials with an empty principal".into(),
+    }
+}
+
 fn unavailable_problem() -> Problem {
     Problem {
         status: StatusCode::SERVICE_UNAVAILABLE,
@@ -486,7 +733,9 @@ fn replay_response(stored: StoredResponse, body_bytes_max: usize) -> Response<Li
         }),
     };
     *response.status_mut() = status;
-    response.headers_mut().insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+    response
+        .headers_mut()
+        .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
     response
 }
 
@@ -498,7 +747,9 @@ fn stored_headers(headers: &HeaderMap) -> Vec<(String, String)> {
         .filter(|(name, _)| ![CONTENT_LENGTH, TRANSFER_ENCODING, CONNECTION].contains(name))
         .filter(|(name, _)| name.as_str() != REPLAYED_HEADER)
         // A header value that is not visible ASCII cannot round-trip as text; it is not replayed.
-        .filter_map(|(name, value)| Some((name.as_str().to_string(), value.to_str().ok()?.to_string())))
+        .filter_map(|(name, value)| {
+            Some((name.as_str().to_string(), value.to_str().ok()?.to_string()))
+        })
         .collect()
 }
 
@@ -520,8 +771,28 @@ enum Finalized {
 fn fencing_of(behaviour: Behaviour) -> Fencing {
     match behaviour {
         Behaviour::Fenced => Fencing::Generation,
+        #[cfg(feature = "test-seams")]
         Behaviour::Fixed | Behaviour::PreFix => Fencing::KeyOnly,
     }
+}
+
+/// The pre-fix layer made one finalize attempt; every other behaviour retries.
+fn attempts_max_of(config: &Config) -> u32 {
+    #[cfg(feature = "test-seams")]
+    if config.behaviour == Behaviour::PreFix {
+        return 1;
+    }
+    config.finalize_attempts_max
+}
+
+/// The backoff before attempt `attempt` (2, 3, ...): the base doubled per attempt, drawn from
+/// its upper half so concurrent finalizers spread out but never retry at once.
+fn finalize_backoff(config: &Config, attempt: u32) -> Duration {
+    let ceiling = config
+        .finalize_backoff_ms
+        .saturating_mul(1 << attempt.saturating_sub(2).min(16));
+    let floor = ceiling / 2;
+    Duration::from_millis(floor + rand::random_range(0..=ceiling - floor))
 }
 
 /// Writes a terminal outcome; every result has its own event.
@@ -531,27 +802,65 @@ async fn finalize<St: CacheStore>(
     generation: i64,
     write: Write<'_>,
 ) -> Finalized {
-    let behaviour = shared.config.behaviour;
-    let fencing = fencing_of(behaviour);
-    let attempts_max = if behaviour == Behaviour::PreFix { 1 } else { shared.config.finalize_attempts_max };
+    let fencing = fencing_of(shared.config.behaviour);
+    let attempts_max = attempts_max_of(&shared.config);
+    let budget = Duration::from_millis(shared.config.finalize_budget_ms);
+    let started = std::time::Instant::now();
     // Defensive: a full body over the cap is a caller bug; store the sentinel rather than a row
     // the cap promises never exists.
     let cap = shared.config.body_bytes_max;
     let write = match write {
-        Write::Success(record @ SuccessRecord { body: CachedBody::Full(data), .. }) if data.len() > cap => {
+        Write::Success(
+            record @ SuccessRecord {
+                body: CachedBody::Full(data),
+                ..
+            },
+        ) if data.len() > cap => {
             tracing::warn!(event = "idempotency.oversize_full_body", key = %key.key, bytes = data.len(), cap);
-            Write::Success(SuccessRecord { body: CachedBody::TooLarge, ..record })
+            Write::Success(SuccessRecord {
+                body: CachedBody::TooLarge,
+                ..record
+            })
         }
         other => other,
     };
     let mut last_error = None;
+    let mut attempts = 0;
     for attempt in 1..=attempts_max {
+        if attempt > 1 {
+            let backoff = finalize_backoff(&shared.config, attempt);
+            if started.elapsed() + backoff >= budget {
+                break;
+            }
+            shared.stats.finalize_retries.fetch_add(1, Ordering::SeqCst);
+            sync::sleep(backoff).await;
+        }
+        attempts = attempt;
         let now = shared.clock.now_millis();
         //= specs/idempotency-middleware.md#M8
         //# Every finalize is conditional on its claim's generation and on the row still processing.
-        let result = match write {
-            Write::Success(record) => shared.store.finalize_succeeded(key, generation, fencing, record, now).await,
-            Write::Failure(status) => shared.store.finalize_failed(key, generation, fencing, status, now).await,
+        let attempt_future = async {
+            match write {
+                Write::Success(record) => {
+                    shared
+                        .store
+                        .finalize_succeeded(key, generation, fencing, record, now)
+                        .await
+                }
+                Write::Failure(status) => {
+                    shared
+                        .store
+                        .finalize_failed(key, generation, fencing, status, now)
+                        .await
+                }
+            }
+        };
+        // An attempt that hangs is cut at the budget: its outcome is unknown like an error's.
+        let Some(result) =
+            sync::within(budget.saturating_sub(started.elapsed()), attempt_future).await
+        else {
+            last_error = Some("the attempt did not answer within the finalize budget".to_string());
+            break;
         };
         match result {
             Ok(FinalizeOutcome::Applied) => {
@@ -571,7 +880,7 @@ async fn finalize<St: CacheStore>(
                 );
                 return Finalized::Lost;
             }
-            Err(error) => last_error = Some(error),
+            Err(error) => last_error = Some(error.to_string()),
         }
     }
     shared.stats.finalize_unknown.fetch_add(1, Ordering::SeqCst);
@@ -579,8 +888,9 @@ async fn finalize<St: CacheStore>(
         event = "idempotency.finalize_unknown",
         key = %key.key,
         generation,
-        attempts = attempts_max,
-        error = %last_error.map(|error| error.to_string()).unwrap_or_default(),
+        attempts,
+        budget_ms = shared.config.finalize_budget_ms,
+        error = %last_error.unwrap_or_default(),
         "the finalize may or may not have committed; the live response is delivered unchanged"
     );
     Finalized::Unknown
@@ -591,30 +901,51 @@ struct ClaimOwner<St> {
     shared: Arc<Shared<St>>,
     key: CacheKey,
     generation: i64,
+    /// Set when the finalize starts: the heartbeat stops renewing from then on.
+    finalizing: Arc<AtomicBool>,
 }
 
 impl<St: CacheStore> ClaimOwner<St> {
     async fn finalize(&self, write: Write<'_>) -> Finalized {
+        self.finalizing.store(true, Ordering::SeqCst);
         finalize(&self.shared, &self.key, self.generation, write).await
     }
 
     //= specs/idempotency-middleware.md#M9
     //# A non-2xx response passes through untouched and its row is recorded failed.
-    async fn finish_non_success(self, parts: http::response::Parts, body: BoxBody) -> Response<LiveBody> {
+    async fn finish_non_success(
+        self,
+        parts: http::response::Parts,
+        body: BoxBody,
+    ) -> Response<LiveBody> {
         self.finalize(Write::Failure(parts.status.as_u16())).await;
         Response::from_parts(parts, LiveBody::passthrough(body))
     }
 
     //= specs/idempotency-middleware.md#M3
     //# After a 2xx the row ends succeeded with the full body or the sentinel; never failed, never left processing.
-    async fn finish_success(self, mut parts: http::response::Parts, body: BoxBody) -> Response<LiveBody> {
+    async fn finish_success(
+        self,
+        mut parts: http::response::Parts,
+        body: BoxBody,
+    ) -> Response<LiveBody> {
         // insert, not append: a handler-set marker must not survive to confuse the client.
-        parts.headers.insert(REPLAYED_HEADER, HeaderValue::from_static("false"));
+        parts
+            .headers
+            .insert(REPLAYED_HEADER, HeaderValue::from_static("false"));
         let headers = stored_headers(&parts.headers);
         let status = parts.status.as_u16();
         // Armed before the first await after the 2xx: if the client goes away while we capture
         // or finalize, the guard still finalizes the sentinel.
         let guard = FinalizeGuard::arm(&self, status, headers.clone());
+        // Seeded bug (loom only): the guard stops covering the capture and the finalize.
+        #[cfg(feature = "loom")]
+        let guard = if sync::loom_mutation("guard-disarmed-early") {
+            guard.disarm();
+            FinalizeGuard { armed: None }
+        } else {
+            guard
+        };
         let capture = capture_up_to_cap(body, self.shared.config.body_bytes_max).await;
         //= specs/idempotency-middleware.md#M2
         //# A cached success holds the complete body, at most the cap, or the too-large sentinel.
@@ -630,25 +961,45 @@ impl<St: CacheStore> ClaimOwner<St> {
             }
         };
         // Awaited before the response returns: whatever the tail does later, the row is terminal.
-        self.finalize(Write::Success(SuccessRecord { status, headers: &headers, body: cached })).await;
+        self.finalize(Write::Success(SuccessRecord {
+            status,
+            headers: &headers,
+            body: cached,
+        }))
+        .await;
         guard.disarm();
         //= specs/idempotency-middleware.md#M7
         //# The first client receives exactly the frames the handler produced, over-cap tail and trailers included.
         Response::from_parts(parts, LiveBody::after_capture(capture))
     }
 
-    /// Seed 003's code before the fix, reproduced for tests: a capped `to_bytes` that turns any
-    /// error into an empty body, a finalize error that empties the live body, a rebuilt response.
-    async fn finish_pre_fix(self, parts: http::response::Parts, body: BoxBody, success: bool) -> Response<LiveBody> {
+    /// The code before the body-integrity fix, reproduced for tests: a capped `to_bytes` that
+    /// turns any error into an empty body, a finalize error that empties the live body, a
+    /// rebuilt response.
+    #[cfg(feature = "test-seams")]
+    async fn finish_pre_fix(
+        self,
+        parts: http::response::Parts,
+        body: BoxBody,
+        success: bool,
+    ) -> Response<LiveBody> {
         let cap = self.shared.config.body_bytes_max;
         let bytes = match collect_limited(body, cap + 1).await {
             Ok(bytes) => bytes,
             Err(_) => Bytes::new(),
         };
         let live = if success {
-            let cached = if bytes.len() > cap { CachedBody::TooLarge } else { CachedBody::Full(&bytes) };
+            let cached = if bytes.len() > cap {
+                CachedBody::TooLarge
+            } else {
+                CachedBody::Full(&bytes)
+            };
             let headers = stored_headers(&parts.headers);
-            let record = SuccessRecord { status: parts.status.as_u16(), headers: &headers, body: cached };
+            let record = SuccessRecord {
+                status: parts.status.as_u16(),
+                headers: &headers,
+                body: cached,
+            };
             match self.finalize(Write::Success(record)).await {
                 Finalized::Unknown => Bytes::new(),
                 _ => bytes.clone(),
@@ -664,7 +1015,9 @@ impl<St: CacheStore> ClaimOwner<St> {
         if success {
             builder = builder.header(REPLAYED_HEADER, "false");
         }
-        builder.body(LiveBody::full(live)).unwrap_or_else(|_| Response::new(LiveBody::empty()))
+        builder
+            .body(LiveBody::full(live))
+            .unwrap_or_else(|_| Response::new(LiveBody::empty()))
     }
 }
 
@@ -704,13 +1057,29 @@ impl<St: CacheStore> FinalizeGuard<St> {
 
 impl<St: CacheStore> Drop for FinalizeGuard<St> {
     fn drop(&mut self) {
-        let Some(armed) = self.armed.take() else { return };
-        armed.shared.stats.guard_fired.fetch_add(1, Ordering::SeqCst);
+        let Some(armed) = self.armed.take() else {
+            return;
+        };
+        armed
+            .shared
+            .stats
+            .guard_fired
+            .fetch_add(1, Ordering::SeqCst);
         tracing::warn!(event = "idempotency.cancel_guard_fired", key = %armed.key.key, generation = armed.generation);
         let key = armed.key.key.clone();
         let spawned = sync::spawn_detached(async move {
-            let record = SuccessRecord { status: armed.status, headers: &armed.headers, body: CachedBody::TooLarge };
-            finalize(&armed.shared, &armed.key, armed.generation, Write::Success(record)).await;
+            let record = SuccessRecord {
+                status: armed.status,
+                headers: &armed.headers,
+                body: CachedBody::TooLarge,
+            };
+            finalize(
+                &armed.shared,
+                &armed.key,
+                armed.generation,
+                Write::Success(record),
+            )
+            .await;
         });
         if !spawned {
             tracing::error!(event = "idempotency.cancel_guard_no_runtime", key = %key, "row stays processing until its lease expires");
@@ -718,24 +1087,39 @@ impl<St: CacheStore> Drop for FinalizeGuard<St> {
     }
 }
 
-#[cfg(all(test, not(feature = "shuttle")))]
+#[cfg(all(test, not(feature = "shuttle"), not(feature = "loom")))]
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
     use crate::store::MemoryStore;
 
     fn key() -> CacheKey {
-        CacheKey { scope: String::new(), method: "POST".into(), path: "/transfers".into(), key: "k".into() }
+        CacheKey {
+            scope: String::new(),
+            method: "POST".into(),
+            path: "/transfers".into(),
+            key: "k".into(),
+        }
     }
 
     #[test]
     fn a_sentinel_replay_is_a_marked_problem_with_the_original_status() {
-        let stored = StoredResponse { status: 201, headers: vec![("x-a".into(), "1".into())], body: StoredBody::TooLarge };
+        let stored = StoredResponse {
+            status: 201,
+            headers: vec![("x-a".into(), "1".into())],
+            body: StoredBody::TooLarge,
+        };
         let response = replay_response(stored, 1024);
         assert_eq!(response.status(), StatusCode::CREATED);
         assert_eq!(response.headers()[REPLAYED_HEADER], "true");
-        assert_eq!(response.headers()["content-type"], "application/problem+json");
-        assert!(response.headers().get("x-a").is_none(), "headers of a body not stored are not replayed");
+        assert_eq!(
+            response.headers()["content-type"],
+            "application/problem+json"
+        );
+        assert!(
+            response.headers().get("x-a").is_none(),
+            "headers of a body not stored are not replayed"
+        );
     }
 
     #[test]
@@ -746,13 +1130,22 @@ mod tests {
         headers.append("set-cookie", "a=1".parse().unwrap());
         headers.append("set-cookie", "b=2".parse().unwrap());
         let stored = stored_headers(&headers);
-        assert_eq!(stored, vec![("set-cookie".to_string(), "a=1".to_string()), ("set-cookie".to_string(), "b=2".to_string())]);
+        assert_eq!(
+            stored,
+            vec![
+                ("set-cookie".to_string(), "a=1".to_string()),
+                ("set-cookie".to_string(), "b=2".to_string())
+            ]
+        );
     }
 
     #[tokio::test]
     async fn a_full_body_over_the_cap_is_stored_as_the_sentinel() {
         let store = MemoryStore::new();
-        let layer = IdempotencyLayer::builder(store.clone()).body_bytes_max(4).clock(ManualClock::new(0)).build();
+        let layer = IdempotencyLayer::builder(store.clone())
+            .body_bytes_max(4)
+            .clock(ManualClock::new(0))
+            .build();
         let claim = ClaimRequest {
             key: &key(),
             fingerprint: &Fingerprint([0; 32]),
@@ -760,20 +1153,21 @@ mod tests {
             lease_millis: 1000,
             row_ttl_millis: 10_000,
         };
-        let ClaimOutcome::Claimed { generation } = store.claim(claim).await.unwrap() else { panic!("claimed") };
-        let record = SuccessRecord { status: 200, headers: &[], body: CachedBody::Full(b"too long") };
+        let ClaimOutcome::Claimed { generation } = store.claim(claim).await.unwrap() else {
+            panic!("claimed")
+        };
+        let record = SuccessRecord {
+            status: 200,
+            headers: &[],
+            body: CachedBody::Full(b"too long"),
+        };
         let finalized = finalize(&layer.shared, &key(), generation, Write::Success(record)).await;
         assert_eq!(finalized, Finalized::Applied);
         let row = store.row(&key()).unwrap();
         assert_eq!(row.response.unwrap().body, StoredBody::TooLarge);
     }
 
-    #[tokio::test]
-    async fn a_finalize_without_a_row_is_lost_and_an_error_is_retried() {
-        let store = MemoryStore::new();
-        let layer = IdempotencyLayer::builder(store.clone()).clock(ManualClock::new(0)).build();
-        let finalized = finalize(&layer.shared, &key(), 1, Write::Failure(500)).await;
-        assert_eq!(finalized, Finalized::Lost);
+    fn claim_k(store: &MemoryStore) {
         let claim = ClaimRequest {
             key: &key(),
             fingerprint: &Fingerprint([0; 32]),
@@ -781,13 +1175,107 @@ mod tests {
             lease_millis: 1000,
             row_ttl_millis: 10_000,
         };
-        store.claim(claim).await.unwrap();
+        assert_eq!(
+            futures_util::FutureExt::now_or_never(store.claim(claim))
+                .unwrap()
+                .unwrap(),
+            ClaimOutcome::Claimed { generation: 1 }
+        );
+    }
+
+    #[tokio::test]
+    async fn a_finalize_without_a_row_is_lost_and_errors_are_retried_after_a_backoff() {
+        let store = MemoryStore::new();
+        let layer = IdempotencyLayer::builder(store.clone())
+            .clock(ManualClock::new(0))
+            .build();
+        let finalized = finalize(&layer.shared, &key(), 1, Write::Failure(500)).await;
+        assert_eq!(finalized, Finalized::Lost);
+        claim_k(&store);
         store.fail_next_finalizes(2);
+        let started = std::time::Instant::now();
         let finalized = finalize(&layer.shared, &key(), 1, Write::Failure(500)).await;
         assert_eq!(finalized, Finalized::Applied, "the third attempt applies");
-        store.fail_next_finalizes(3);
+        assert_eq!(layer.stats().finalize_retries, 2);
+        // Backoffs are drawn from the upper half of 25 ms and 50 ms: at least 12 + 25 ms passed.
+        assert!(
+            started.elapsed() >= Duration::from_millis(37),
+            "the retries were not back to back"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_finalize_that_keeps_failing_is_unknown_after_its_attempts() {
+        let store = MemoryStore::new();
+        let layer = IdempotencyLayer::builder(store.clone())
+            .clock(ManualClock::new(0))
+            .build();
+        claim_k(&store);
+        store.fail_next_finalizes(5);
         let finalized = finalize(&layer.shared, &key(), 1, Write::Failure(500)).await;
         assert_eq!(finalized, Finalized::Unknown);
         assert_eq!(layer.stats().finalize_unknown, 1);
+        assert_eq!(store.round_trips(), 1 + 5, "the claim and five attempts");
+    }
+
+    #[tokio::test]
+    async fn the_finalize_budget_stops_the_retries() {
+        let store = MemoryStore::new();
+        // The second attempt waits 40..=80 ms, the third would wait 80..=160 ms more: past 100 ms.
+        let layer = IdempotencyLayer::builder(store.clone())
+            .clock(ManualClock::new(0))
+            .finalize_budget_ms(100)
+            .finalize_backoff_ms(80)
+            .build();
+        claim_k(&store);
+        store.fail_next_finalizes(5);
+        let finalized = finalize(&layer.shared, &key(), 1, Write::Failure(500)).await;
+        assert_eq!(finalized, Finalized::Unknown);
+        assert_eq!(store.round_trips(), 1 + 2, "two attempts fit the budget");
+        assert_eq!(layer.stats().finalize_retries, 1);
+    }
+
+    #[test]
+    fn backoffs_double_and_stay_in_their_upper_half() {
+        let config = Config {
+            finalize_backoff_ms: 100,
+            ..Config::default()
+        };
+        for _ in 0..50 {
+            let second = finalize_backoff(&config, 2);
+            let third = finalize_backoff(&config, 3);
+            assert!(
+                (Duration::from_millis(50)..=Duration::from_millis(100)).contains(&second),
+                "{second:?}"
+            );
+            assert!(
+                (Duration::from_millis(100)..=Duration::from_millis(200)).contains(&third),
+                "{third:?}"
+            );
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "must be shorter than the lease")]
+    fn a_renew_interval_as_long_as_the_lease_is_refused() {
+        let _ = IdempotencyLayer::builder(MemoryStore::new())
+            .lease_secs(3)
+            .lease_renew_interval(Duration::from_secs(3))
+            .build();
+    }
+
+    #[test]
+    fn the_default_heartbeat_is_a_third_of_the_lease() {
+        let layer = IdempotencyLayer::builder(MemoryStore::new())
+            .lease_secs(90)
+            .build();
+        assert_eq!(
+            layer.config().lease_renew_interval,
+            Some(Duration::from_secs(30))
+        );
+        let off = IdempotencyLayer::builder(MemoryStore::new())
+            .without_lease_renewal()
+            .build();
+        assert_eq!(off.config().lease_renew_interval, None);
     }
 }

@@ -25,9 +25,10 @@ impl Problem {
         });
         let mut response = Response::new(Bytes::from(document.to_string()));
         *response.status_mut() = self.status;
-        response
-            .headers_mut()
-            .insert(http::header::CONTENT_TYPE, HeaderValue::from_static("application/problem+json"));
+        response.headers_mut().insert(
+            http::header::CONTENT_TYPE,
+            HeaderValue::from_static("application/problem+json"),
+        );
         response
     }
 }

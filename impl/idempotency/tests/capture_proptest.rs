@@ -32,20 +32,35 @@ fn case() -> impl Strategy<Value = Case> {
                 0..=3 * cap,
                 Just(10 * cap),
             ];
-            (Just(cap), total, proptest::collection::vec(0usize..=4, 1..6), any::<bool>(), any::<Option<u8>>())
+            (
+                Just(cap),
+                total,
+                proptest::collection::vec(0usize..=4, 1..6),
+                any::<bool>(),
+                any::<Option<u8>>(),
+            )
         })
         .prop_map(|(cap, total, cuts, trailers, error)| {
             // Turn the cut list into frame lengths summing to `total`.
             let mut frame_lengths = Vec::new();
             let mut left = total;
             for cut in cuts {
-                let length = if cut == 0 { 0 } else { (left * cut / 5).max(1).min(left) };
+                let length = if cut == 0 {
+                    0
+                } else {
+                    (left * cut / 5).max(1).min(left)
+                };
                 frame_lengths.push(length);
                 left -= length;
             }
             frame_lengths.push(left);
             let error_after_frames = error.map(|at| usize::from(at) % (frame_lengths.len() + 1));
-            Case { cap, frame_lengths, error_after_frames, trailers: trailers && error.is_none() }
+            Case {
+                cap,
+                frame_lengths,
+                error_after_frames,
+                trailers: trailers && error.is_none(),
+            }
         })
 }
 
@@ -64,7 +79,9 @@ fn events(case: &Case) -> Vec<Event> {
             events.push(Event::Error);
             return events;
         }
-        events.push(Event::Data((offset..offset + length).map(|byte| byte as u8).collect()));
+        events.push(Event::Data(
+            (offset..offset + length).map(|byte| byte as u8).collect(),
+        ));
         offset += length;
     }
     if case.error_after_frames == Some(case.frame_lengths.len()) {
@@ -139,23 +156,47 @@ async fn check(case: Case) -> Result<(), TestCaseError> {
             prop_assert!(!failed, "a failing body is never Within");
             prop_assert!(data.len() <= case.cap);
             prop_assert_eq!(&data[..], &all_data[..], "Within holds the complete body");
-            prop_assert_eq!(frames.iter().any(|frame| frame.is_trailers()), case.trailers);
+            prop_assert_eq!(
+                frames.iter().any(|frame| frame.is_trailers()),
+                case.trailers
+            );
         }
-        Capture::Overflow { frames, remainder, .. } => {
+        Capture::Overflow {
+            frames, remainder, ..
+        } => {
             prop_assert!(all_data.len() > case.cap);
-            let prefix: Vec<u8> = frames.iter().filter_map(|frame| frame.data_ref()).flat_map(|data| data.to_vec()).collect();
-            prop_assert_eq!(prefix.len(), case.cap, "the prefix is cut at exactly the cap");
+            let prefix: Vec<u8> = frames
+                .iter()
+                .filter_map(|frame| frame.data_ref())
+                .flat_map(|data| data.to_vec())
+                .collect();
+            prop_assert_eq!(
+                prefix.len(),
+                case.cap,
+                "the prefix is cut at exactly the cap"
+            );
             prop_assert_eq!(&prefix[..], &all_data[..case.cap]);
-            prop_assert!(!remainder.is_empty(), "the crossing frame's tail is handed on");
+            prop_assert!(
+                !remainder.is_empty(),
+                "the crossing frame's tail is handed on"
+            );
         }
         Capture::Failed { frames, .. } => {
             prop_assert!(failed);
-            let prefix: usize = frames.iter().filter_map(|frame| frame.data_ref()).map(|data| data.len()).sum();
+            let prefix: usize = frames
+                .iter()
+                .filter_map(|frame| frame.data_ref())
+                .map(|data| data.len())
+                .sum();
             prop_assert!(prefix <= case.cap);
         }
     }
     let delivered = drain(LiveBody::after_capture(capture)).await;
-    prop_assert_eq!(normalise(delivered), normalise(expected), "the live body is the handler's body");
+    prop_assert_eq!(
+        normalise(delivered),
+        normalise(expected),
+        "the live body is the handler's body"
+    );
     Ok(())
 }
 
@@ -164,13 +205,27 @@ fn capture_keeps_the_whole_body_or_cuts_at_exactly_the_cap() {
     let seed: u64 = std::env::var("CAPTURE_SEED")
         .ok()
         .and_then(|text| text.parse().ok())
-        .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64);
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
     println!("capture proptest seed: {seed} (rerun with CAPTURE_SEED={seed})");
     let mut seed_bytes = [0u8; 32];
     seed_bytes[..8].copy_from_slice(&seed.to_le_bytes());
     let rng = TestRng::from_seed(RngAlgorithm::ChaCha, &seed_bytes);
-    let mut runner = TestRunner::new_with_rng(Config { cases: 512, failure_persistence: None, ..Config::default() }, rng);
-    let runtime = tokio::runtime::Builder::new_current_thread().build().unwrap();
+    let mut runner = TestRunner::new_with_rng(
+        Config {
+            cases: 512,
+            failure_persistence: None,
+            ..Config::default()
+        },
+        rng,
+    );
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .unwrap();
     let result = runner.run(&case(), |case| runtime.block_on(check(case)));
     if let Err(error) = result {
         panic!("capture invariant broken with CAPTURE_SEED={seed}: {error}");

@@ -1,4 +1,4 @@
-//! Seed 003's scenario matrix, fencing and tenant scoping, against real SQLite and PostgreSQL.
+//! The body-integrity scenario matrix, fencing, the heartbeat and tenant scoping, against real SQLite and PostgreSQL.
 //!
 //! Every scenario is one generic function run on both stores. Each test that pins a fix says
 //! which behaviour (IDEM_BEHAVIOUR=pre-fix or fixed, with --features test-seams) makes it fail.
@@ -20,11 +20,22 @@ fn clock() -> ManualClock {
 //= specs/idempotency-middleware.md#M7
 //# The first client receives exactly the frames the handler produced, over-cap tail and trailers included.
 async fn oversized_streamed<St: TestStore>(store: St) {
-    let handler = Handler::new(vec![Script::ok(vec![Step::Data(CAP), Step::Data(CAP), Step::Data(CAP)])]);
-    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let handler = Handler::new(vec![Script::ok(vec![
+        Step::Data(CAP),
+        Step::Data(CAP),
+        Step::Data(CAP),
+    ])]);
+    let app = app(
+        layer_builder(store.clone(), &clock()).build(),
+        handler.clone(),
+    );
     let first = send(&app, post(Some("k1"), "{\"amount\":5}")).await;
     assert_eq!(first.status, StatusCode::OK);
-    assert_eq!(first.data, pattern(0, 3 * CAP), "the live body is the handler's, complete");
+    assert_eq!(
+        first.data,
+        pattern(0, 3 * CAP),
+        "the live body is the handler's, complete"
+    );
     assert_eq!(first.replayed(), Some("false"));
     let row = store.sole_row().await.expect("a row");
     assert_eq!(row.status, "succeeded");
@@ -40,8 +51,14 @@ async fn oversized_streamed<St: TestStore>(store: St) {
 //= specs/idempotency-middleware.md#M4
 //# A replay returns the stored status and body, or the sentinel response, marked as a replay.
 async fn exact_cap<St: TestStore>(store: St) {
-    let handler = Handler::new(vec![Script::ok(vec![Step::Data(CAP / 2), Step::Data(CAP / 2)])]);
-    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let handler = Handler::new(vec![Script::ok(vec![
+        Step::Data(CAP / 2),
+        Step::Data(CAP / 2),
+    ])]);
+    let app = app(
+        layer_builder(store.clone(), &clock()).build(),
+        handler.clone(),
+    );
     let first = send(&app, post(Some("k1"), "x")).await;
     assert_eq!(first.data, pattern(0, CAP));
     let row = store.sole_row().await.expect("a row");
@@ -51,14 +68,20 @@ async fn exact_cap<St: TestStore>(store: St) {
     let replay = send(&app, post(Some("k1"), "x")).await;
     assert_eq!(replay.data, pattern(0, CAP));
     assert_eq!(replay.replayed(), Some("true"));
-    assert_eq!(replay.headers["x-handler"], "scripted", "stored headers are replayed");
+    assert_eq!(
+        replay.headers["x-handler"], "scripted",
+        "stored headers are replayed"
+    );
     assert_eq!(handler.runs(), 1);
 }
 
 /// One byte over the cap: the sentinel, and the client still gets cap + 1 bytes.
 async fn one_byte_over<St: TestStore>(store: St) {
     let handler = Handler::new(vec![Script::ok(vec![Step::Data(CAP), Step::Data(1)])]);
-    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let app = app(
+        layer_builder(store.clone(), &clock()).build(),
+        handler.clone(),
+    );
     let first = send(&app, post(Some("k1"), "x")).await;
     assert_eq!(first.data, pattern(0, CAP + 1));
     let row = store.sole_row().await.expect("a row");
@@ -69,7 +92,10 @@ async fn one_byte_over<St: TestStore>(store: St) {
 /// One frame ten times the cap: split at the cap, its tail streamed.
 async fn giant_single_frame<St: TestStore>(store: St) {
     let handler = Handler::new(vec![Script::ok(vec![Step::Data(10 * CAP)])]);
-    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let app = app(
+        layer_builder(store.clone(), &clock()).build(),
+        handler.clone(),
+    );
     let first = send(&app, post(Some("k1"), "x")).await;
     assert_eq!(first.data.len(), 10 * CAP);
     assert_eq!(first.data, pattern(0, 10 * CAP));
@@ -86,17 +112,59 @@ async fn finalize_failure<St: TestStore>(store: St) {
     let app = app(layer.clone(), handler.clone());
     let first = send(&app, post(Some("k1"), "x")).await;
     assert_eq!(first.status, StatusCode::OK);
-    assert_eq!(first.data, pattern(0, 100), "a finalize error never empties the live body");
-    assert_eq!(layer.stats().finalize_unknown, 1, "the outcome is reported unknown");
+    assert_eq!(
+        first.data,
+        pattern(0, 100),
+        "a finalize error never empties the live body"
+    );
+    assert_eq!(
+        layer.stats().finalize_unknown,
+        1,
+        "the outcome is reported unknown"
+    );
     let row = store.sole_row().await.expect("a row");
-    assert_eq!(row.status, "processing", "the database refused every attempt");
+    assert_eq!(
+        row.status, "processing",
+        "the database refused every attempt"
+    );
+}
+
+/// A short database hiccup: the first two finalize attempts fail, the third (after jittered
+/// backoffs) applies, so the success is recorded and replayed and the handler never becomes
+/// re-runnable. The pre-fix layer made one attempt and left the row to its lease.
+async fn finalize_hiccup<St: TestStore>(store: St) {
+    store.fail_next_success_finalizes(2).await;
+    let handler = Handler::new(vec![Script::ok(vec![Step::Data(100)])]);
+    let layer = layer_builder(store.clone(), &clock()).build();
+    let app = app(layer.clone(), handler.clone());
+    let first = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(first.data, pattern(0, 100));
+    let stats = layer.stats();
+    assert_eq!(
+        (
+            stats.finalize_retries,
+            stats.finalize_applied,
+            stats.finalize_unknown
+        ),
+        (2, 1, 0),
+        "{stats:?}"
+    );
+    let row = store.sole_row().await.expect("a row");
+    assert_eq!(row.status, "succeeded");
+    let replay = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(replay.replayed(), Some("true"));
+    assert_eq!(replay.data, pattern(0, 100));
+    assert_eq!(handler.runs(), 1);
 }
 
 /// The database refuses the sentinel finalize of an over-cap body: the body is still complete.
 async fn finalize_failure_on_overflow<St: TestStore>(store: St) {
     store.break_success_finalize().await;
     let handler = Handler::new(vec![Script::ok(vec![Step::Data(2 * CAP), Step::Data(CAP)])]);
-    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let app = app(
+        layer_builder(store.clone(), &clock()).build(),
+        handler.clone(),
+    );
     let first = send(&app, post(Some("k1"), "x")).await;
     assert_eq!(first.data, pattern(0, 3 * CAP));
 }
@@ -108,7 +176,10 @@ async fn oversized_non_2xx<St: TestStore>(store: St) {
     let mut script = Script::ok(vec![Step::Data(2 * CAP), Step::Data(CAP)]);
     script.status = StatusCode::BAD_GATEWAY;
     let handler = Handler::new(vec![script, Script::ok(vec![Step::Data(10)])]);
-    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let app = app(
+        layer_builder(store.clone(), &clock()).build(),
+        handler.clone(),
+    );
     let first = send(&app, post(Some("k1"), "x")).await;
     assert_eq!(first.status, StatusCode::BAD_GATEWAY);
     assert_eq!(first.data, pattern(0, 3 * CAP));
@@ -126,10 +197,16 @@ async fn oversized_non_2xx<St: TestStore>(store: St) {
 //# After a 2xx the row ends succeeded with the full body or the sentinel; never failed, never left processing.
 async fn body_error_before_cap<St: TestStore>(store: St) {
     let handler = Handler::new(vec![Script::ok(vec![Step::Data(CAP / 2), Step::Error])]);
-    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let app = app(
+        layer_builder(store.clone(), &clock()).build(),
+        handler.clone(),
+    );
     let first = send(&app, post(Some("k1"), "x")).await;
     assert_eq!(first.data, pattern(0, CAP / 2));
-    assert!(first.body_error, "the client sees the body fail, not a clean short body");
+    assert!(
+        first.body_error,
+        "the client sees the body fail, not a clean short body"
+    );
     let row = store.sole_row().await.expect("a row");
     assert_eq!(row.status, "succeeded");
     assert!(row.body_too_large, "never a truncated or empty cached body");
@@ -141,7 +218,10 @@ async fn body_error_before_cap<St: TestStore>(store: St) {
 /// A 2xx whose body fails after the cap: everything before the error is delivered.
 async fn body_error_after_cap<St: TestStore>(store: St) {
     let handler = Handler::new(vec![Script::ok(vec![Step::Data(2 * CAP), Step::Error])]);
-    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let app = app(
+        layer_builder(store.clone(), &clock()).build(),
+        handler.clone(),
+    );
     let first = send(&app, post(Some("k1"), "x")).await;
     assert_eq!(first.data, pattern(0, 2 * CAP));
     assert!(first.body_error);
@@ -155,7 +235,10 @@ async fn body_error_after_cap<St: TestStore>(store: St) {
 //# A key reused with another fingerprint gets 422 and never runs the handler.
 async fn different_fingerprint<St: TestStore>(store: St) {
     let handler = Handler::new(vec![Script::ok(vec![Step::Data(10)])]);
-    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let app = app(
+        layer_builder(store.clone(), &clock()).build(),
+        handler.clone(),
+    );
     send(&app, post(Some("k1"), "{\"amount\":5}")).await;
     let reuse = send(&app, post(Some("k1"), "{\"amount\":6}")).await;
     assert_eq!(reuse.status, StatusCode::UNPROCESSABLE_ENTITY);
@@ -168,9 +251,18 @@ async fn different_fingerprint<St: TestStore>(store: St) {
 /// While the winner is still streaming an over-cap tail, a duplicate gets the sentinel replay
 /// (the sentinel was finalized before the winner's response was returned), not a second run.
 async fn loser_replays_while_winner_streams<St: TestStore>(store: St) {
-    let handler = Handler::new(vec![Script::ok(vec![Step::Data(2 * CAP), Step::Gate(0), Step::Data(CAP)])]);
-    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
-    let response = tower::ServiceExt::oneshot(app.clone(), post(Some("k1"), "x")).await.unwrap();
+    let handler = Handler::new(vec![Script::ok(vec![
+        Step::Data(2 * CAP),
+        Step::Gate(0),
+        Step::Data(CAP),
+    ])]);
+    let app = app(
+        layer_builder(store.clone(), &clock()).build(),
+        handler.clone(),
+    );
+    let response = tower::ServiceExt::oneshot(app.clone(), post(Some("k1"), "x"))
+        .await
+        .unwrap();
     let loser = send(&app, post(Some("k1"), "x")).await;
     assert_eq!(loser.replayed(), Some("true"));
     assert_eq!(handler.runs(), 1);
@@ -184,17 +276,31 @@ async fn loser_replays_while_winner_streams<St: TestStore>(store: St) {
 //= specs/idempotency-middleware.md#M1
 //# The handler runs only for the request that won the atomic claim of its key.
 async fn cancellation<St: TestStore>(store: St) {
-    let handler = Handler::new(vec![Script::ok(vec![Step::Data(10), Step::Gate(0), Step::Data(10)])]);
+    let handler = Handler::new(vec![Script::ok(vec![
+        Step::Data(10),
+        Step::Gate(0),
+        Step::Data(10),
+    ])]);
     let layer = layer_builder(store.clone(), &clock()).build();
     let app = app(layer.clone(), handler.clone());
-    let call = tokio::spawn(tower::ServiceExt::oneshot(app.clone(), post(Some("k1"), "x")));
-    while handler.frames_sent.load(std::sync::atomic::Ordering::SeqCst) == 0 {
+    let call = tokio::spawn(tower::ServiceExt::oneshot(
+        app.clone(),
+        post(Some("k1"), "x"),
+    ));
+    while handler
+        .frames_sent
+        .load(std::sync::atomic::Ordering::SeqCst)
+        == 0
+    {
         tokio::time::sleep(Duration::from_millis(5)).await;
     }
     call.abort();
     let _ = call.await;
     let row = wait_terminal(&store).await.expect("a row");
-    assert_eq!(row.status, "succeeded", "the guard finalized after the client went away");
+    assert_eq!(
+        row.status, "succeeded",
+        "the guard finalized after the client went away"
+    );
     assert!(row.body_too_large);
     let retry = send(&app, post(Some("k1"), "x")).await;
     assert_eq!(retry.replayed(), Some("true"));
@@ -207,7 +313,10 @@ async fn marker_extensions_version<St: TestStore>(store: St) {
     let mut script = Script::ok(vec![Step::Data(10)]);
     script.decorate = true;
     let handler = Handler::new(vec![script]);
-    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let app = app(
+        layer_builder(store.clone(), &clock()).build(),
+        handler.clone(),
+    );
     let first = send(&app, post(Some("k1"), "x")).await;
     assert_eq!(first.version, http::Version::HTTP_10);
     assert_eq!(first.extension, Some(7));
@@ -215,18 +324,35 @@ async fn marker_extensions_version<St: TestStore>(store: St) {
     assert_eq!(first.headers.get_all("set-cookie").iter().count(), 2);
     let replay = send(&app, post(Some("k1"), "x")).await;
     assert_eq!(replay.replayed(), Some("true"));
-    assert_eq!(replay.headers.get_all("set-cookie").iter().count(), 2, "repeated headers are replayed");
+    assert_eq!(
+        replay.headers.get_all("set-cookie").iter().count(),
+        2,
+        "repeated headers are replayed"
+    );
 }
 
 /// Trailers reach the live client and are not cached.
 async fn trailers_live_only<St: TestStore>(store: St) {
     let handler = Handler::new(vec![Script::ok(vec![Step::Data(10), Step::Trailers])]);
-    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let app = app(
+        layer_builder(store.clone(), &clock()).build(),
+        handler.clone(),
+    );
     let first = send(&app, post(Some("k1"), "x")).await;
     assert_eq!(first.data, pattern(0, 10));
-    assert_eq!(first.trailers.as_ref().map(|trailers| trailers["x-checksum"].clone()), Some("abc".parse().unwrap()));
+    assert_eq!(
+        first
+            .trailers
+            .as_ref()
+            .map(|trailers| trailers["x-checksum"].clone()),
+        Some("abc".parse().unwrap())
+    );
     let row = store.sole_row().await.expect("a row");
-    assert_eq!(row.body.as_deref(), Some(&pattern(0, 10)[..]), "the cache holds data bytes only");
+    assert_eq!(
+        row.body.as_deref(),
+        Some(&pattern(0, 10)[..]),
+        "the cache holds data bytes only"
+    );
     let replay = send(&app, post(Some("k1"), "x")).await;
     assert!(replay.trailers.is_none());
 }
@@ -236,8 +362,13 @@ async fn trailers_live_only<St: TestStore>(store: St) {
 async fn one_connection_pool<St: TestStore>(store: St) {
     let gated = Script::ok(vec![Step::Data(2 * CAP), Step::Gate(0), Step::Data(CAP)]);
     let handler = Handler::new(vec![gated, Script::ok(vec![Step::Data(10)])]);
-    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
-    let response = tower::ServiceExt::oneshot(app.clone(), post(Some("k1"), "x")).await.unwrap();
+    let app = app(
+        layer_builder(store.clone(), &clock()).build(),
+        handler.clone(),
+    );
+    let response = tower::ServiceExt::oneshot(app.clone(), post(Some("k1"), "x"))
+        .await
+        .unwrap();
     let loser = send(&app, post(Some("k1"), "x")).await;
     assert_eq!(loser.replayed(), Some("true"));
     let other = send(&app, post(Some("k2"), "x")).await;
@@ -254,29 +385,191 @@ async fn one_connection_pool<St: TestStore>(store: St) {
 //# Every finalize is conditional on its claim's generation and on the row still processing.
 async fn lease_crossing<St: TestStore>(store: St) {
     let clock = clock();
-    let mut slow = Script::ok(vec![Step::Data(3)]);
-    slow.gate_before_response = Some(0);
-    let fast = Script::ok(vec![Step::Data(7)]);
-    let handler = Handler::new(vec![slow, fast]);
+    let handler = slow_then_fast();
     let layer = layer_builder(store.clone(), &clock).build();
     let app = app(layer.clone(), handler.clone());
-    let stale = tokio::spawn(send_owned(app.clone(), "k1"));
-    while handler.runs() == 0 {
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
+    let stale = start_first(&app, &handler).await;
     let in_flight = send(&app, post(Some("k1"), "x")).await;
-    assert_eq!(in_flight.status, StatusCode::CONFLICT, "a live lease answers 409");
+    assert_eq!(
+        in_flight.status,
+        StatusCode::CONFLICT,
+        "a live lease answers 409"
+    );
     clock.advance_secs(31);
     let newer = send(&app, post(Some("k1"), "x")).await;
     assert_eq!(newer.data, pattern(0, 7));
-    assert_eq!(handler.runs(), 2, "the lease crossing ran the handler twice (the documented cost)");
+    assert_eq!(
+        handler.runs(),
+        2,
+        "the lease crossing ran the handler twice (the documented cost)"
+    );
     handler.release(0);
     let stale = stale.await.unwrap();
-    assert_eq!(stale.data, pattern(0, 3), "the stale client still gets its own response");
+    assert_eq!(
+        stale.data,
+        pattern(0, 3),
+        "the stale client still gets its own response"
+    );
     let row = store.sole_row().await.expect("a row");
     assert_eq!(row.generation, 2);
-    assert_eq!(row.body.as_deref(), Some(&pattern(0, 7)[..]), "the stale finalizer did not overwrite");
+    assert_eq!(
+        row.body.as_deref(),
+        Some(&pattern(0, 7)[..]),
+        "the stale finalizer did not overwrite"
+    );
     assert_eq!(layer.stats().finalize_lost, 1);
+}
+
+/// Waits until the layer has renewed leases `count` more times than `before`.
+async fn wait_for_renewals<St>(
+    layer: &oncecheck_idempotency::IdempotencyLayer<St>,
+    before: u64,
+    count: u64,
+) where
+    St: oncecheck_idempotency::store::CacheStore,
+{
+    for _ in 0..1000 {
+        if layer.stats().lease_renewed >= before + count {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!(
+        "the heartbeat did not renew the lease within 5 s (stats {:?})",
+        layer.stats()
+    );
+}
+
+/// The lease answer (the heartbeat): a handler that runs 45 s of the layer's clock under a
+/// 30 s lease keeps its claim, because the layer renews the lease while it runs. A duplicate
+/// that arrives after the original lease would have run out gets 409, then the replay; the
+/// handler runs once. Fails without the heartbeat (IDEM_BEHAVIOUR=pre-fix has none).
+//= specs/idempotency-middleware.md#M1
+//# The handler runs only for the request that won the atomic claim of its key.
+async fn heartbeat_outlives_the_lease<St: TestStore>(store: St) {
+    let clock = clock();
+    let handler = slow_then_fast();
+    let layer = layer_builder(store.clone(), &clock)
+        .lease_renew_interval(Duration::from_millis(20))
+        .build();
+    let app = app(layer.clone(), handler.clone());
+    let first = start_first(&app, &handler).await;
+    // 15 s steps, each followed by two renewals, so at least one read the clock after the step:
+    // the lease always ends at least 15 s after the clock's "now".
+    for _ in 0..3 {
+        let before = layer.stats().lease_renewed;
+        clock.advance_secs(15);
+        wait_for_renewals(&layer, before, 2).await;
+    }
+    let duplicate = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(
+        duplicate.status,
+        StatusCode::CONFLICT,
+        "45 s into a 30 s lease the renewed claim still holds the key"
+    );
+    handler.release(0);
+    let first = first.await.unwrap();
+    assert_eq!(first.data, pattern(0, 3));
+    let replay = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(replay.replayed(), Some("true"));
+    assert_eq!(
+        replay.data,
+        pattern(0, 3),
+        "the replay is the long handler's response"
+    );
+    assert_eq!(handler.runs(), 1, "one execution");
+    let row = store.sole_row().await.expect("a row");
+    assert_eq!((row.status.as_str(), row.generation), ("succeeded", 1));
+    assert_eq!(layer.stats().lease_lost, 0);
+}
+
+/// The heartbeat lives in the request's future: it stops when the handler has answered and
+/// when the request is dropped mid-handler (its claim then runs out with its lease).
+async fn heartbeat_stops_with_its_request<St: TestStore>(store: St) {
+    let clock = clock();
+    let handler = slow_then_fast();
+    let layer = layer_builder(store.clone(), &clock)
+        .lease_renew_interval(Duration::from_millis(10))
+        .build();
+    let app = app(layer.clone(), handler.clone());
+    let settled = |layer: &oncecheck_idempotency::IdempotencyLayer<St>| {
+        let layer = layer.clone();
+        async move {
+            // Quiet for 20 periods: no heartbeat of this layer is beating.
+            let before = layer.stats().lease_renewed;
+            tokio::time::sleep(Duration::from_millis(200)).await;
+            layer.stats().lease_renewed == before
+        }
+    };
+    let dropped = start_first(&app, &handler).await;
+    wait_for_renewals(&layer, 0, 2).await;
+    dropped.abort();
+    let _ = dropped.await;
+    assert!(
+        settled(&layer).await,
+        "the dropped request's heartbeat stopped"
+    );
+    assert_eq!(
+        store.sole_row().await.expect("a row").status,
+        "processing",
+        "left to its lease"
+    );
+    clock.advance_secs(31);
+    let second = tokio::spawn(send_owned(app.clone(), "k1"));
+    let answered = second.await.unwrap();
+    assert_eq!(
+        answered.data,
+        pattern(0, 7),
+        "after the lease a retry took the key over"
+    );
+    assert!(
+        settled(&layer).await,
+        "the heartbeat stopped when the handler answered"
+    );
+    assert_eq!(layer.stats().lease_lost, 0);
+}
+
+/// The same long handler with the heartbeat switched off: the duplicate takes the key over
+/// once the lease has run out and runs the handler a second time (the lease crossing the
+/// model's `fenced` variant shows, M1 violated); fencing keeps the stale finalize off the row.
+async fn without_heartbeat_the_lease_crossing_runs_twice<St: TestStore>(store: St) {
+    let clock = clock();
+    let handler = slow_then_fast();
+    let layer = layer_builder(store.clone(), &clock)
+        .without_lease_renewal()
+        .build();
+    let app = app(layer.clone(), handler.clone());
+    let first = start_first(&app, &handler).await;
+    clock.advance_secs(45);
+    let duplicate = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(
+        duplicate.replayed(),
+        Some("false"),
+        "the duplicate ran fresh"
+    );
+    assert_eq!(handler.runs(), 2, "two executions: the lease crossing");
+    handler.release(0);
+    assert_eq!(first.await.unwrap().data, pattern(0, 3));
+    let row = store.sole_row().await.expect("a row");
+    assert_eq!(row.generation, 2);
+    assert_eq!(layer.stats().lease_renewed, 0);
+}
+
+/// A handler whose first run holds its response (3 bytes) until gate 0 is released; later
+/// runs answer 7 bytes at once.
+fn slow_then_fast() -> std::sync::Arc<Handler> {
+    let mut slow = Script::ok(vec![Step::Data(3)]);
+    slow.gate_before_response = Some(0);
+    Handler::new(vec![slow, Script::ok(vec![Step::Data(7)])])
+}
+
+/// Sends the first request for key k1 in the background; returns once its handler runs.
+async fn start_first(app: &axum::Router, handler: &Handler) -> tokio::task::JoinHandle<Received> {
+    let first = tokio::spawn(send_owned(app.clone(), "k1"));
+    while handler.runs() == 0 {
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    first
 }
 
 async fn send_owned(app: axum::Router, key: &'static str) -> Received {
@@ -286,12 +579,21 @@ async fn send_owned(app: axum::Router, key: &'static str) -> Received {
 /// Two tenants using the same key never share a row or a replay.
 async fn tenant_scoping<St: TestStore>(store: St) {
     let handler = Handler::new(vec![Script::ok(vec![Step::Data(5)])]);
-    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let app = app(
+        layer_builder(store.clone(), &clock()).build(),
+        handler.clone(),
+    );
     for tenant in ["alice", "bob"] {
         let mut request = post(Some("shared-key"), "x");
-        request.extensions_mut().insert(Principal(tenant.to_string()));
+        request
+            .extensions_mut()
+            .insert(Principal(tenant.to_string()));
         let received = send(&app, request).await;
-        assert_eq!(received.replayed(), Some("false"), "{tenant} runs its own request");
+        assert_eq!(
+            received.replayed(),
+            Some("false"),
+            "{tenant} runs its own request"
+        );
     }
     assert_eq!(handler.runs(), 2);
     assert_eq!(store.row_count().await, 2);
@@ -303,9 +605,18 @@ async fn tenant_scoping<St: TestStore>(store: St) {
 /// Keys: missing, empty, too long, non-visible → 400 problem; quoted and bare are one key.
 async fn key_validation<St: TestStore>(store: St) {
     let handler = Handler::new(vec![Script::ok(vec![Step::Data(5)])]);
-    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let app = app(
+        layer_builder(store.clone(), &clock()).build(),
+        handler.clone(),
+    );
     let long = "k".repeat(256);
-    for key in [None, Some(""), Some(long.as_str()), Some("a b"), Some("\"unterminated")] {
+    for key in [
+        None,
+        Some(""),
+        Some(long.as_str()),
+        Some("a b"),
+        Some("\"unterminated"),
+    ] {
         let received = send(&app, post(key, "x")).await;
         assert_eq!(received.status, StatusCode::BAD_REQUEST, "key {key:?}");
         assert_eq!(received.headers["content-type"], "application/problem+json");
@@ -313,16 +624,54 @@ async fn key_validation<St: TestStore>(store: St) {
     assert_eq!(handler.runs(), 0);
     send(&app, post(Some("\"k-1\""), "x")).await;
     let bare = send(&app, post(Some("k-1"), "x")).await;
-    assert_eq!(bare.replayed(), Some("true"), "the quoted and the bare form name one key");
+    assert_eq!(
+        bare.replayed(),
+        Some("true"),
+        "the quoted and the bare form name one key"
+    );
+}
+
+/// Routing runs before the layer (`route_layer`): an unknown route is 404 and a wrong method
+/// 405, never 400 missing-key; an empty principal is 401, never the anonymous caller's scope.
+async fn routing_and_principals<St: TestStore>(store: St) {
+    let handler = Handler::new(vec![Script::ok(vec![Step::Data(5)])]);
+    let app = app(
+        layer_builder(store.clone(), &clock()).build(),
+        handler.clone(),
+    );
+    let unknown = http::Request::post("/unknown")
+        .body(axum::body::Body::from("x"))
+        .unwrap();
+    assert_eq!(send(&app, unknown).await.status, StatusCode::NOT_FOUND);
+    let wrong_method = http::Request::delete("/transfers")
+        .body(axum::body::Body::empty())
+        .unwrap();
+    assert_eq!(
+        send(&app, wrong_method).await.status,
+        StatusCode::METHOD_NOT_ALLOWED
+    );
+    let mut empty = post(Some("k1"), "x");
+    empty.extensions_mut().insert(Principal(String::new()));
+    let refused = send(&app, empty).await;
+    assert_eq!(refused.status, StatusCode::UNAUTHORIZED);
+    assert_eq!(refused.headers["content-type"], "application/problem+json");
+    assert_eq!(handler.runs(), 0);
+    assert_eq!(store.row_count().await, 0, "nothing was claimed");
 }
 
 /// An expired row never blocks: after the TTL the key is new, even with another fingerprint.
 async fn row_expiry<St: TestStore>(store: St) {
     let clock = clock();
     let handler = Handler::new(vec![Script::ok(vec![Step::Data(5)])]);
-    let app = app(layer_builder(store.clone(), &clock).build(), handler.clone());
+    let app = app(
+        layer_builder(store.clone(), &clock).build(),
+        handler.clone(),
+    );
     send(&app, post(Some("k1"), "a")).await;
-    assert_eq!(send(&app, post(Some("k1"), "b")).await.status, StatusCode::UNPROCESSABLE_ENTITY);
+    assert_eq!(
+        send(&app, post(Some("k1"), "b")).await.status,
+        StatusCode::UNPROCESSABLE_ENTITY
+    );
     clock.advance_secs(3601);
     let after = send(&app, post(Some("k1"), "b")).await;
     assert_eq!(after.replayed(), Some("false"));
@@ -335,8 +684,13 @@ async fn row_expiry<St: TestStore>(store: St) {
 //# A request whose key is held by a live claim gets 409 and never runs the handler.
 async fn concurrent_duplicates<St: TestStore>(store: St) {
     let handler = Handler::new(vec![Script::ok(vec![Step::Data(5)])]);
-    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
-    let calls: Vec<_> = (0..8).map(|_| tokio::spawn(send_owned(app.clone(), "k1"))).collect();
+    let app = app(
+        layer_builder(store.clone(), &clock()).build(),
+        handler.clone(),
+    );
+    let calls: Vec<_> = (0..8)
+        .map(|_| tokio::spawn(send_owned(app.clone(), "k1")))
+        .collect();
     let mut fresh = 0;
     for call in calls {
         let received = call.await.unwrap();
@@ -382,6 +736,7 @@ on_both_stores! {
     giant_single_frame: 4,
     finalize_failure: 4,
     finalize_failure_on_overflow: 4,
+    finalize_hiccup: 4,
     oversized_non_2xx: 4,
     body_error_before_cap: 4,
     body_error_after_cap: 4,
@@ -392,8 +747,12 @@ on_both_stores! {
     trailers_live_only: 4,
     one_connection_pool: 1,
     lease_crossing: 4,
+    heartbeat_outlives_the_lease: 4,
+    heartbeat_stops_with_its_request: 4,
+    without_heartbeat_the_lease_crossing_runs_twice: 4,
     tenant_scoping: 4,
     key_validation: 4,
+    routing_and_principals: 4,
     row_expiry: 4,
     concurrent_duplicates: 4,
 }
@@ -402,12 +761,18 @@ on_both_stores! {
 /// statement on PostgreSQL (the claim reads the row it found) and two on SQLite.
 async fn round_trips<St: TestStore>(store: St, replay_trips: u64) {
     let handler = Handler::new(vec![Script::ok(vec![Step::Data(5)])]);
-    let app = app(layer_builder(store.clone(), &clock()).build(), handler.clone());
+    let app = app(
+        layer_builder(store.clone(), &clock()).build(),
+        handler.clone(),
+    );
     let before = store.round_trips();
     send(&app, post(Some("k1"), "x")).await;
     assert_eq!(store.round_trips() - before, 2, "claim + finalize");
     let before = store.round_trips();
-    assert_eq!(send(&app, post(Some("k1"), "x")).await.replayed(), Some("true"));
+    assert_eq!(
+        send(&app, post(Some("k1"), "x")).await.replayed(),
+        Some("true")
+    );
     assert_eq!(store.round_trips() - before, replay_trips);
 }
 

@@ -23,9 +23,24 @@ fn seed() -> u64 {
     let seed = std::env::var("SHUTTLE_SEED")
         .ok()
         .and_then(|text| text.parse().ok())
-        .unwrap_or_else(|| std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos() as u64);
+        .unwrap_or_else(|| {
+            std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .unwrap()
+                .as_nanos() as u64
+        });
     println!("shuttle seed: {seed} (rerun with SHUTTLE_SEED={seed})");
     seed
+}
+
+/// Runs `test` under ITERATIONS random schedules from the printed seed, on task stacks the
+/// layer's futures fit in: with the heartbeat beside the handler and the finalize under its
+/// time budget they outgrow shuttle's default stack in a debug build.
+fn explore(test: impl Fn() + Send + Sync + 'static) {
+    let mut config = shuttle::Config::new();
+    config.stack_size = 1 << 20;
+    let scheduler = shuttle::scheduler::RandomScheduler::new_from_seed(seed(), ITERATIONS);
+    shuttle::Runner::new(scheduler, config).run(test);
 }
 
 /// The layer under test; IDEM_BEHAVIOUR=pre-fix|fixed (with --features test-seams) swaps in a
@@ -42,11 +57,19 @@ fn layer_for(store: MemoryStore) -> IdempotencyLayer<MemoryStore> {
 }
 
 fn request() -> Request<Full<Bytes>> {
-    Request::post("/transfers").header("idempotency-key", "k").body(Full::new(Bytes::from_static(b"{}"))).unwrap()
+    Request::post("/transfers")
+        .header("idempotency-key", "k")
+        .body(Full::new(Bytes::from_static(b"{}")))
+        .unwrap()
 }
 
 fn key() -> CacheKey {
-    CacheKey { scope: String::new(), method: "POST".into(), path: "/transfers".into(), key: "k".into() }
+    CacheKey {
+        scope: String::new(),
+        method: "POST".into(),
+        path: "/transfers".into(),
+        key: "k".into(),
+    }
 }
 
 /// A body that yields one frame, then never ends: the client is still reading when it goes away.
@@ -58,7 +81,10 @@ struct Stalled {
 impl Body for Stalled {
     type Data = Bytes;
     type Error = Infallible;
-    fn poll_frame(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        _: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
         if self.sent {
             return Poll::Pending;
         }
@@ -70,105 +96,112 @@ impl Body for Stalled {
 
 #[test]
 fn concurrent_duplicates_run_the_handler_once() {
-    shuttle::check_random_with_seed(
-        || {
-            shuttle::future::block_on(async {
-                let store = MemoryStore::new();
-                let layer = layer_for(store.clone());
-                let runs = Arc::new(AtomicUsize::new(0));
-                let counter = runs.clone();
-                let handler = tower::service_fn(move |_request: Request<Full<Bytes>>| {
-                    let counter = counter.clone();
-                    async move {
-                        counter.fetch_add(1, Ordering::SeqCst);
-                        shuttle::future::yield_now().await;
-                        Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"moved"))))
-                    }
-                });
-                let service = layer.layer(handler);
-                let calls: Vec<_> = (0..3)
-                    .map(|_| {
-                        let service = service.clone();
-                        shuttle::future::spawn(async move {
-                            let response = service.oneshot(request()).await.unwrap();
-                            let status = response.status();
-                            let replayed = response.headers().get("idempotency-replayed").cloned();
-                            let body = response.into_body().collect().await.unwrap().to_bytes();
-                            (status, replayed, body)
-                        })
-                    })
-                    .collect();
-                let mut fresh = 0;
-                for call in calls {
-                    let (status, replayed, body) = call.await.unwrap();
-                    match (status, replayed.as_ref().map(|value| value.to_str().unwrap())) {
-                        (StatusCode::OK, Some("false")) => fresh += 1,
-                        (StatusCode::OK, Some("true")) => assert_eq!(&body[..], b"moved", "a replay is the original body"),
-                        (StatusCode::CONFLICT, None) => {}
-                        other => panic!("unexpected answer {other:?}"),
-                    }
+    explore(|| {
+        shuttle::future::block_on(async {
+            let store = MemoryStore::new();
+            let layer = layer_for(store.clone());
+            let runs = Arc::new(AtomicUsize::new(0));
+            let counter = runs.clone();
+            let handler = tower::service_fn(move |_request: Request<Full<Bytes>>| {
+                let counter = counter.clone();
+                async move {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    shuttle::future::yield_now().await;
+                    Ok::<_, Infallible>(Response::new(Full::new(Bytes::from_static(b"moved"))))
                 }
-                assert_eq!(fresh, 1, "exactly one request ran fresh");
-                assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
-                assert_eq!(store.row(&key()).unwrap().status, "succeeded");
-            })
-        },
-        seed(),
-        ITERATIONS,
-    );
+            });
+            let service = layer.layer(handler);
+            let calls: Vec<_> = (0..3)
+                .map(|_| {
+                    let service = service.clone();
+                    shuttle::future::spawn(async move {
+                        let response = service.oneshot(request()).await.unwrap();
+                        let status = response.status();
+                        let replayed = response.headers().get("idempotency-replayed").cloned();
+                        let body = response.into_body().collect().await.unwrap().to_bytes();
+                        (status, replayed, body)
+                    })
+                })
+                .collect();
+            let mut fresh = 0;
+            for call in calls {
+                let (status, replayed, body) = call.await.unwrap();
+                match (
+                    status,
+                    replayed.as_ref().map(|value| value.to_str().unwrap()),
+                ) {
+                    (StatusCode::OK, Some("false")) => fresh += 1,
+                    (StatusCode::OK, Some("true")) => {
+                        assert_eq!(&body[..], b"moved", "a replay is the original body")
+                    }
+                    (StatusCode::CONFLICT, None) => {}
+                    other => panic!("unexpected answer {other:?}"),
+                }
+            }
+            assert_eq!(fresh, 1, "exactly one request ran fresh");
+            assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler ran once");
+            assert_eq!(store.row(&key()).unwrap().status, "succeeded");
+        })
+    });
 }
 
 #[test]
 fn drop_guard_finalizes_the_sentinel_while_a_duplicate_races_it() {
-    shuttle::check_random_with_seed(
-        || {
-            shuttle::future::block_on(async {
-                let store = MemoryStore::new();
-                let layer = layer_for(store.clone());
-                let runs = Arc::new(AtomicUsize::new(0));
-                let produced = Arc::new(AtomicUsize::new(0));
-                let (counter, frames) = (runs.clone(), produced.clone());
-                let handler = tower::service_fn(move |_request: Request<Full<Bytes>>| {
-                    let (counter, frames) = (counter.clone(), frames.clone());
-                    async move {
-                        counter.fetch_add(1, Ordering::SeqCst);
-                        Ok::<_, Infallible>(Response::new(Stalled { sent: false, produced: frames }))
-                    }
-                });
-                let service = layer.layer(handler);
-                // Drive the first request until the handler has sent a 2xx frame, then drop it:
-                // the client went away while the layer was capturing.
-                let mut first = Box::pin(service.clone().oneshot(request()));
-                let waker = futures_util::task::noop_waker();
-                let mut context = Context::from_waker(&waker);
-                while produced.load(Ordering::SeqCst) == 0 {
-                    assert!(first.as_mut().poll(&mut context).is_pending(), "the stalled body never completes");
-                    shuttle::future::yield_now().await;
+    explore(|| {
+        shuttle::future::block_on(async {
+            let store = MemoryStore::new();
+            let layer = layer_for(store.clone());
+            let runs = Arc::new(AtomicUsize::new(0));
+            let produced = Arc::new(AtomicUsize::new(0));
+            let (counter, frames) = (runs.clone(), produced.clone());
+            let handler = tower::service_fn(move |_request: Request<Full<Bytes>>| {
+                let (counter, frames) = (counter.clone(), frames.clone());
+                async move {
+                    counter.fetch_add(1, Ordering::SeqCst);
+                    Ok::<_, Infallible>(Response::new(Stalled {
+                        sent: false,
+                        produced: frames,
+                    }))
                 }
-                drop(first);
-                // A duplicate races the guard's background finalize.
-                let duplicate = shuttle::future::spawn(service.clone().oneshot(request()));
-                let answer = duplicate.await.unwrap().unwrap();
-                match answer.status() {
-                    StatusCode::CONFLICT => {}
-                    StatusCode::OK => assert_eq!(answer.headers()["idempotency-replayed"], "true"),
-                    other => panic!("unexpected status {other}"),
+            });
+            let service = layer.layer(handler);
+            // Drive the first request until the handler has sent a 2xx frame, then drop it:
+            // the client went away while the layer was capturing.
+            let mut first = Box::pin(service.clone().oneshot(request()));
+            let waker = futures_util::task::noop_waker();
+            let mut context = Context::from_waker(&waker);
+            while produced.load(Ordering::SeqCst) == 0 {
+                assert!(
+                    first.as_mut().poll(&mut context).is_pending(),
+                    "the stalled body never completes"
+                );
+                shuttle::future::yield_now().await;
+            }
+            drop(first);
+            // A duplicate races the guard's background finalize.
+            let duplicate = shuttle::future::spawn(service.clone().oneshot(request()));
+            let answer = duplicate.await.unwrap().unwrap();
+            match answer.status() {
+                StatusCode::CONFLICT => {}
+                StatusCode::OK => assert_eq!(answer.headers()["idempotency-replayed"], "true"),
+                other => panic!("unexpected status {other}"),
+            }
+            for _ in 0..100 {
+                if store.row(&key()).unwrap().status != "processing" {
+                    break;
                 }
-                for _ in 0..100 {
-                    if store.row(&key()).unwrap().status != "processing" {
-                        break;
-                    }
-                    shuttle::future::yield_now().await;
-                }
-                let row = store.row(&key()).unwrap();
-                assert_eq!(row.status, "succeeded", "the guard finalized the row");
-                assert_eq!(runs.load(Ordering::SeqCst), 1, "the handler never ran twice");
-                assert_eq!(layer.stats().guard_fired, 1);
-            })
-        },
-        seed(),
-        ITERATIONS,
-    );
+                shuttle::future::yield_now().await;
+            }
+            let row = store.row(&key()).unwrap();
+            assert_eq!(row.status, "succeeded", "the guard finalized the row");
+            assert_eq!(
+                runs.load(Ordering::SeqCst),
+                1,
+                "the handler never ran twice"
+            );
+            assert_eq!(layer.stats().guard_fired, 1);
+        })
+    });
 }
 
 use std::future::Future;

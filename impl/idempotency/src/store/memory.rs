@@ -1,9 +1,12 @@
-//! An in-memory store for unit and schedule (shuttle) tests only: one mutex around a BTreeMap,
-//! so every operation is trivially atomic. It follows the SQL stores' rules exactly, including
-//! expiry at read time and fencing, and can inject finalize faults.
+//! An in-memory store for unit and schedule (shuttle, loom) tests only: one mutex around a
+//! BTreeMap, and every operation runs start to end under one acquisition of it, so it is
+//! atomic (tests/loom.rs checks that discipline). It follows the SQL stores' rules exactly,
+//! including expiry at read time and fencing; under `test-seams` it can inject finalize faults.
 
 use super::*;
-use crate::sync::{self, Arc, AtomicU64, AtomicUsize, Mutex, Ordering};
+#[cfg(feature = "test-seams")]
+use crate::sync::AtomicUsize;
+use crate::sync::{self, Arc, AtomicU64, Mutex, Ordering};
 use std::collections::BTreeMap;
 
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -20,6 +23,7 @@ pub struct MemoryRow {
 pub struct MemoryStore {
     rows: Arc<Mutex<BTreeMap<CacheKey, MemoryRow>>>,
     round_trips: Arc<AtomicU64>,
+    #[cfg(feature = "test-seams")]
     finalize_faults: Arc<AtomicUsize>,
 }
 
@@ -29,6 +33,7 @@ impl MemoryStore {
     }
 
     /// The next `count` finalizes fail without applying (an unknown outcome that did not commit).
+    #[cfg(feature = "test-seams")]
     pub fn fail_next_finalizes(&self, count: usize) {
         self.finalize_faults.store(count, Ordering::SeqCst);
     }
@@ -38,12 +43,18 @@ impl MemoryStore {
     }
 
     pub fn rows(&self) -> Vec<(CacheKey, MemoryRow)> {
-        sync::lock(&self.rows).iter().map(|(key, row)| (key.clone(), row.clone())).collect()
+        sync::lock(&self.rows)
+            .iter()
+            .map(|(key, row)| (key.clone(), row.clone()))
+            .collect()
     }
 
+    #[cfg(feature = "test-seams")]
     fn take_fault(&self) -> bool {
         self.finalize_faults
-            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| left.checked_sub(1))
+            .fetch_update(Ordering::SeqCst, Ordering::SeqCst, |left| {
+                left.checked_sub(1)
+            })
             .is_ok()
     }
 
@@ -56,14 +67,30 @@ impl MemoryStore {
         response: Option<StoredResponse>,
     ) -> Result<FinalizeOutcome, StoreError> {
         self.round_trips.fetch_add(1, Ordering::SeqCst);
+        #[cfg(feature = "test-seams")]
         if self.take_fault() {
             return Err(StoreError::Injected("finalize"));
         }
         let mut rows = sync::lock(&self.rows);
-        let Some(row) = rows.get_mut(key) else { return Ok(FinalizeOutcome::Lost) };
-        if fencing == Fencing::Generation && (row.generation != generation || row.status != "processing") {
+        let Some(row) = rows.get_mut(key) else {
+            return Ok(FinalizeOutcome::Lost);
+        };
+        if fencing == Fencing::Generation
+            && (row.generation != generation || row.status != "processing")
+        {
             return Ok(FinalizeOutcome::Lost);
         }
+        // Seeded bug (loom only): the lock is released between the fencing check and the write,
+        // so two finalizers of one generation can both pass the check.
+        #[cfg(feature = "loom")]
+        let row = if sync::loom_mutation("split-finalize") {
+            drop(rows);
+            rows = sync::lock(&self.rows);
+            rows.get_mut(key)
+                .expect("rows are never deleted in the loom tests")
+        } else {
+            row
+        };
         row.status = status;
         row.response = response;
         Ok(FinalizeOutcome::Applied)
@@ -84,13 +111,21 @@ impl CacheStore for MemoryStore {
             response: None,
         };
         let Some(row) = rows.get(request.key) else {
+            // Seeded bug (loom only): the lock is released between finding no row and inserting
+            // one, so two claims can both find none.
+            #[cfg(feature = "loom")]
+            if sync::loom_mutation("split-claim") {
+                drop(rows);
+                rows = sync::lock(&self.rows);
+            }
             rows.insert(request.key.clone(), fresh(1));
             return Ok(ClaimOutcome::Claimed { generation: 1 });
         };
         let same_fingerprint = row.fingerprint == *request.fingerprint;
         let claimable = row.expires_at <= now
             || (same_fingerprint
-                && ((row.status == "processing" && row.lease_expires_at <= now) || row.status == "failed"));
+                && ((row.status == "processing" && row.lease_expires_at <= now)
+                    || row.status == "failed"));
         if claimable {
             let generation = row.generation + 1;
             rows.insert(request.key.clone(), fresh(generation));
@@ -117,7 +152,11 @@ impl CacheStore for MemoryStore {
             CachedBody::Full(data) => StoredBody::Full(Bytes::copy_from_slice(data)),
             CachedBody::TooLarge => StoredBody::TooLarge,
         };
-        let response = StoredResponse { status: record.status, headers: record.headers.to_vec(), body };
+        let response = StoredResponse {
+            status: record.status,
+            headers: record.headers.to_vec(),
+            body,
+        };
         self.finalize(key, generation, fencing, "succeeded", Some(response))
     }
 
@@ -130,6 +169,28 @@ impl CacheStore for MemoryStore {
         _now_millis: i64,
     ) -> Result<FinalizeOutcome, StoreError> {
         self.finalize(key, generation, fencing, "failed", None)
+    }
+
+    async fn renew_lease(
+        &self,
+        key: &CacheKey,
+        generation: i64,
+        lease_expires_at: i64,
+        now_millis: i64,
+    ) -> Result<RenewOutcome, StoreError> {
+        self.round_trips.fetch_add(1, Ordering::SeqCst);
+        let mut rows = sync::lock(&self.rows);
+        match rows.get_mut(key) {
+            Some(row)
+                if row.generation == generation
+                    && row.status == "processing"
+                    && row.expires_at > now_millis =>
+            {
+                row.lease_expires_at = lease_expires_at;
+                Ok(RenewOutcome::Renewed)
+            }
+            _ => Ok(RenewOutcome::Lost),
+        }
     }
 
     fn round_trips(&self) -> u64 {

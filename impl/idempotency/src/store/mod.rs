@@ -9,6 +9,9 @@
 //!   whose `expires_at` has passed is treated as absent, whether or not cleanup has deleted it.
 //! - With [`Fencing::Generation`] a finalize applies only to the row of its own generation while
 //!   it is still `processing` (M8); otherwise it reports `Lost`.
+//! - A lease renewal (the heartbeat) moves `lease_expires_at` only of the row of its own
+//!   generation while it is still `processing` and unexpired; otherwise it reports `Lost` and
+//!   changes nothing, so a renewal can never revive a claim another request took over.
 
 use crate::fingerprint::Fingerprint;
 use bytes::Bytes;
@@ -94,13 +97,23 @@ pub enum FinalizeOutcome {
     Lost,
 }
 
+/// The typed result of a lease renewal that reached the database.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenewOutcome {
+    /// The claim's lease now ends at the requested time.
+    Renewed,
+    /// No row matched: the claim was taken over, finalized, or its row expired.
+    Lost,
+}
+
 /// What a finalize is conditional on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Fencing {
     /// The row must still be `processing` at the finalizer's generation (M8).
     Generation,
-    /// Only the key must match: seed 003's unfenced finalize, kept for tests that show why
-    /// fencing is needed.
+    /// Only the key must match: the unfenced finalize of the layer before fencing, kept (under
+    /// `test-seams` only) for tests that show why fencing is needed.
+    #[cfg(feature = "test-seams")]
     KeyOnly,
 }
 
@@ -111,6 +124,8 @@ pub enum StoreError {
     Database(#[from] sqlx::Error),
     #[error("stored row is malformed: {0}")]
     Malformed(String),
+    /// A fault a test injected (`test-seams` only).
+    #[cfg(feature = "test-seams")]
     #[error("injected fault: {0}")]
     Injected(&'static str),
 }
@@ -140,6 +155,16 @@ pub trait CacheStore: Clone + Send + Sync + 'static {
         now_millis: i64,
     ) -> impl Future<Output = Result<FinalizeOutcome, StoreError>> + Send;
 
+    /// Moves the lease of the claim `generation` of `key` to `lease_expires_at`, conditional on
+    /// key AND generation AND status `processing` (and the row not expired at `now_millis`).
+    fn renew_lease(
+        &self,
+        key: &CacheKey,
+        generation: i64,
+        lease_expires_at: i64,
+        now_millis: i64,
+    ) -> impl Future<Output = Result<RenewOutcome, StoreError>> + Send;
+
     /// Statements sent to the database so far (the benchmark's round-trip count).
     fn round_trips(&self) -> u64;
 }
@@ -164,7 +189,11 @@ pub(crate) enum Classified {
     Retry,
 }
 
-pub(crate) fn classify(row: ExistingRow, fingerprint: &Fingerprint, now_millis: i64) -> Result<Classified, StoreError> {
+pub(crate) fn classify(
+    row: ExistingRow,
+    fingerprint: &Fingerprint,
+    now_millis: i64,
+) -> Result<Classified, StoreError> {
     if row.expires_at <= now_millis {
         return Ok(Classified::Retry);
     }
@@ -172,7 +201,9 @@ pub(crate) fn classify(row: ExistingRow, fingerprint: &Fingerprint, now_millis: 
         return Ok(Classified::Outcome(ClaimOutcome::FingerprintMismatch));
     }
     match row.status.as_str() {
-        "processing" if row.lease_expires_at > now_millis => Ok(Classified::Outcome(ClaimOutcome::InFlight)),
+        "processing" if row.lease_expires_at > now_millis => {
+            Ok(Classified::Outcome(ClaimOutcome::InFlight))
+        }
         "processing" | "failed" => Ok(Classified::Retry),
         "succeeded" => {
             let status = row
@@ -189,7 +220,11 @@ pub(crate) fn classify(row: ExistingRow, fingerprint: &Fingerprint, now_millis: 
             } else {
                 StoredBody::Full(Bytes::from(row.response_body.unwrap_or_default()))
             };
-            Ok(Classified::Outcome(ClaimOutcome::Replay(StoredResponse { status, headers, body })))
+            Ok(Classified::Outcome(ClaimOutcome::Replay(StoredResponse {
+                status,
+                headers,
+                body,
+            })))
         }
         other => Err(StoreError::Malformed(format!("unknown status {other}"))),
     }

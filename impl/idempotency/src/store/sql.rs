@@ -71,7 +71,9 @@ SET status = 'succeeded', response_status = $6, response_headers = $7, response_
 WHERE scope = $1 AND method = $2 AND path = $3 AND idempotency_key = $4
   AND generation = $5 AND status = 'processing'";
 
-/// Seed 003's finalize: conditional on the key only (a stale finalizer overwrites a newer claim).
+/// The unfenced finalize: conditional on the key only (a stale finalizer overwrites a newer
+/// claim). Tests only.
+#[cfg(feature = "test-seams")]
 const SUCCEED_KEY_ONLY_SQL: &str = "
 UPDATE idempotency_keys
 SET status = 'succeeded', response_status = $6, response_headers = $7, response_body = $8,
@@ -84,10 +86,19 @@ SET status = 'failed', response_status = $6, updated_at = $7
 WHERE scope = $1 AND method = $2 AND path = $3 AND idempotency_key = $4
   AND generation = $5 AND status = 'processing'";
 
+#[cfg(feature = "test-seams")]
 const FAIL_KEY_ONLY_SQL: &str = "
 UPDATE idempotency_keys
 SET status = 'failed', response_status = $6, updated_at = $7
 WHERE scope = $1 AND method = $2 AND path = $3 AND idempotency_key = $4 AND $5 = $5";
+
+/// The heartbeat: conditional on key AND generation AND status, so a renewal that finds the
+/// claim taken over, finalized or expired matches no row and changes nothing.
+const RENEW_SQL: &str = "
+UPDATE idempotency_keys
+SET lease_expires_at = $6, updated_at = $7
+WHERE scope = $1 AND method = $2 AND path = $3 AND idempotency_key = $4
+  AND generation = $5 AND status = 'processing' AND expires_at > $7";
 
 /// Deletes rows that expired before `now`; optional housekeeping (expiry never waits for it).
 const PURGE_SQL: &str = "DELETE FROM idempotency_keys WHERE expires_at <= $1";
@@ -234,6 +245,7 @@ macro_rules! sql_store {
                 };
                 let sql = match fencing {
                     Fencing::Generation => SUCCEED_FENCED_SQL,
+                    #[cfg(feature = "test-seams")]
                     Fencing::KeyOnly => SUCCEED_KEY_ONLY_SQL,
                 };
                 let done = sqlx::query(sql)
@@ -263,6 +275,7 @@ macro_rules! sql_store {
                 self.round_trips.fetch_add(1, Ordering::Relaxed);
                 let sql = match fencing {
                     Fencing::Generation => FAIL_FENCED_SQL,
+                    #[cfg(feature = "test-seams")]
                     Fencing::KeyOnly => FAIL_KEY_ONLY_SQL,
                 };
                 let done = sqlx::query(sql)
@@ -276,6 +289,27 @@ macro_rules! sql_store {
                     .execute(&self.pool)
                     .await?;
                 Ok(if done.rows_affected() == 0 { FinalizeOutcome::Lost } else { FinalizeOutcome::Applied })
+            }
+
+            async fn renew_lease(
+                &self,
+                key: &CacheKey,
+                generation: i64,
+                lease_expires_at: i64,
+                now_millis: i64,
+            ) -> Result<RenewOutcome, StoreError> {
+                self.round_trips.fetch_add(1, Ordering::Relaxed);
+                let done = sqlx::query(RENEW_SQL)
+                    .bind(&key.scope)
+                    .bind(&key.method)
+                    .bind(&key.path)
+                    .bind(&key.key)
+                    .bind(generation)
+                    .bind(lease_expires_at)
+                    .bind(now_millis)
+                    .execute(&self.pool)
+                    .await?;
+                Ok(if done.rows_affected() == 0 { RenewOutcome::Lost } else { RenewOutcome::Renewed })
             }
 
             fn round_trips(&self) -> u64 {

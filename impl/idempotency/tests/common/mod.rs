@@ -24,7 +24,9 @@ pub const START_MILLIS: i64 = 1_700_000_000_000;
 
 /// Byte `i` of every scripted body, so a test can tell a complete body from a truncated one.
 pub fn pattern(start: usize, length: usize) -> Vec<u8> {
-    (start..start + length).map(|index| (index % 251) as u8).collect()
+    (start..start + length)
+        .map(|index| (index % 251) as u8)
+        .collect()
 }
 
 /// One step of a scripted response body.
@@ -50,7 +52,12 @@ pub struct Script {
 
 impl Script {
     pub fn ok(steps: Vec<Step>) -> Script {
-        Script { status: StatusCode::OK, steps, gate_before_response: None, decorate: false }
+        Script {
+            status: StatusCode::OK,
+            steps,
+            gate_before_response: None,
+            decorate: false,
+        }
     }
 }
 
@@ -102,38 +109,57 @@ impl Handler {
         }
         let handler = self.clone();
         let steps = script.steps.clone();
-        let stream = futures_util::stream::unfold((steps.into_iter(), 0usize), move |(mut steps, offset)| {
-            let handler = handler.clone();
-            async move {
-                loop {
-                    match steps.next()? {
-                        Step::Data(length) => {
-                            handler.frames_sent.fetch_add(1, Ordering::SeqCst);
-                            let frame = Frame::data(Bytes::from(pattern(offset, length)));
-                            return Some((Ok::<_, std::io::Error>(frame), (steps, offset + length)));
-                        }
-                        Step::Gate(gate) => handler.gates[gate].acquire().await.unwrap().forget(),
-                        Step::Error => {
-                            return Some((Err(std::io::Error::other("scripted body error")), (steps, offset)))
-                        }
-                        Step::Trailers => {
-                            let mut trailers = HeaderMap::new();
-                            trailers.insert("x-checksum", "abc".parse().unwrap());
-                            return Some((Ok(Frame::trailers(trailers)), (steps, offset)));
+        let stream = futures_util::stream::unfold(
+            (steps.into_iter(), 0usize),
+            move |(mut steps, offset)| {
+                let handler = handler.clone();
+                async move {
+                    loop {
+                        match steps.next()? {
+                            Step::Data(length) => {
+                                handler.frames_sent.fetch_add(1, Ordering::SeqCst);
+                                let frame = Frame::data(Bytes::from(pattern(offset, length)));
+                                return Some((
+                                    Ok::<_, std::io::Error>(frame),
+                                    (steps, offset + length),
+                                ));
+                            }
+                            Step::Gate(gate) => {
+                                handler.gates[gate].acquire().await.unwrap().forget()
+                            }
+                            Step::Error => {
+                                return Some((
+                                    Err(std::io::Error::other("scripted body error")),
+                                    (steps, offset),
+                                ))
+                            }
+                            Step::Trailers => {
+                                let mut trailers = HeaderMap::new();
+                                trailers.insert("x-checksum", "abc".parse().unwrap());
+                                return Some((Ok(Frame::trailers(trailers)), (steps, offset)));
+                            }
                         }
                     }
                 }
-            }
-        });
+            },
+        );
         let mut response = Response::new(AxumBody::new(StreamBody::new(stream)));
         *response.status_mut() = script.status;
-        response.headers_mut().insert("x-handler", "scripted".parse().unwrap());
+        response
+            .headers_mut()
+            .insert("x-handler", "scripted".parse().unwrap());
         if script.decorate {
             *response.version_mut() = http::Version::HTTP_10;
             response.extensions_mut().insert(ExtensionMarker(7));
-            response.headers_mut().insert("idempotency-replayed", "true".parse().unwrap());
-            response.headers_mut().append("set-cookie", "a=1".parse().unwrap());
-            response.headers_mut().append("set-cookie", "b=2".parse().unwrap());
+            response
+                .headers_mut()
+                .insert("idempotency-replayed", "true".parse().unwrap());
+            response
+                .headers_mut()
+                .append("set-cookie", "a=1".parse().unwrap());
+            response
+                .headers_mut()
+                .append("set-cookie", "b=2".parse().unwrap());
         }
         response
     }
@@ -143,8 +169,11 @@ impl Handler {
 pub trait TestStore: CacheStore {
     async fn sole_row(&self) -> Option<RowView>;
     async fn row_count(&self) -> i64;
-    /// A BEFORE UPDATE trigger that raises when a row turns `succeeded` (seed 003's fault).
+    /// A BEFORE UPDATE trigger that raises when a row turns `succeeded` (the database fault the body-integrity fix was made for).
     async fn break_success_finalize(&self);
+    /// A short hiccup: the next `count` updates that turn a row `succeeded` fail, later ones
+    /// apply (a counter the failing statement cannot roll back: RAISE(FAIL), a sequence).
+    async fn fail_next_success_finalizes(&self, count: u32);
     /// Closes the pool and removes the throwaway database (called after a passing test; a
     /// failing one leaves its database behind for inspection).
     async fn teardown(self);
@@ -186,12 +215,19 @@ impl TestStore for SqliteStore {
 
     async fn sole_row(&self) -> Option<RowView> {
         let rows = sqlx::query(ROW_SQL).fetch_all(self.pool()).await.unwrap();
-        assert!(rows.len() <= 1, "expected at most one row, found {}", rows.len());
+        assert!(
+            rows.len() <= 1,
+            "expected at most one row, found {}",
+            rows.len()
+        );
         rows.into_iter().next().map(|row| row_view!(row))
     }
 
     async fn row_count(&self) -> i64 {
-        sqlx::query_scalar("SELECT COUNT(*) FROM idempotency_keys").fetch_one(self.pool()).await.unwrap()
+        sqlx::query_scalar("SELECT COUNT(*) FROM idempotency_keys")
+            .fetch_one(self.pool())
+            .await
+            .unwrap()
     }
 
     async fn break_success_finalize(&self) {
@@ -204,27 +240,55 @@ impl TestStore for SqliteStore {
         .await
         .unwrap();
     }
+
+    async fn fail_next_success_finalizes(&self, count: u32) {
+        sqlx::raw_sql(&format!(
+            "CREATE TABLE hiccup (failures_left INTEGER NOT NULL);
+             INSERT INTO hiccup VALUES ({count});
+             CREATE TRIGGER hiccup BEFORE UPDATE ON idempotency_keys
+             WHEN NEW.status = 'succeeded' AND (SELECT failures_left FROM hiccup) > 0
+             BEGIN UPDATE hiccup SET failures_left = failures_left - 1;
+                   SELECT RAISE(FAIL, 'injected hiccup'); END;"
+        ))
+        .execute(self.pool())
+        .await
+        .unwrap();
+    }
 }
 
 impl TestStore for PostgresStore {
     async fn teardown(self) {
-        let name = self.pool().connect_options().get_database().map(str::to_string);
+        let name = self
+            .pool()
+            .connect_options()
+            .get_database()
+            .map(str::to_string);
         self.pool().close().await;
         if let Some(name) = name {
             let admin = sqlx::PgPool::connect(&postgres_url()).await.unwrap();
-            sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")).execute(&admin).await.unwrap();
+            sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+                .execute(&admin)
+                .await
+                .unwrap();
             admin.close().await;
         }
     }
 
     async fn sole_row(&self) -> Option<RowView> {
         let rows = sqlx::query(ROW_SQL).fetch_all(self.pool()).await.unwrap();
-        assert!(rows.len() <= 1, "expected at most one row, found {}", rows.len());
+        assert!(
+            rows.len() <= 1,
+            "expected at most one row, found {}",
+            rows.len()
+        );
         rows.into_iter().next().map(|row| row_view!(row))
     }
 
     async fn row_count(&self) -> i64 {
-        sqlx::query_scalar("SELECT COUNT(*) FROM idempotency_keys").fetch_one(self.pool()).await.unwrap()
+        sqlx::query_scalar("SELECT COUNT(*) FROM idempotency_keys")
+            .fetch_one(self.pool())
+            .await
+            .unwrap()
     }
 
     async fn break_success_finalize(&self) {
@@ -238,13 +302,38 @@ impl TestStore for PostgresStore {
         .await
         .unwrap();
     }
+
+    async fn fail_next_success_finalizes(&self, count: u32) {
+        // nextval is not rolled back with the failing statement, so it counts the attempts.
+        sqlx::raw_sql(&format!(
+            "CREATE SEQUENCE hiccup;
+             CREATE FUNCTION hiccup() RETURNS trigger LANGUAGE plpgsql AS $$
+             BEGIN
+               IF nextval('hiccup') <= {count} THEN RAISE EXCEPTION 'injected hiccup'; END IF;
+               RETURN NEW;
+             END $$;
+             CREATE TRIGGER hiccup BEFORE UPDATE ON idempotency_keys
+             FOR EACH ROW WHEN (NEW.status = 'succeeded') EXECUTE FUNCTION hiccup();"
+        ))
+        .execute(self.pool())
+        .await
+        .unwrap();
+    }
 }
 
 static DATABASE_COUNTER: AtomicUsize = AtomicUsize::new(0);
 
 fn unique_name(prefix: &str) -> String {
-    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap().as_nanos();
-    format!("{prefix}_{}_{}_{}", std::process::id(), DATABASE_COUNTER.fetch_add(1, Ordering::SeqCst), nanos % 1_000_000)
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    format!(
+        "{prefix}_{}_{}_{}",
+        std::process::id(),
+        DATABASE_COUNTER.fetch_add(1, Ordering::SeqCst),
+        nanos % 1_000_000
+    )
 }
 
 /// A fresh SQLite database file with WAL and a busy timeout, so concurrent claims queue.
@@ -258,7 +347,11 @@ pub async fn sqlite_store(connections_max: u32) -> SqliteStore {
         .create_if_missing(true)
         .journal_mode(SqliteJournalMode::Wal)
         .busy_timeout(Duration::from_secs(10));
-    let pool = SqlitePoolOptions::new().max_connections(connections_max).connect_with(options).await.unwrap();
+    let pool = SqlitePoolOptions::new()
+        .max_connections(connections_max)
+        .connect_with(options)
+        .await
+        .unwrap();
     let store = SqliteStore::new(pool);
     store.migrate().await.unwrap();
     store
@@ -273,20 +366,55 @@ pub fn postgres_url() -> String {
     })
 }
 
-/// A fresh PostgreSQL database on the server of ONCECHECK_PG_URL.
-pub async fn postgres_store(connections_max: u32) -> PostgresStore {
+/// Creates a fresh database on the server of ONCECHECK_PG_URL; returns its URL.
+pub async fn fresh_postgres_database() -> String {
     use sqlx::postgres::PgPoolOptions;
     let admin_url = postgres_url();
     let name = unique_name("idem");
-    let admin = PgPoolOptions::new().max_connections(1).connect(&admin_url).await.unwrap_or_else(|error| {
-        panic!("cannot connect to ONCECHECK_PG_URL={admin_url}: {error}")
-    });
-    sqlx::raw_sql(&format!("CREATE DATABASE {name}")).execute(&admin).await.unwrap();
+    let admin = PgPoolOptions::new()
+        .max_connections(1)
+        .connect(&admin_url)
+        .await
+        .unwrap_or_else(|error| panic!("cannot connect to ONCECHECK_PG_URL={admin_url}: {error}"));
+    sqlx::raw_sql(&format!("CREATE DATABASE {name}"))
+        .execute(&admin)
+        .await
+        .unwrap();
     admin.close().await;
-    let base = admin_url.rsplit_once('/').map_or(admin_url.as_str(), |(base, _)| base);
+    let base = admin_url
+        .rsplit_once('/')
+        .map_or(admin_url.as_str(), |(base, _)| base);
+    format!("{base}/{name}")
+}
+
+/// Drops a database made by [`fresh_postgres_database`].
+pub async fn drop_postgres_database(url: &str) {
+    let name = url
+        .rsplit_once('/')
+        .map(|(_, name)| name.to_string())
+        .unwrap();
+    let admin = sqlx::PgPool::connect(&postgres_url()).await.unwrap();
+    sqlx::raw_sql(&format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)"))
+        .execute(&admin)
+        .await
+        .unwrap();
+    admin.close().await;
+}
+
+/// A fresh SQLite database path (the file does not exist yet).
+pub fn fresh_sqlite_path() -> std::path::PathBuf {
+    let directory = std::env::temp_dir().join("oncecheck-idempotency-tests");
+    std::fs::create_dir_all(&directory).unwrap();
+    directory.join(format!("{}.db", unique_name("demo")))
+}
+
+/// A fresh PostgreSQL database on the server of ONCECHECK_PG_URL.
+pub async fn postgres_store(connections_max: u32) -> PostgresStore {
+    use sqlx::postgres::PgPoolOptions;
+    let url = fresh_postgres_database().await;
     let pool = PgPoolOptions::new()
         .max_connections(connections_max)
-        .connect(&format!("{base}/{name}"))
+        .connect(&url)
         .await
         .unwrap();
     let store = PostgresStore::new(pool);
@@ -296,8 +424,15 @@ pub async fn postgres_store(connections_max: u32) -> PostgresStore {
 
 /// The layer as the tests build it; `IDEM_BEHAVIOUR=pre-fix|fixed` (with the `test-seams`
 /// feature) swaps in a behaviour without a fix so a test can be shown to fail without it.
-pub fn layer_builder<St: CacheStore>(store: St, clock: &ManualClock) -> IdempotencyLayerBuilder<St> {
-    let builder = IdempotencyLayer::builder(store).body_bytes_max(CAP).lease_secs(30).row_ttl_secs(3600).clock(clock.clone());
+pub fn layer_builder<St: CacheStore>(
+    store: St,
+    clock: &ManualClock,
+) -> IdempotencyLayerBuilder<St> {
+    let builder = IdempotencyLayer::builder(store)
+        .body_bytes_max(CAP)
+        .lease_secs(30)
+        .row_ttl_secs(3600)
+        .clock(clock.clone());
     #[cfg(feature = "test-seams")]
     let builder = match std::env::var("IDEM_BEHAVIOUR").as_deref() {
         Ok("pre-fix") => builder.behaviour(oncecheck_idempotency::Behaviour::PreFix),
@@ -312,9 +447,12 @@ pub fn app<St: CacheStore>(layer: IdempotencyLayer<St>, handler: Arc<Handler>) -
     Router::new()
         .route(
             "/transfers",
-            axum::routing::post(move |request: Request<AxumBody>| route_handler.clone().respond(request)),
+            axum::routing::post(move |request: Request<AxumBody>| {
+                route_handler.clone().respond(request)
+            }),
         )
-        .layer(layer)
+        // As applications should mount it: after routing, so unknown routes are 404.
+        .route_layer(layer)
 }
 
 pub fn post(key: Option<&str>, body: &'static str) -> Request<AxumBody> {
@@ -339,7 +477,9 @@ pub struct Received {
 
 impl Received {
     pub fn replayed(&self) -> Option<&str> {
-        self.headers.get("idempotency-replayed").map(|value| value.to_str().unwrap())
+        self.headers
+            .get("idempotency-replayed")
+            .map(|value| value.to_str().unwrap())
     }
 }
 
@@ -362,7 +502,10 @@ pub async fn receive(response: Response<AxumBody>) -> Received {
     }
     Received {
         status: parts.status,
-        extension: parts.extensions.get::<ExtensionMarker>().map(|marker| marker.0),
+        extension: parts
+            .extensions
+            .get::<ExtensionMarker>()
+            .map(|marker| marker.0),
         headers: parts.headers,
         data,
         trailers,
@@ -376,7 +519,9 @@ pub async fn send(app: &Router, request: Request<AxumBody>) -> Received {
         .await
         .expect("the layer answered within 20 s")
         .unwrap();
-    tokio::time::timeout(Duration::from_secs(20), receive(response)).await.expect("the body ended within 20 s")
+    tokio::time::timeout(Duration::from_secs(20), receive(response))
+        .await
+        .expect("the body ended within 20 s")
 }
 
 /// Waits until the sole row is no longer `processing` (the drop guard finalizes in the background).
