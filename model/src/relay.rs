@@ -1,4 +1,4 @@
-//! The relay append protocol (specs/relay-append.md; seed 000): writers that take a stream's
+//! The relay append protocol (specs/relay-append.md): writers that take a stream's
 //! seq inside the write transaction, pullers that page with a limit and store the last seq of a
 //! page as their cursor, a fold consumer reading a stream feed ordered per item only, and a
 //! truncator deleting old ops, all over the DynamoDB semantics of [`crate::ddb`], visibility

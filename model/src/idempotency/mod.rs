@@ -5,7 +5,7 @@
 //! environment advances one clock that decides both the lease and the row's expiry, answers a
 //! claim or a finalize with a database error (committed or not), cancels clients at every await
 //! point, and, behind the `process_faults` bound, stalls or kills the process. Variants:
-//! - `pre-fix`: seed 003's middleware before its fix — a capped `to_bytes` whose error becomes an
+//! - `pre-fix`: the middleware before its body-integrity fix — a capped `to_bytes` whose error becomes an
 //!   empty body (cached and sent), a finalize error that empties the live body, no drop guard,
 //!   one finalize attempt, a finalize conditional on the key only, and row expiry decided by the
 //!   hourly cleanup job instead of at read time (the "dead but blocking" key).
