@@ -433,19 +433,24 @@ impl CheckReport {
     /// A simulation matches when everything it found is expected and every expected violation
     /// or example was found; it cannot show `holds` or `unreached`, so `unknown` stands for them.
     pub fn matches_expectations(&self) -> bool {
-        if self.stopped.is_some() {
-            return false;
-        }
-        match self.search {
-            Search::Exhaustive => {
-                self.complete && self.properties.iter().all(PropertyReport::matches)
-            }
-            Search::Simulation { .. } => self.properties.iter().all(|property| {
-                property.matches()
-                    || (property.verdict == Verdict::Unknown
-                        && matches!(property.expected, Verdict::Holds | Verdict::Unreached))
-            }),
-        }
+        let all_as_expected = self
+            .properties
+            .iter()
+            .all(|property| self.as_expected(property));
+        self.stopped.is_none() && all_as_expected && (self.complete || self.is_simulation())
+    }
+
+    /// One property's verdict is what this run can show of its expectation: equal to it, or,
+    /// for a simulation, `unknown` where `holds` / `unreached` is expected.
+    pub fn as_expected(&self, property: &PropertyReport) -> bool {
+        property.matches()
+            || (self.is_simulation()
+                && property.verdict == Verdict::Unknown
+                && matches!(property.expected, Verdict::Holds | Verdict::Unreached))
+    }
+
+    pub fn is_simulation(&self) -> bool {
+        matches!(self.search, Search::Simulation { .. })
     }
 
     pub fn property(&self, name: &str) -> &PropertyReport {

@@ -6,7 +6,7 @@
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use oncecheck_conformance::models::{self, Job};
-use oncecheck_model::check::{CheckOptions, SpecError};
+use oncecheck_model::check::{CheckOptions, SimulationOptions, SpecError};
 use std::io::Write;
 use std::process::ExitCode;
 use std::time::Duration;
@@ -40,6 +40,27 @@ enum Command {
         /// Write every printed trace as an SVG sequence diagram into this directory.
         #[arg(long)]
         diagrams: Option<std::path::PathBuf>,
+        // ---- limits and simulation (the checker's flags) ----
+        /// Stop once this many unique states are known; what is undecided is then `unknown` (exit 1).
+        #[arg(long)]
+        states_max: Option<usize>,
+        /// Stop once this process's resident memory reaches this many MiB; what is undecided is
+        /// then `unknown` (exit 1).
+        #[arg(long, default_value_t = models::MEMORY_MAX_MB_DEFAULT)]
+        memory_max_mb: u64,
+        /// Seeded random walks instead of the exhaustive search, for bounds too large to exhaust:
+        /// finds violations and examples, never shows that a property holds (`unknown` instead).
+        #[arg(long)]
+        simulate: bool,
+        /// Seed of --simulate, printed; the same seed gives the same report [default: the clock].
+        #[arg(long, requires = "simulate")]
+        seed: Option<u64>,
+        /// Walks of --simulate per variant.
+        #[arg(long, default_value_t = 1000)]
+        samples: usize,
+        /// Longest walk of --simulate, in steps.
+        #[arg(long, default_value_t = 200)]
+        depth: usize,
     },
     /// Write counterexamples, examples and covering paths as ITF trace files.
     Traces {
@@ -105,13 +126,42 @@ fn bad_input(error: SpecError) -> ExitCode {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Check { model, variant, bounds, threads, json, timeout_secs, diagrams } => {
+        Command::Check {
+            model,
+            variant,
+            bounds,
+            threads,
+            json,
+            timeout_secs,
+            diagrams,
+            states_max,
+            memory_max_mb,
+            simulate,
+            seed,
+            samples,
+            depth,
+        } => {
             let jobs = match models::resolve(model.as_deref(), variant.as_deref(), &bounds) {
                 Ok(jobs) => jobs,
                 Err(error) => return bad_input(error),
             };
-            let options = CheckOptions { threads, timeout_secs_max: timeout_secs, ..CheckOptions::default() };
-            check(&jobs, &options, json, diagrams.as_deref())
+            let options = CheckOptions {
+                threads,
+                timeout_secs_max: timeout_secs,
+                states_max,
+                memory_bytes_max: Some(memory_max_mb.saturating_mul(1024 * 1024)),
+                memory_probe: Some(models::resident_bytes),
+                ..CheckOptions::default()
+            };
+            let simulation = simulate.then(|| {
+                let seed = seed.unwrap_or_else(|| {
+                    let now = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
+                    now.as_nanos() as u64
+                });
+                eprintln!("oncecheck: simulating with seed {seed}: {samples} walks of at most {depth} steps per variant (--seed {seed} repeats this run)");
+                SimulationOptions { seed, samples, depth_max: depth }
+            });
+            check(&jobs, &options, simulation.as_ref(), json, diagrams.as_deref())
         }
         Command::Traces { model, variant, bounds, out, count, seed } => {
             let jobs = match models::resolve(Some(&model), variant.as_deref(), &bounds) {
@@ -168,8 +218,17 @@ fn main() -> ExitCode {
     }
 }
 
-fn check(jobs: &[Job], options: &CheckOptions, json: bool, diagrams: Option<&std::path::Path>) -> ExitCode {
+fn check(
+    jobs: &[Job],
+    options: &CheckOptions,
+    simulation: Option<&SimulationOptions>,
+    json: bool,
+    diagrams: Option<&std::path::Path>,
+) -> ExitCode {
     let mut all_match = true;
+    // A run stopped by a limit has said so in its own line; this counts the other mismatches.
+    let mut verdict_differs = false;
+    let mut reports = Vec::new();
     let stdout = std::io::stdout();
     for job in jobs {
         let bar = ProgressBar::new_spinner();
@@ -177,41 +236,58 @@ fn check(jobs: &[Job], options: &CheckOptions, json: bool, diagrams: Option<&std
         bar.enable_steady_tick(Duration::from_millis(120));
         let label = format!("{}/{}", job.model, job.variant);
         let mut last = (0usize, Duration::ZERO);
-        let report = models::run_job(job, options, &mut |progress| {
+        let mut on_progress = |progress: oncecheck_model::check::Progress| {
             let rate = (progress.states - last.0) as f64 / (progress.elapsed - last.1).as_secs_f64().max(1e-3);
             last = (progress.states, progress.elapsed);
             bar.set_message(format!(
                 "{label}: {} states, {} unique, {:.0} states/s, depth {}",
                 progress.states, progress.unique_states, rate, progress.max_depth
             ));
-        });
+        };
+        let report = match simulation {
+            Some(simulation) => models::simulate_job(job, options, simulation, &mut on_progress),
+            None => models::run_job(job, options, &mut on_progress),
+        };
         bar.finish_and_clear();
         let report = match report {
             Ok(report) => report,
             Err(error) => return bad_input(error),
         };
         all_match &= report.matches_expectations();
+        match models::stop_line(&report) {
+            Some(line) => eprintln!("oncecheck: {line}"),
+            None => verdict_differs |= !report.matches_expectations(),
+        }
         if let Some(directory) = diagrams {
             if let Err(error) = models::write_diagrams(&report, directory) {
                 eprintln!("oncecheck: cannot write diagrams to {}: {error}", directory.display());
                 return ExitCode::from(1);
             }
         }
+        if !json {
+            if let Err(error) = models::write_human(&report, &mut stdout.lock()) {
+                eprintln!("oncecheck: cannot write the report: {error}");
+                return ExitCode::from(1);
+            }
+        }
+        reports.push(report);
+    }
+    if json {
         let mut out = stdout.lock();
-        let written = if json {
-            serde_json::to_writer(&mut out, &report).map_err(std::io::Error::from).and_then(|_| writeln!(out))
-        } else {
-            models::write_human(&report, &mut out)
-        };
+        let written = serde_json::to_writer(&mut out, &models::json_document(&reports))
+            .map_err(std::io::Error::from)
+            .and_then(|_| writeln!(out));
         if let Err(error) = written {
             eprintln!("oncecheck: cannot write the report: {error}");
             return ExitCode::from(1);
         }
     }
+    if verdict_differs {
+        eprintln!("oncecheck: a verdict differs from its expectation");
+    }
     if all_match {
         ExitCode::SUCCESS
     } else {
-        eprintln!("oncecheck: a verdict differs from its expectation");
         ExitCode::from(1)
     }
 }
