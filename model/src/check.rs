@@ -307,9 +307,12 @@ pub enum Stop {
         states_max: usize,
         unique_states: usize,
     },
+    /// `growth_bytes`: an allocation the run was about to make (a doubling of its visited map
+    /// or of the next level), counted against the limit before it happens.
     Memory {
         memory_bytes_max: u64,
         resident_bytes: u64,
+        growth_bytes: u64,
     },
 }
 
@@ -332,11 +335,23 @@ impl std::fmt::Display for Stop {
             Stop::Memory {
                 memory_bytes_max,
                 resident_bytes,
+                growth_bytes: 0,
             } => write!(
                 f,
                 "the memory limit of {} MiB ({} MiB resident)",
                 memory_bytes_max / MIB,
                 resident_bytes / MIB
+            ),
+            Stop::Memory {
+                memory_bytes_max,
+                resident_bytes,
+                growth_bytes,
+            } => write!(
+                f,
+                "the memory limit of {} MiB ({} MiB resident, {} MiB about to be allocated)",
+                memory_bytes_max / MIB,
+                resident_bytes / MIB,
+                growth_bytes.div_ceil(MIB)
             ),
         }
     }

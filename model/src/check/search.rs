@@ -7,7 +7,8 @@
 //!   a single-threaded FIFO search finds, whatever the number of threads (threads split a chunk
 //!   of one level; their results are merged in chunk order).
 //! - Visited states are kept as fingerprints only: fingerprint -> (parent fingerprint, index of
-//!   the action taken). Full states live only in the level being examined and the next one. A
+//!   the action taken). Full states live only in the part of the level not yet examined and in
+//!   the next level. A
 //!   path is rebuilt by re-executing the action indices from its initial state; every step is
 //!   checked against its recorded fingerprint, so a nondeterministic model or a fingerprint
 //!   collision on the path panics instead of printing a wrong trace.
@@ -16,7 +17,7 @@
 
 use super::{CheckOptions, Progress, Stop};
 use stateright::Model;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::mem::Discriminant;
 use std::time::{Duration, Instant};
@@ -24,12 +25,21 @@ use std::time::{Duration, Instant};
 /// States examined per thread between two checks of the limits and two progress samples.
 const CHUNK_STATES_PER_THREAD: usize = 2048;
 
+/// Bytes a visited-map entry takes: fingerprint, parent fingerprint and action index (padded to
+/// 24), plus the hash table's control byte.
+const VISITED_ENTRY_BYTES: usize = 25;
+
 /// A 64-bit fingerprint of a state. A collision would make two states one (as in stateright);
-/// for n states its probability is about n² / 2^65 (under 10^-5 at 20 million states).
+/// for n states its probability is about n² / 2^65 (under 10^-5 at 20 million states). Fixed
+/// seeds: the same state has the same fingerprint in every run of a build.
 pub(crate) fn fingerprint<T: Hash>(value: &T) -> u64 {
-    let mut hasher = std::hash::DefaultHasher::new();
-    value.hash(&mut hasher);
-    hasher.finish()
+    const SEEDS: [u64; 4] = [
+        0x243F_6A88_85A3_08D3,
+        0x1319_8A2E_0370_7344,
+        0xA409_3822_299F_31D0,
+        0x082E_FA98_EC4E_6C89,
+    ];
+    ahash::RandomState::with_seeds(SEEDS[0], SEEDS[1], SEEDS[2], SEEDS[3]).hash_one(value)
 }
 
 /// Fingerprints are already well-mixed hashes: the visited map uses them as they are.
@@ -197,50 +207,70 @@ where
 
 /// What one thread made of its slice of a chunk.
 struct Expansion<M: Model> {
-    /// How many states of the chunk this slice held.
-    examined: usize,
-    /// Per target, the offset within the slice of the first matching state.
-    first_match: Vec<Option<usize>>,
+    /// This thread's part of the chunk, consumed (each state dropped once examined).
+    part: Vec<(M::State, u64)>,
+    /// Per target, the fingerprint of the part's first matching state.
+    first_match: Vec<Option<u64>>,
     /// New-looking successors in generation order: state, fingerprint, parent, action index.
     successors: Vec<(M::State, u64, u64, u32)>,
     generated: usize,
     coverage: Coverage<M::Action>,
+    /// The enabled actions of the state being examined (a reused buffer).
+    actions: Vec<M::Action>,
 }
 
+impl<M: Model> Expansion<M>
+where
+    M::Action: std::fmt::Debug,
+{
+    fn new() -> Expansion<M> {
+        Expansion {
+            part: Vec::new(),
+            first_match: Vec::new(),
+            successors: Vec::new(),
+            generated: 0,
+            coverage: Coverage::new(),
+            actions: Vec::new(),
+        }
+    }
+}
+
+/// Examines `slice` into `expansion`, whose buffers are reused from chunk to chunk: allocating
+/// them afresh made glibc's allocator consolidate its free lists on every chunk, which cost as
+/// much as the search itself. Its coverage counts accumulate over the whole run.
 fn expand<M>(
     model: &M,
-    slice: &[(M::State, u64)],
     targets: &[Target<M>],
     open: &[bool],
     visited: &FingerprintMap<Parent>,
-) -> Expansion<M>
-where
+    expansion: &mut Expansion<M>,
+) where
     M: Model,
     M::State: Hash,
     M::Action: std::fmt::Debug,
 {
-    let mut expansion = Expansion {
-        examined: slice.len(),
-        first_match: vec![None; targets.len()],
-        successors: Vec::new(),
-        generated: 0,
-        coverage: Coverage::new(),
-    };
-    let mut actions = Vec::new();
-    for (offset, (state, state_fingerprint)) in slice.iter().enumerate() {
+    expansion.first_match.clear();
+    expansion.first_match.resize(targets.len(), None);
+    expansion.successors.clear();
+    expansion.generated = 0;
+    let actions = &mut expansion.actions;
+    // Each state is dropped right after it is examined, so the allocator hands its memory
+    // straight to the next states (dropping a whole chunk at once made allocation the
+    // dominant cost).
+    for (state, state_fingerprint) in expansion.part.drain(..) {
         for (index, target) in targets.iter().enumerate() {
             if open[index]
                 && expansion.first_match[index].is_none()
-                && (target.condition)(model, state) == target.matching
+                && (target.condition)(model, &state) == target.matching
             {
-                expansion.first_match[index] = Some(offset);
+                expansion.first_match[index] = Some(state_fingerprint);
             }
         }
         actions.clear();
-        model.actions(state, &mut actions);
+        model.actions(&state, actions);
         for (action_index, action) in actions.drain(..).enumerate() {
             let slot = expansion.coverage.slot(&action);
-            let Some(next) = model.next_state(state, action) else {
+            let Some(next) = model.next_state(&state, action) else {
                 continue;
             };
             if !model.within_boundary(&next) {
@@ -255,12 +285,11 @@ where
             expansion.successors.push((
                 next,
                 next_fingerprint,
-                *state_fingerprint,
+                state_fingerprint,
                 action_index as u32,
             ));
         }
     }
-    expansion
 }
 
 /// Breadth-first search for the first state matching each target.
@@ -287,7 +316,7 @@ where
         .filter(|state| model.within_boundary(state))
         .collect();
     let mut visited: FingerprintMap<Parent> = FingerprintMap::default();
-    let mut level: Vec<(M::State, u64)> = Vec::new();
+    let mut level: VecDeque<(M::State, u64)> = VecDeque::new();
     for (index, state) in initial.iter().enumerate() {
         let state_fingerprint = fingerprint(state);
         if let std::collections::hash_map::Entry::Vacant(entry) = visited.entry(state_fingerprint) {
@@ -295,55 +324,63 @@ where
                 from: index as u64,
                 action: ROOT,
             });
-            level.push((state.clone(), state_fingerprint));
+            level.push_back((state.clone(), state_fingerprint));
         }
     }
     let mut states_per_depth = vec![level.len()];
     let mut found: Vec<Option<u64>> = vec![None; targets.len()];
     let mut generated = initial.len();
-    let mut coverage = Coverage::new();
     let mut stopped = None;
     let mut all_found = targets.is_empty() && limits.stop_when_all_found;
 
-    'levels: while !level.is_empty() && !all_found {
-        let mut next_level: Vec<(M::State, u64)> = Vec::new();
-        let mut next_count = 0;
-        for chunk in level.chunks(CHUNK_STATES_PER_THREAD * threads) {
-            let open: Vec<bool> = found.iter().map(Option::is_none).collect();
-            let expansions: Vec<Expansion<M>> = if threads == 1 || chunk.len() < 2 * threads {
-                vec![expand(model, chunk, targets, &open, &visited)]
+    // Set when the search ends with states left to examine (all found, or a limit).
+    let mut cut_short = false;
+    // Reused from chunk to chunk and level to level (see `expand` for why).
+    let mut expansions: Vec<Expansion<M>> = (0..threads).map(|_| Expansion::new()).collect();
+    let mut next_level: VecDeque<(M::State, u64)> = VecDeque::new();
+    while !level.is_empty() && !all_found {
+        while !level.is_empty() {
+            // Taken off the level, so each examined state's memory is freed before the next
+            // chunk: a level and the next one are never both whole in memory.
+            let take = level.len().min(CHUNK_STATES_PER_THREAD * threads);
+            let used = if threads == 1 || take < 2 * threads {
+                1
             } else {
-                let part = chunk.len().div_ceil(threads);
+                threads
+            };
+            let part_size = take.div_ceil(used);
+            for expansion in &mut expansions[..used] {
+                let part = part_size.min(level.len());
+                expansion.part.extend(level.drain(..part));
+            }
+            let open: Vec<bool> = found.iter().map(Option::is_none).collect();
+            if used == 1 {
+                expand(model, targets, &open, &visited, &mut expansions[0]);
+            } else {
                 let visited = &visited;
                 let open = &open;
                 std::thread::scope(|scope| {
-                    let mut parts = chunk.chunks(part);
-                    let first = parts.next().expect("a non-empty chunk");
-                    let handles: Vec<_> = parts
-                        .map(|slice| {
-                            scope.spawn(move || expand(model, slice, targets, open, visited))
+                    let (first, others) = expansions[..used].split_first_mut().expect("one part");
+                    let handles: Vec<_> = others
+                        .iter_mut()
+                        .map(|expansion| {
+                            scope.spawn(move || expand(model, targets, open, visited, expansion))
                         })
                         .collect();
-                    let mut expansions = vec![expand(model, first, targets, open, visited)];
-                    expansions.extend(
-                        handles
-                            .into_iter()
-                            .map(|handle| handle.join().expect("a checker thread panicked")),
-                    );
-                    expansions
-                })
-            };
-            let mut offset = 0;
-            for expansion in expansions {
+                    expand(model, targets, open, visited, first);
+                    for handle in handles {
+                        handle.join().expect("a checker thread panicked");
+                    }
+                });
+            }
+            for expansion in &mut expansions[..used] {
                 for (index, first) in expansion.first_match.iter().enumerate() {
-                    if let (None, Some(at)) = (found[index], first) {
-                        found[index] = Some(chunk[offset + at].1);
+                    if found[index].is_none() {
+                        found[index] = *first;
                     }
                 }
-                offset += expansion.examined;
                 generated += expansion.generated;
-                coverage.merge(expansion.coverage);
-                for (state, state_fingerprint, parent, action) in expansion.successors {
+                for (state, state_fingerprint, parent, action) in expansion.successors.drain(..) {
                     if let std::collections::hash_map::Entry::Vacant(entry) =
                         visited.entry(state_fingerprint)
                     {
@@ -351,8 +388,7 @@ where
                             from: parent,
                             action,
                         });
-                        next_level.push((state, state_fingerprint));
-                        next_count += 1;
+                        next_level.push_back((state, state_fingerprint));
                     }
                 }
             }
@@ -363,27 +399,42 @@ where
                 progress(Progress {
                     states: generated,
                     unique_states: visited.len(),
-                    max_depth: states_per_depth.len() - 1 + usize::from(next_count > 0),
+                    max_depth: states_per_depth.len() - 1 + usize::from(!next_level.is_empty()),
                     elapsed: now.duration_since(started),
                 });
             }
             if all_found {
                 break;
             }
-            stopped = limit_reached(options, visited.len(), started);
+            // The next chunk may double the visited map or the next level's vector: count that
+            // allocation before it happens, so the limit is not overshot by a doubling.
+            let headroom = CHUNK_STATES_PER_THREAD * threads * 8;
+            let mut growth_bytes = 0;
+            if visited.len() + headroom > visited.capacity() {
+                growth_bytes += visited.capacity() * 2 * VISITED_ENTRY_BYTES;
+            }
+            if next_level.len() + headroom > next_level.capacity() {
+                growth_bytes += next_level.capacity() * std::mem::size_of::<(M::State, u64)>();
+            }
+            stopped = limit_reached(options, visited.len(), growth_bytes as u64, started);
             if stopped.is_some() {
-                if next_count > 0 {
-                    states_per_depth.push(next_count);
-                }
-                break 'levels;
+                break;
             }
         }
-        if next_count > 0 {
-            states_per_depth.push(next_count);
+        if !next_level.is_empty() {
+            states_per_depth.push(next_level.len());
         }
-        level = next_level;
+        if all_found || stopped.is_some() {
+            cut_short = true;
+            break;
+        }
+        std::mem::swap(&mut level, &mut next_level);
     }
-    let exhausted = stopped.is_none() && level.is_empty();
+    let exhausted = !cut_short && level.is_empty();
+    let mut coverage = Coverage::new();
+    for expansion in expansions {
+        coverage.merge(expansion.coverage);
+    }
     Searched {
         found,
         generated,
@@ -396,19 +447,22 @@ where
     }
 }
 
-/// The first limit of `options` the run has reached, if any: memory, then states, then time.
+/// The first limit of `options` the run has reached, if any: memory (what the probe measures
+/// plus `growth_bytes`, an allocation the run is about to make), then states, then time.
 pub(crate) fn limit_reached(
     options: &CheckOptions,
     unique_states: usize,
+    growth_bytes: u64,
     started: Instant,
 ) -> Option<Stop> {
     if let (Some(memory_bytes_max), Some(probe)) = (options.memory_bytes_max, options.memory_probe)
     {
         if let Some(resident_bytes) = probe() {
-            if resident_bytes >= memory_bytes_max {
+            if resident_bytes.saturating_add(growth_bytes) >= memory_bytes_max {
                 return Some(Stop::Memory {
                     memory_bytes_max,
                     resident_bytes,
+                    growth_bytes,
                 });
             }
         }

@@ -134,7 +134,7 @@ where
             });
         }
         if sample % 16 == 15 {
-            stopped = limit_reached(options, seen.len(), started);
+            stopped = limit_reached(options, seen.len(), 0, started);
             if stopped.is_some() {
                 break;
             }

@@ -188,12 +188,24 @@ fn a_memory_limit_stops_the_run_at_the_first_check() {
         .filter(|property| property.kind == Kind::Always)
         .all(|property| property.verdict == Verdict::Unknown));
     assert!(!report.matches_expectations());
-    assert!(Stop::Memory {
+    let stop = Stop::Memory {
         memory_bytes_max: 64 << 20,
-        resident_bytes: 70 << 20
-    }
-    .to_string()
-    .contains("memory limit of 64 MiB"));
+        resident_bytes: 70 << 20,
+        growth_bytes: 0,
+    };
+    assert_eq!(
+        stop.to_string(),
+        "the memory limit of 64 MiB (70 MiB resident)"
+    );
+    let stop = Stop::Memory {
+        memory_bytes_max: 64 << 20,
+        resident_bytes: 60 << 20,
+        growth_bytes: 8 << 20,
+    };
+    assert_eq!(
+        stop.to_string(),
+        "the memory limit of 64 MiB (60 MiB resident, 8 MiB about to be allocated)"
+    );
 }
 
 fn simulation(seed: u64) -> SimulationOptions {
