@@ -5,7 +5,7 @@
 //! shape that lists the valid choices.
 
 use oncecheck_model::check::{
-    self, CheckOptions, CheckReport, Kind, ModelSpec, Progress, SpecError,
+    self, CheckOptions, CheckReport, Kind, ModelSpec, Progress, Search, SimulationOptions, SpecError, Stop,
 };
 use oncecheck_model::idempotency::IdempotencyModel;
 use oncecheck_model::relay::RelayModel;
@@ -354,8 +354,14 @@ pub fn write_human(report: &CheckReport, out: &mut dyn Write) -> std::io::Result
             "INCOMPLETE"
         }
     )?;
+    if let Search::Simulation { seed, samples, depth_max } = report.search {
+        writeln!(
+            out,
+            "  simulation: seed {seed}, {samples} walks of at most {depth_max} steps; it finds violations and examples, never shows that a property holds"
+        )?;
+    }
     for property in &report.properties {
-        let mark = if property.matches() { "ok  " } else { "FAIL" };
+        let mark = if report.as_expected(property) { "ok  " } else { "FAIL" };
         let kind = match property.kind {
             Kind::Always => "always",
             Kind::Sometimes => "sometimes",
@@ -452,4 +458,69 @@ pub fn write_diagrams(
         written.push(file);
     }
     Ok(written)
+}
+
+// ---- `oncecheck check`: limits, simulation and the JSON document (owner: the checker) ----
+
+/// The version of the `oncecheck check --json` document (`docs/check-json.md`). Bumped on any
+/// change a reader could notice: a field removed, renamed or given another meaning.
+pub const CHECK_JSON_SCHEMA: u32 = 1;
+
+/// The default of `--memory-max-mb`: a third of the 24 GiB machine the checks were sized on,
+/// so one run cannot starve the others sharing it.
+pub const MEMORY_MAX_MB_DEFAULT: u64 = 8192;
+
+/// Resident memory of this process, from the kernel (`VmRSS` of /proc/self/status; Linux
+/// only, `None` elsewhere, where the memory limit is then not enforced).
+pub fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// Runs one job as seeded random walks instead of an exhaustive search.
+pub fn simulate_job(
+    job: &Job,
+    options: &CheckOptions,
+    simulation: &SimulationOptions,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<CheckReport, SpecError> {
+    with_model!(job.model, |M| {
+        let bounds = M::resolve_bounds(job.variant, &job.overrides)?;
+        let model = M::build(job.variant, &bounds)?;
+        Ok(check::simulate(&model, options, simulation, progress).report)
+    }, Err(unknown_model(job.model)))
+}
+
+/// The one line that says which limit stopped a run, if one did.
+pub fn stop_line(report: &CheckReport) -> Option<String> {
+    let stop = report.stopped?;
+    let flag = match stop {
+        Stop::Timeout { .. } => "--timeout-secs",
+        Stop::States { .. } => "--states-max",
+        Stop::Memory { .. } => "--memory-max-mb",
+    };
+    Some(format!(
+        "{}/{} stopped at {stop} after {} unique states: what it had not decided is unknown (raise {flag} or use --simulate)",
+        report.model, report.variant, report.unique_states
+    ))
+}
+
+/// The `--json` document: the schema version, the overall verdict and one report per job, each
+/// with its own `ok`. Bounds are an object of numbers (`{"new_writers": 2}`).
+pub fn json_document(reports: &[CheckReport]) -> serde_json::Value {
+    let reports: Vec<serde_json::Value> = reports
+        .iter()
+        .map(|report| {
+            let mut value = serde_json::to_value(report).expect("a report serialises");
+            value["ok"] = serde_json::Value::Bool(report.matches_expectations());
+            value
+        })
+        .collect();
+    serde_json::json!({
+        "schema": CHECK_JSON_SCHEMA,
+        "ok": reports.iter().all(|report| report["ok"] == true),
+        "reports": reports,
+    })
 }

@@ -32,39 +32,6 @@ fn scratch(name: &str) -> PathBuf {
 }
 
 #[test]
-fn check_json_prints_one_complete_object_per_variant_with_the_seed_trace() {
-    let output = oncecheck(&["check", "relay", "--variant", "add-era", "--json"]);
-    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
-    let stdout = String::from_utf8(output.stdout).unwrap();
-    let lines: Vec<&str> = stdout.lines().collect();
-    assert_eq!(lines.len(), 1);
-    let report: serde_json::Value = serde_json::from_str(lines[0]).unwrap();
-    for field in [
-        "model",
-        "variant",
-        "bounds",
-        "states",
-        "unique_states",
-        "max_depth",
-        "seconds",
-        "complete",
-        "properties",
-    ] {
-        assert!(report.get(field).is_some(), "missing {field}");
-    }
-    assert_eq!(report["complete"], true);
-    let r1 = report["properties"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|p| p["id"] == "R1" && p["kind"] == "always")
-        .unwrap();
-    assert_eq!(r1["verdict"], "violated");
-    assert_eq!(r1["expected"], "violated");
-    assert_eq!(r1["trace"].as_array().unwrap().len(), 5);
-}
-
-#[test]
 fn unknown_model_variant_or_bound_exits_2_listing_the_valid_ones() {
     let output = oncecheck(&["check", "relais"]);
     assert_eq!(output.status.code(), Some(2));

@@ -1,16 +1,26 @@
-//! The model-independent part of `oncecheck check`: bounds, expected verdicts, and the
-//! exhaustive BFS run that turns a stateright model into a [`CheckReport`].
+//! The model-independent part of `oncecheck check`: bounds, expected verdicts, and the runs
+//! that turn a stateright model into a [`CheckReport`] — an exhaustive breadth-first search
+//! ([`run`], [`run_with_paths`]) or seeded random walks ([`simulate`]).
 //!
 //! Invariants:
-//! - A verdict is only `Holds` / `Unreached` when the run was complete (the state space was
-//!   exhausted); an incomplete run reports `Unknown`, never a pass.
+//! - A verdict is only `Holds` / `Unreached` when the state space was exhausted; a run stopped
+//!   by a limit (time, unique states, memory) reports `Unknown` for what it had not decided, and
+//!   a simulation never reports `Holds` / `Unreached` at all.
+//! - Every trace is a shortest one: the search is level by level in the model's action order
+//!   and keeps, per visited state, its first parent's fingerprint ([`search`]); a trace is
+//!   rebuilt from those links, never searched for a second time.
 //! - Every property a model declares carries a requirement ID and an expectation per variant;
 //!   a report compares the two and `CheckReport::matches_expectations` is the exit status.
-//! - Nothing here does I/O: progress goes to a caller-supplied callback.
+//! - Nothing here does I/O: progress goes to a caller-supplied callback, and memory is measured
+//!   by a caller-supplied probe ([`CheckOptions::memory_probe`]).
 
+mod search;
+mod simulation;
+
+use search::{Limits, Target};
 use serde::Serialize;
-use stateright::{Checker, HasDiscoveries, Model, Property};
-use std::collections::{BTreeMap, HashMap, HashSet, VecDeque};
+use stateright::{Model, Property};
+use std::collections::{BTreeMap, HashMap};
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::time::{Duration, Instant};
@@ -33,8 +43,10 @@ pub struct Bounds(pub BTreeMap<String, u32>);
 impl Bounds {
     /// Fills in defaults and rejects unknown keys or out-of-range values, naming the valid ones.
     pub fn resolve(specs: &[BoundSpec], overrides: &[(String, u32)]) -> Result<Bounds, SpecError> {
-        let mut values: BTreeMap<String, u32> =
-            specs.iter().map(|spec| (spec.key.to_string(), spec.default)).collect();
+        let mut values: BTreeMap<String, u32> = specs
+            .iter()
+            .map(|spec| (spec.key.to_string(), spec.default))
+            .collect();
         for (key, value) in overrides {
             let Some(spec) = specs.iter().find(|spec| spec.key == key) else {
                 return Err(SpecError::UnknownBound {
@@ -57,13 +69,20 @@ impl Bounds {
 
     /// The value of a bound the model declared; a missing key is a bug in the model.
     pub fn get(&self, key: &str) -> u32 {
-        *self.0.get(key).unwrap_or_else(|| panic!("bound {key} is not declared by this model"))
+        *self
+            .0
+            .get(key)
+            .unwrap_or_else(|| panic!("bound {key} is not declared by this model"))
     }
 }
 
 impl std::fmt::Display for Bounds {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        let parts: Vec<String> = self.0.iter().map(|(key, value)| format!("{key}={value}")).collect();
+        let parts: Vec<String> = self
+            .0
+            .iter()
+            .map(|(key, value)| format!("{key}={value}"))
+            .collect();
         write!(f, "{}", parts.join(" "))
     }
 }
@@ -71,17 +90,36 @@ impl std::fmt::Display for Bounds {
 /// Bad input to `check`/`explore`/`traces`: always names what would have been valid.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum SpecError {
-    UnknownModel { name: String, valid: Vec<String> },
-    UnknownVariant { model: String, name: String, valid: Vec<String> },
-    UnknownBound { key: String, valid: Vec<String> },
-    BoundOutOfRange { key: String, value: u32, min: u32, max: u32 },
+    UnknownModel {
+        name: String,
+        valid: Vec<String>,
+    },
+    UnknownVariant {
+        model: String,
+        name: String,
+        valid: Vec<String>,
+    },
+    UnknownBound {
+        key: String,
+        valid: Vec<String>,
+    },
+    BoundOutOfRange {
+        key: String,
+        value: u32,
+        min: u32,
+        max: u32,
+    },
 }
 
 impl std::fmt::Display for SpecError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             SpecError::UnknownModel { name, valid } => {
-                write!(f, "unknown model `{name}`; valid models: {}", valid.join(", "))
+                write!(
+                    f,
+                    "unknown model `{name}`; valid models: {}",
+                    valid.join(", ")
+                )
             }
             SpecError::UnknownVariant { model, name, valid } => write!(
                 f,
@@ -89,10 +127,22 @@ impl std::fmt::Display for SpecError {
                 valid.join(", ")
             ),
             SpecError::UnknownBound { key, valid } => {
-                write!(f, "unknown bound `{key}`; valid bounds: {}", valid.join(", "))
+                write!(
+                    f,
+                    "unknown bound `{key}`; valid bounds: {}",
+                    valid.join(", ")
+                )
             }
-            SpecError::BoundOutOfRange { key, value, min, max } => {
-                write!(f, "bound {key}={value} is out of range; valid range: {min}..={max}")
+            SpecError::BoundOutOfRange {
+                key,
+                value,
+                min,
+                max,
+            } => {
+                write!(
+                    f,
+                    "bound {key}={value} is out of range; valid range: {min}..={max}"
+                )
             }
         }
     }
@@ -193,34 +243,140 @@ where
     fn expected(&self, property: &PropertyDef<Self>) -> Verdict;
 
     /// One step of a trace in protocol words ("W1 sends TransactWriteItems{...}").
-    fn step_words(&self, before: &Self::State, action: &Self::Action, after: &Self::State) -> String;
+    fn step_words(
+        &self,
+        before: &Self::State,
+        action: &Self::Action,
+        after: &Self::State,
+    ) -> String;
 
     /// Resolves a variant name, listing the valid ones on error.
     fn resolve_variant(name: &str) -> Result<&'static str, SpecError> {
-        Self::VARIANTS.iter().copied().find(|variant| *variant == name).ok_or_else(|| {
-            SpecError::UnknownVariant {
+        Self::VARIANTS
+            .iter()
+            .copied()
+            .find(|variant| *variant == name)
+            .ok_or_else(|| SpecError::UnknownVariant {
                 model: Self::NAME.to_string(),
                 name: name.to_string(),
                 valid: Self::VARIANTS.iter().map(|v| v.to_string()).collect(),
-            }
-        })
+            })
     }
 }
 
 /// Options of one checker run.
 #[derive(Debug, Clone)]
 pub struct CheckOptions {
+    /// Threads examining each level of the search. The result (verdicts, counts, traces) is the
+    /// same for any number; only the time changes. Simulation uses one thread.
     pub threads: usize,
     /// How often the progress callback is called.
     pub progress_interval_millis: u64,
     /// Stop after this long; verdicts not yet decided are then `Unknown` and the run incomplete.
     pub timeout_secs_max: Option<u64>,
+    /// Stop once this many unique states are known (checked between chunks of a level).
+    pub states_max: Option<usize>,
+    /// Stop once the process's memory, as `memory_probe` measures it, reaches this many bytes.
+    pub memory_bytes_max: Option<u64>,
+    /// Measures the process's memory in bytes (the caller's: this crate does no I/O). Without
+    /// a probe `memory_bytes_max` is not enforced.
+    pub memory_probe: Option<fn() -> Option<u64>>,
 }
 
 impl Default for CheckOptions {
     fn default() -> Self {
-        CheckOptions { threads: 1, progress_interval_millis: 250, timeout_secs_max: None }
+        CheckOptions {
+            threads: 1,
+            progress_interval_millis: 250,
+            timeout_secs_max: None,
+            states_max: None,
+            memory_bytes_max: None,
+            memory_probe: None,
+        }
     }
+}
+
+/// The limit that stopped a run before it could decide every property.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "limit", rename_all = "lowercase")]
+pub enum Stop {
+    Timeout {
+        timeout_secs_max: u64,
+    },
+    States {
+        states_max: usize,
+        unique_states: usize,
+    },
+    /// `growth_bytes`: an allocation the run was about to make (a doubling of its visited map
+    /// or of the next level), counted against the limit before it happens.
+    Memory {
+        memory_bytes_max: u64,
+        resident_bytes: u64,
+        growth_bytes: u64,
+    },
+}
+
+impl std::fmt::Display for Stop {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        const MIB: u64 = 1024 * 1024;
+        match self {
+            Stop::Timeout { timeout_secs_max } => {
+                write!(f, "the time limit of {timeout_secs_max} s")
+            }
+            Stop::States {
+                states_max,
+                unique_states,
+            } => {
+                write!(
+                    f,
+                    "the state limit of {states_max} unique states ({unique_states} known)"
+                )
+            }
+            Stop::Memory {
+                memory_bytes_max,
+                resident_bytes,
+                growth_bytes: 0,
+            } => write!(
+                f,
+                "the memory limit of {} MiB ({} MiB resident)",
+                memory_bytes_max / MIB,
+                resident_bytes / MIB
+            ),
+            Stop::Memory {
+                memory_bytes_max,
+                resident_bytes,
+                growth_bytes,
+            } => write!(
+                f,
+                "the memory limit of {} MiB ({} MiB resident, {} MiB about to be allocated)",
+                memory_bytes_max / MIB,
+                resident_bytes / MIB,
+                growth_bytes.div_ceil(MIB)
+            ),
+        }
+    }
+}
+
+/// How a report was produced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(tag = "mode", rename_all = "lowercase")]
+pub enum Search {
+    /// Breadth-first search of every reachable state (up to a limit).
+    Exhaustive,
+    /// Seeded random walks: `samples` walks of at most `depth_max` steps each.
+    Simulation {
+        seed: u64,
+        samples: usize,
+        depth_max: usize,
+    },
+}
+
+/// What `oncecheck check --simulate` walks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SimulationOptions {
+    pub seed: u64,
+    pub samples: usize,
+    pub depth_max: usize,
 }
 
 /// A progress sample of a running check.
@@ -265,17 +421,51 @@ pub struct CheckReport {
     pub model: &'static str,
     pub variant: &'static str,
     pub bounds: Bounds,
+    pub search: Search,
+    /// States generated, repeats included (a simulation: steps taken).
     pub states: usize,
     pub unique_states: usize,
+    /// Exhaustive: the depth (steps from an initial state) of the deepest unique state found.
+    /// Simulation: the longest loop-free walk.
     pub max_depth: usize,
+    /// Exhaustive: unique states first reached at each depth (index 0: the initial states), the
+    /// growth of the state space. Empty for a simulation.
+    pub states_per_depth: Vec<usize>,
+    /// How often each kind of action fired (produced a state), repeats included, by the name of
+    /// the action's kind.
+    pub action_coverage: BTreeMap<String, usize>,
     pub seconds: f64,
+    /// Every verdict is definite: the state space was exhausted or every property was decided.
+    /// Never true for a simulation.
     pub complete: bool,
+    /// The limit that stopped the run, if one did.
+    pub stopped: Option<Stop>,
     pub properties: Vec<PropertyReport>,
 }
 
 impl CheckReport {
+    /// The run's verdicts are what the variant expects. A run stopped by a limit never matches.
+    /// A simulation matches when everything it found is expected and every expected violation
+    /// or example was found; it cannot show `holds` or `unreached`, so `unknown` stands for them.
     pub fn matches_expectations(&self) -> bool {
-        self.complete && self.properties.iter().all(PropertyReport::matches)
+        let all_as_expected = self
+            .properties
+            .iter()
+            .all(|property| self.as_expected(property));
+        self.stopped.is_none() && all_as_expected && (self.complete || self.is_simulation())
+    }
+
+    /// One property's verdict is what this run can show of its expectation: equal to it, or,
+    /// for a simulation, `unknown` where `holds` / `unreached` is expected.
+    pub fn as_expected(&self, property: &PropertyReport) -> bool {
+        property.matches()
+            || (self.is_simulation()
+                && property.verdict == Verdict::Unknown
+                && matches!(property.expected, Verdict::Holds | Verdict::Unreached))
+    }
+
+    pub fn is_simulation(&self) -> bool {
+        matches!(self.search, Search::Simulation { .. })
     }
 
     pub fn property(&self, name: &str) -> &PropertyReport {
@@ -286,69 +476,54 @@ impl CheckReport {
     }
 }
 
-/// The shortest path (fewest actions) to a state satisfying each named condition, found by a
-/// deterministic level-by-level BFS that stops once every name has a path.
-///
-/// Why not stateright's own discovery: its BFS re-evaluates properties after a discovery and
-/// keeps the last match, so its path is a counterexample but not the shortest one. The verdict
-/// pass stays stateright's; this pass only runs for properties that have a discovery, and only
-/// as deep as the deepest shortest path.
+/// What [`shortest_paths`] looks for: (name, condition, the condition's value that counts as
+/// a match).
+pub type Wanted<M> = (&'static str, fn(&M, &<M as Model>::State) -> bool, bool);
+
+/// A path of (state, action taken from it) pairs; the last state has no action.
+pub type PathPairs<M> = Vec<(<M as Model>::State, Option<<M as Model>::Action>)>;
+
+/// A report with the path behind each of its traces, for export (`trace::to_itf`).
+pub struct Checked<M: Model> {
+    pub report: CheckReport,
+    /// By property name: the counterexample or example the report's trace prints.
+    pub paths: BTreeMap<&'static str, PathPairs<M>>,
+}
+
+/// The shortest path (fewest actions) to a state satisfying each named condition, found by the
+/// checker's own deterministic level-by-level search, which stops once every name has a path.
 ///
 /// `wanted` lists (name, condition, the condition's value that counts as a match).
-pub fn shortest_paths<M>(model: &M, wanted: &[(&'static str, fn(&M, &M::State) -> bool, bool)]) -> HashMap<&'static str, Vec<(M::State, Option<M::Action>)>>
+pub fn shortest_paths<M>(model: &M, wanted: &[Wanted<M>]) -> HashMap<&'static str, PathPairs<M>>
 where
-    M: Model,
-    M::State: Clone + Hash + Eq,
-    M::Action: Clone,
+    M: Model + Sync,
+    M::State: Clone + Hash + Send + Sync,
+    M::Action: Clone + Debug + Send,
 {
-    let mut found: HashMap<&'static str, Vec<(M::State, Option<M::Action>)>> = HashMap::new();
-    if wanted.is_empty() {
-        return found;
-    }
-    // Parent links by state: enough to rebuild a path once a state matches.
-    let mut parents: HashMap<M::State, Option<(M::State, M::Action)>> = HashMap::new();
-    let mut frontier: VecDeque<M::State> = VecDeque::new();
-    for state in model.init_states() {
-        if !parents.contains_key(&state) {
-            parents.insert(state.clone(), None);
-            frontier.push_back(state);
-        }
-    }
-    let rebuild = |parents: &HashMap<M::State, Option<(M::State, M::Action)>>, last: &M::State| {
-        let mut path = vec![(last.clone(), None)];
-        let mut cursor = last.clone();
-        while let Some(Some((parent, action))) = parents.get(&cursor) {
-            path.push((parent.clone(), Some(action.clone())));
-            cursor = parent.clone();
-        }
-        path.reverse();
-        path
-    };
-    let mut actions = Vec::new();
-    let mut seen_names: HashSet<&'static str> = HashSet::new();
-    while let Some(state) = frontier.pop_front() {
-        for (name, condition, matching) in wanted {
-            if !seen_names.contains(name) && condition(model, &state) == *matching {
-                seen_names.insert(name);
-                found.insert(name, rebuild(&parents, &state));
-            }
-        }
-        if seen_names.len() == wanted.len() {
-            break;
-        }
-        actions.clear();
-        model.actions(&state, &mut actions);
-        for action in actions.drain(..) {
-            if let Some(next) = model.next_state(&state, action.clone()) {
-                if !model.within_boundary(&next) || parents.contains_key(&next) {
-                    continue;
-                }
-                parents.insert(next.clone(), Some((state.clone(), action)));
-                frontier.push_back(next);
-            }
-        }
-    }
-    found
+    let targets: Vec<Target<M>> = wanted
+        .iter()
+        .map(|(_, condition, matching)| Target {
+            condition: *condition,
+            matching: *matching,
+        })
+        .collect();
+    let options = CheckOptions::default();
+    let searched = search::search(
+        model,
+        &targets,
+        &Limits {
+            options: &options,
+            stop_when_all_found: true,
+        },
+        &mut |_| {},
+    );
+    wanted
+        .iter()
+        .zip(&searched.found)
+        .filter_map(|((name, _, _), found)| {
+            found.map(|last| (*name, searched.path_to(model, last)))
+        })
+        .collect()
 }
 
 /// Turns a path of (state, action taken from it) pairs into printable steps.
@@ -362,7 +537,10 @@ where
         .windows(2)
         .enumerate()
         .map(|(index, window)| {
-            let action = window[0].1.as_ref().expect("every state of a path but the last has an action");
+            let action = window[0]
+                .1
+                .as_ref()
+                .expect("every state of a path but the last has an action");
             TraceStep {
                 step: index + 1,
                 action: format!("{action:?}"),
@@ -372,57 +550,36 @@ where
         .collect()
 }
 
-/// Runs an exhaustive BFS and compares every verdict with its expectation; every trace in the
-/// report is a shortest one (see [`shortest_paths`]).
-pub fn run<M>(model: M, options: &CheckOptions, progress: &mut dyn FnMut(Progress)) -> CheckReport
+fn targets_of<M: ModelSpec>(definitions: &[PropertyDef<M>]) -> Vec<Target<M>>
 where
-    M: ModelSpec,
-    M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
     M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
 {
-    let started = Instant::now();
-    let definitions = model.property_defs();
-    let expectations: Vec<Verdict> = definitions.iter().map(|def| model.expected(def)).collect();
-    let mut builder = model.checker().threads(options.threads.max(1)).finish_when(HasDiscoveries::All);
-    if let Some(seconds) = options.timeout_secs_max {
-        builder = builder.timeout(Duration::from_secs(seconds));
-    }
-    let mut checker = builder.spawn_bfs();
-    let interval = Duration::from_millis(options.progress_interval_millis.max(10));
-    while !checker.is_done() {
-        std::thread::sleep(interval);
-        progress(Progress {
-            states: checker.state_count(),
-            unique_states: checker.unique_state_count(),
-            max_depth: checker.max_depth(),
-            elapsed: started.elapsed(),
-        });
-    }
-    for handle in checker.handles() {
-        handle.join().expect("a checker thread panicked");
-    }
-    let discoveries = checker.discoveries();
-    let violated_or_reached: Vec<(&'static str, fn(&M, &M::State) -> bool, bool)> = definitions
+    // An `always` is decided by a state where it is false, a `sometimes` by one where it is true.
+    definitions
         .iter()
-        .filter(|def| discoveries.contains_key(def.name))
-        .map(|def| (def.name, def.condition, def.kind == Kind::Sometimes))
-        .collect();
-    // Without a timeout the checker stops only when the reachable state space is exhausted or
-    // every property has a discovery; either way every verdict is definite. A timeout that fired
-    // before all properties were decided leaves the run incomplete.
-    let all_decided = definitions.iter().all(|def| discoveries.contains_key(def.name));
-    let timed_out = options
-        .timeout_secs_max
-        .is_some_and(|seconds| started.elapsed() >= Duration::from_secs(seconds));
-    let complete = all_decided || !timed_out;
-    let model = checker.model();
-    let shortest = shortest_paths(model, &violated_or_reached);
-    let properties = definitions
+        .map(|def| Target {
+            condition: def.condition,
+            matching: def.kind == Kind::Sometimes,
+        })
+        .collect()
+}
+
+fn property_reports<M: ModelSpec>(
+    model: &M,
+    definitions: &[PropertyDef<M>],
+    paths: &BTreeMap<&'static str, PathPairs<M>>,
+    decided_by_absence: bool,
+) -> Vec<PropertyReport>
+where
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    definitions
         .iter()
-        .zip(expectations)
-        .map(|(def, expected)| {
-            let found = discoveries.get(def.name);
-            let verdict = match (def.kind, found.is_some(), complete) {
+        .map(|def| {
+            let path = paths.get(def.name);
+            let verdict = match (def.kind, path.is_some(), decided_by_absence) {
                 (Kind::Always, true, _) => Verdict::Violated,
                 (Kind::Sometimes, true, _) => Verdict::Reached,
                 (_, false, false) => Verdict::Unknown,
@@ -433,21 +590,164 @@ where
                 id: def.id,
                 name: def.name,
                 kind: def.kind,
-                expected,
+                expected: model.expected(def),
                 verdict,
-                trace: shortest.get(def.name).map(|pairs| steps_of(model, pairs)),
+                trace: path.map(|pairs| steps_of(model, pairs)),
             }
         })
-        .collect();
-    CheckReport {
+        .collect()
+}
+
+/// What a run measured, whatever its search; see the fields of [`CheckReport`].
+struct Measured {
+    search: Search,
+    states: usize,
+    unique_states: usize,
+    max_depth: usize,
+    states_per_depth: Vec<usize>,
+    action_coverage: BTreeMap<String, usize>,
+    started: Instant,
+    complete: bool,
+    stopped: Option<Stop>,
+}
+
+/// The report of a run: every property's verdict from the paths found (and, when
+/// `decided_by_absence`, from the paths not found), next to its expectation.
+fn checked<M: ModelSpec>(
+    model: &M,
+    definitions: &[PropertyDef<M>],
+    paths: BTreeMap<&'static str, PathPairs<M>>,
+    decided_by_absence: bool,
+    measured: Measured,
+) -> Checked<M>
+where
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let properties = property_reports(model, definitions, &paths, decided_by_absence);
+    let report = CheckReport {
         model: M::NAME,
         variant: model.variant(),
         bounds: model.bounds().clone(),
-        states: checker.state_count(),
-        unique_states: checker.unique_state_count(),
-        max_depth: checker.max_depth(),
-        seconds: started.elapsed().as_secs_f64(),
-        complete,
+        search: measured.search,
+        states: measured.states,
+        unique_states: measured.unique_states,
+        max_depth: measured.max_depth,
+        states_per_depth: measured.states_per_depth,
+        action_coverage: measured.action_coverage,
+        seconds: measured.started.elapsed().as_secs_f64(),
+        complete: measured.complete,
+        stopped: measured.stopped,
         properties,
-    }
+    };
+    Checked { report, paths }
 }
+
+/// Runs an exhaustive BFS and compares every verdict with its expectation; every trace in the
+/// report is a shortest one.
+pub fn run<M>(model: M, options: &CheckOptions, progress: &mut dyn FnMut(Progress)) -> CheckReport
+where
+    M: ModelSpec,
+    M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    run_with_paths(&model, options, progress).report
+}
+
+/// [`run`], also answering the path behind every trace.
+pub fn run_with_paths<M>(
+    model: &M,
+    options: &CheckOptions,
+    progress: &mut dyn FnMut(Progress),
+) -> Checked<M>
+where
+    M: ModelSpec,
+    M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let started = Instant::now();
+    let definitions = model.property_defs();
+    let targets = targets_of(&definitions);
+    // Once every property is decided nothing is left to learn: stop, as stateright's
+    // `HasDiscoveries::All` did.
+    let searched = search::search(
+        model,
+        &targets,
+        &Limits {
+            options,
+            stop_when_all_found: true,
+        },
+        progress,
+    );
+    let paths: BTreeMap<&'static str, PathPairs<M>> = definitions
+        .iter()
+        .zip(&searched.found)
+        .filter_map(|(def, found)| found.map(|last| (def.name, searched.path_to(model, last))))
+        .collect();
+    let all_decided = searched.found.iter().all(Option::is_some);
+    let measured = Measured {
+        search: Search::Exhaustive,
+        states: searched.generated,
+        unique_states: searched.unique_states(),
+        max_depth: searched.states_per_depth.len().saturating_sub(1),
+        states_per_depth: searched.states_per_depth.clone(),
+        action_coverage: searched.coverage.clone(),
+        started,
+        complete: searched.exhausted || all_decided,
+        stopped: searched.stopped,
+    };
+    checked(model, &definitions, paths, searched.exhausted, measured)
+}
+
+/// Seeded random walks instead of an exhaustive search, for bounds too large to exhaust. The
+/// same model, options and seed give the same report. Verdicts are `violated`, `reached` or
+/// `unknown` — a simulation never shows that a property holds — and each trace is the shortest
+/// loop-free walk prefix found, not necessarily the shortest that exists.
+pub fn simulate<M>(
+    model: &M,
+    options: &CheckOptions,
+    simulation: &SimulationOptions,
+    progress: &mut dyn FnMut(Progress),
+) -> Checked<M>
+where
+    M: ModelSpec,
+    M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let started = Instant::now();
+    let definitions = model.property_defs();
+    let targets = targets_of(&definitions);
+    let simulated = simulation::simulate(
+        model,
+        &targets,
+        options,
+        simulation.seed,
+        simulation.samples,
+        simulation.depth_max,
+        progress,
+    );
+    let paths: BTreeMap<&'static str, PathPairs<M>> = definitions
+        .iter()
+        .zip(simulated.found)
+        .filter_map(|(def, found)| found.map(|path| (def.name, path)))
+        .collect();
+    let measured = Measured {
+        search: Search::Simulation {
+            seed: simulation.seed,
+            samples: simulation.samples,
+            depth_max: simulation.depth_max,
+        },
+        states: simulated.steps,
+        unique_states: simulated.unique_states,
+        max_depth: simulated.depth_max_reached,
+        states_per_depth: Vec::new(),
+        action_coverage: simulated.coverage,
+        started,
+        complete: false,
+        stopped: simulated.stopped,
+    };
+    checked(model, &definitions, paths, false, measured)
+}
+
+#[cfg(test)]
+mod tests;

@@ -8,7 +8,7 @@
 use clap::{CommandFactory, FromArgMatches, Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use oncecheck_conformance::models::{self, Job};
-use oncecheck_model::check::CheckOptions;
+use oncecheck_model::check::{CheckOptions, SimulationOptions};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -79,7 +79,7 @@ enum Command {
         /// Checker threads (the verdicts and traces do not depend on it).
         #[arg(long, default_value_t = 1)]
         threads: usize,
-        /// One JSON object per (model, variant) on stdout instead of the human report.
+        /// One JSON document on stdout instead of the human report: `schema`, overall `ok`, one report per (model, variant) (docs/check-json.md).
         #[arg(long)]
         json: bool,
         /// Give up after this many seconds per variant (undecided verdicts are then `unknown`
@@ -94,6 +94,27 @@ enum Command {
         /// sequence diagrams and the coverage. Walks each state space once more for coverage.
         #[arg(long, value_name = "DIR")]
         html: Option<PathBuf>,
+        // ---- limits and simulation (the checker's flags) ----
+        /// Stop once this many unique states are known; what is undecided is then `unknown` (exit 1).
+        #[arg(long)]
+        states_max: Option<usize>,
+        /// Stop once this process's resident memory reaches this many MiB; what is undecided is
+        /// then `unknown` (exit 1).
+        #[arg(long, default_value_t = models::MEMORY_MAX_MB_DEFAULT)]
+        memory_max_mb: u64,
+        /// Seeded random walks instead of the exhaustive search, for bounds too large to exhaust:
+        /// finds violations and examples, never shows that a property holds (`unknown` instead).
+        #[arg(long)]
+        simulate: bool,
+        /// Seed of --simulate, printed; the same seed gives the same report [default: the clock].
+        #[arg(long, requires = "simulate")]
+        seed: Option<u64>,
+        /// Walks of --simulate per variant.
+        #[arg(long, default_value_t = 1000)]
+        samples: usize,
+        /// Longest walk of --simulate, in steps.
+        #[arg(long, default_value_t = 200)]
+        depth: usize,
     },
     /// Write counterexamples, examples and seeded covering paths as ITF trace files.
     Traces {
@@ -217,6 +238,12 @@ fn main() -> ExitCode {
             timeout_secs,
             diagrams,
             html,
+            states_max,
+            memory_max_mb,
+            simulate,
+            seed,
+            samples,
+            depth,
         } => {
             let jobs = match models::resolve(model.as_deref(), variant.as_deref(), &bounds) {
                 Ok(jobs) => jobs,
@@ -241,14 +268,31 @@ fn main() -> ExitCode {
             let options = CheckOptions {
                 threads,
                 timeout_secs_max: timeout_secs,
+                states_max,
+                memory_bytes_max: Some(memory_max_mb.saturating_mul(1024 * 1024)),
+                memory_probe: Some(models::resident_bytes),
                 ..CheckOptions::default()
             };
+            let simulation = simulate.then(|| {
+                let seed = seed.unwrap_or_else(|| {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .unwrap_or_default();
+                    now.as_nanos() as u64
+                });
+                eprintln!("oncecheck: simulating with seed {seed}: {samples} walks of at most {depth} steps per variant (--seed {seed} repeats this run)");
+                SimulationOptions {
+                    seed,
+                    samples,
+                    depth_max: depth,
+                }
+            });
             let outputs = Outputs {
                 json,
                 diagrams: diagrams.as_deref(),
                 html: html.as_deref(),
             };
-            check(&jobs, &options, &outputs)
+            check(&jobs, &options, simulation.as_ref(), &outputs)
         }
         Command::Traces {
             model,
@@ -433,16 +477,24 @@ fn probe(_: &str) -> ExitCode {
 
 /// Where `check` writes besides the human report.
 struct Outputs<'a> {
-    /// JSON lines on stdout instead of the human report.
+    /// One JSON document on stdout instead of the human report.
     json: bool,
     diagrams: Option<&'a std::path::Path>,
     html: Option<&'a std::path::Path>,
 }
 
-fn check(jobs: &[Job], options: &CheckOptions, outputs: &Outputs) -> ExitCode {
+fn check(
+    jobs: &[Job],
+    options: &CheckOptions,
+    simulation: Option<&SimulationOptions>,
+    outputs: &Outputs,
+) -> ExitCode {
     let (json, diagrams, html) = (outputs.json, outputs.diagrams, outputs.html);
     let mut all_match = true;
+    // A run stopped by a limit has said so in its own line; this counts the other mismatches.
+    let mut verdict_differs = false;
     let mut reports = Vec::new();
+    let mut html_reports = Vec::new();
     let stdout = std::io::stdout();
     for job in jobs {
         let bar = ProgressBar::new_spinner();
@@ -450,21 +502,28 @@ fn check(jobs: &[Job], options: &CheckOptions, outputs: &Outputs) -> ExitCode {
         bar.enable_steady_tick(Duration::from_millis(120));
         let label = format!("{}/{}", job.model, job.variant);
         let mut last = (0usize, Duration::ZERO);
-        let report = models::run_job(job, options, &mut |progress| {
-            let rate = (progress.states - last.0) as f64
-                / (progress.elapsed - last.1).as_secs_f64().max(1e-3);
+        let mut on_progress = |progress: oncecheck_model::check::Progress| {
+            let rate = (progress.states - last.0) as f64 / (progress.elapsed - last.1).as_secs_f64().max(1e-3);
             last = (progress.states, progress.elapsed);
             bar.set_message(format!(
                 "{label}: {} states, {} unique, {:.0} states/s, depth {}",
                 progress.states, progress.unique_states, rate, progress.max_depth
             ));
-        });
+        };
+        let report = match simulation {
+            Some(simulation) => models::simulate_job(job, options, simulation, &mut on_progress),
+            None => models::run_job(job, options, &mut on_progress),
+        };
         bar.finish_and_clear();
         let report = match report {
             Ok(report) => report,
             Err(error) => return bad_input(error),
         };
         all_match &= report.matches_expectations();
+        match models::stop_line(&report) {
+            Some(line) => eprintln!("oncecheck: {line}"),
+            None => verdict_differs |= !report.matches_expectations(),
+        }
         if let Some(directory) = diagrams {
             if let Err(error) = models::write_diagrams(&report, directory) {
                 return bad_input(format!(
@@ -475,12 +534,12 @@ fn check(jobs: &[Job], options: &CheckOptions, outputs: &Outputs) -> ExitCode {
         }
         if let Some(directory) = html {
             let written = models::page_detail(job, &report).map(|detail| {
-                reports.push(report.clone());
+                html_reports.push(report.clone());
                 oncecheck_conformance::report::write_page(directory, &report, &detail).and_then(
                     |_| {
                         oncecheck_conformance::report::write_index(
                             directory,
-                            &reports.iter().collect::<Vec<_>>(),
+                            &html_reports.iter().collect::<Vec<_>>(),
                         )
                     },
                 )
@@ -496,22 +555,28 @@ fn check(jobs: &[Job], options: &CheckOptions, outputs: &Outputs) -> ExitCode {
                 Err(error) => return bad_input(error),
             }
         }
+        if !json {
+            if let Err(error) = models::write_human(&report, &mut stdout.lock()) {
+                return bad_input(format!("cannot write the report: {error}"));
+            }
+        }
+        reports.push(report);
+    }
+    if json {
         let mut out = stdout.lock();
-        let written = if json {
-            serde_json::to_writer(&mut out, &report)
-                .map_err(std::io::Error::from)
-                .and_then(|_| writeln!(out))
-        } else {
-            models::write_human(&report, &mut out)
-        };
+        let written = serde_json::to_writer(&mut out, &models::json_document(&reports))
+            .map_err(std::io::Error::from)
+            .and_then(|_| writeln!(out));
         if let Err(error) = written {
             return bad_input(format!("cannot write the report: {error}"));
         }
     }
+    if verdict_differs {
+        eprintln!("oncecheck: a verdict differs from its expectation");
+    }
     if all_match {
         ExitCode::SUCCESS
     } else {
-        eprintln!("oncecheck: a verdict differs from its expectation");
         ExitCode::from(1)
     }
 }

@@ -1,0 +1,484 @@
+//! The deterministic breadth-first search behind [`super::run`] and [`super::shortest_paths`].
+//!
+//! Invariants:
+//! - Level by level: every state at depth d is examined before any state at depth d + 1, in the
+//!   order the states were first generated, actions in the model's order. The first state found
+//!   matching a target is therefore at the smallest depth, and the path rebuilt to it is the one
+//!   a single-threaded FIFO search finds, whatever the number of threads (threads split a chunk
+//!   of one level; their results are merged in chunk order).
+//! - Visited states are kept as fingerprints only: fingerprint -> (parent fingerprint, index of
+//!   the action taken). Full states live only in the part of the level not yet examined and in
+//!   the next level. A
+//!   path is rebuilt by re-executing the action indices from its initial state; every step is
+//!   checked against its recorded fingerprint, so a nondeterministic model or a fingerprint
+//!   collision on the path panics instead of printing a wrong trace.
+//! - The search stops only between chunks, and a stop never invalidates a discovery: what was
+//!   found before it is a real, shortest path.
+
+use super::{CheckOptions, Progress, Stop};
+use stateright::Model;
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::hash::{BuildHasherDefault, Hash, Hasher};
+use std::mem::Discriminant;
+use std::time::{Duration, Instant};
+
+/// States examined per thread between two checks of the limits and two progress samples.
+const CHUNK_STATES_PER_THREAD: usize = 2048;
+
+/// Bytes a visited-map entry takes: fingerprint, parent fingerprint and action index (padded to
+/// 24), plus the hash table's control byte.
+const VISITED_ENTRY_BYTES: usize = 25;
+
+/// A 64-bit fingerprint of a state. A collision would make two states one (as in stateright);
+/// for n states its probability is about n² / 2^65 (under 10^-5 at 20 million states). Fixed
+/// seeds: the same state has the same fingerprint in every run of a build.
+pub(crate) fn fingerprint<T: Hash>(value: &T) -> u64 {
+    const SEEDS: [u64; 4] = [
+        0x243F_6A88_85A3_08D3,
+        0x1319_8A2E_0370_7344,
+        0xA409_3822_299F_31D0,
+        0x082E_FA98_EC4E_6C89,
+    ];
+    ahash::RandomState::with_seeds(SEEDS[0], SEEDS[1], SEEDS[2], SEEDS[3]).hash_one(value)
+}
+
+/// Fingerprints are already well-mixed hashes: the visited map uses them as they are.
+#[derive(Default)]
+pub(crate) struct FingerprintHasher(u64);
+
+impl Hasher for FingerprintHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for byte in bytes {
+            self.0 = self.0.rotate_left(8) ^ u64::from(*byte);
+        }
+    }
+
+    fn write_u64(&mut self, value: u64) {
+        self.0 = value;
+    }
+}
+
+pub(crate) type FingerprintMap<V> = HashMap<u64, V, BuildHasherDefault<FingerprintHasher>>;
+
+/// How a visited state was first reached. `action == ROOT` marks an initial state; `from` is
+/// then its index among the initial states.
+#[derive(Debug, Clone, Copy)]
+struct Parent {
+    from: u64,
+    action: u32,
+}
+
+const ROOT: u32 = u32::MAX;
+
+/// What the search looks for: the first state where `condition` evaluates to `matching`.
+pub(crate) struct Target<M: Model> {
+    pub condition: fn(&M, &M::State) -> bool,
+    pub matching: bool,
+}
+
+/// When the search may stop before the state space is exhausted.
+pub(crate) struct Limits<'a> {
+    pub options: &'a CheckOptions,
+    /// Stop as soon as every target has a match (nothing is left to decide).
+    pub stop_when_all_found: bool,
+}
+
+/// Counts of how often each action kind fired, kept per thread and merged.
+pub(crate) struct Coverage<A> {
+    kinds: Vec<(Discriminant<A>, String, usize)>,
+}
+
+impl<A: std::fmt::Debug> Coverage<A> {
+    pub(crate) fn new() -> Coverage<A> {
+        Coverage { kinds: Vec::new() }
+    }
+
+    /// The slot of an action's kind, named on first sight. Counted only once the action
+    /// produced a state (see [`Coverage::fired`]).
+    pub(crate) fn slot(&mut self, action: &A) -> usize {
+        let kind = std::mem::discriminant(action);
+        match self.kinds.iter().position(|(known, _, _)| *known == kind) {
+            Some(slot) => slot,
+            None => {
+                self.kinds.push((kind, action_kind(action), 0));
+                self.kinds.len() - 1
+            }
+        }
+    }
+
+    pub(crate) fn fired(&mut self, slot: usize) {
+        self.kinds[slot].2 += 1;
+    }
+
+    fn merge(&mut self, other: Coverage<A>) {
+        for (kind, name, count) in other.kinds {
+            match self.kinds.iter_mut().find(|(known, _, _)| *known == kind) {
+                Some((_, _, total)) => *total += count,
+                None => self.kinds.push((kind, name, count)),
+            }
+        }
+    }
+
+    pub(crate) fn into_map(self) -> BTreeMap<String, usize> {
+        let mut map = BTreeMap::new();
+        for (_, name, count) in self.kinds.into_iter().filter(|(_, _, count)| *count > 0) {
+            *map.entry(name).or_insert(0) += count;
+        }
+        map
+    }
+}
+
+/// The name of an action's kind: its `Debug` text up to the first character that cannot be
+/// part of a Rust identifier (`WriterSendsRound { writer: 1 }` -> `WriterSendsRound`).
+fn action_kind<A: std::fmt::Debug>(action: &A) -> String {
+    format!("{action:?}")
+        .chars()
+        .take_while(|c| c.is_alphanumeric() || *c == '_')
+        .collect()
+}
+
+/// What a search found and how far it got.
+pub(crate) struct Searched<M: Model> {
+    /// Per target, the fingerprint of the first matching state.
+    pub found: Vec<Option<u64>>,
+    /// Successor states generated within the boundary, repeats included (stateright's count).
+    pub generated: usize,
+    /// Unique states first reached at each depth; index 0 holds the initial states.
+    pub states_per_depth: Vec<usize>,
+    pub coverage: BTreeMap<String, usize>,
+    /// True when the reachable state space was examined completely.
+    pub exhausted: bool,
+    pub stopped: Option<Stop>,
+    initial: Vec<M::State>,
+    visited: FingerprintMap<Parent>,
+}
+
+impl<M> Searched<M>
+where
+    M: Model,
+    M::State: Clone + Hash,
+    M::Action: Clone,
+{
+    pub fn unique_states(&self) -> usize {
+        self.visited.len()
+    }
+
+    /// The path from an initial state to the state with this fingerprint, rebuilt by
+    /// re-executing the recorded action indices.
+    pub fn path_to(&self, model: &M, last: u64) -> Vec<(M::State, Option<M::Action>)> {
+        let mut steps = Vec::new();
+        let mut cursor = last;
+        let root = loop {
+            let parent = self.visited[&cursor];
+            if parent.action == ROOT {
+                break parent.from as usize;
+            }
+            steps.push((parent.action as usize, cursor));
+            cursor = parent.from;
+        };
+        steps.reverse();
+        let mut state = self.initial[root].clone();
+        let mut path = Vec::with_capacity(steps.len() + 1);
+        let mut actions = Vec::new();
+        for (index, expected) in steps {
+            actions.clear();
+            model.actions(&state, &mut actions);
+            assert!(index < actions.len(), "re-executing a path: action {index} is no longer enabled (a nondeterministic model)");
+            let action = actions.swap_remove(index);
+            let next = model
+                .next_state(&state, action.clone())
+                .expect("re-executing a path: an action that produced a state now produces none");
+            assert_eq!(
+                fingerprint(&next),
+                expected,
+                "re-executing a path reached another state: the model is nondeterministic or two states share a fingerprint"
+            );
+            path.push((state, Some(action)));
+            state = next;
+        }
+        path.push((state, None));
+        path
+    }
+}
+
+/// What one thread made of its slice of a chunk.
+struct Expansion<M: Model> {
+    /// This thread's part of the chunk, consumed (each state dropped once examined).
+    part: Vec<(M::State, u64)>,
+    /// Per target, the fingerprint of the part's first matching state.
+    first_match: Vec<Option<u64>>,
+    /// New-looking successors in generation order: state, fingerprint, parent, action index.
+    successors: Vec<(M::State, u64, u64, u32)>,
+    generated: usize,
+    coverage: Coverage<M::Action>,
+    /// The enabled actions of the state being examined (a reused buffer).
+    actions: Vec<M::Action>,
+}
+
+impl<M: Model> Expansion<M>
+where
+    M::Action: std::fmt::Debug,
+{
+    fn new() -> Expansion<M> {
+        Expansion {
+            part: Vec::new(),
+            first_match: Vec::new(),
+            successors: Vec::new(),
+            generated: 0,
+            coverage: Coverage::new(),
+            actions: Vec::new(),
+        }
+    }
+}
+
+/// Examines `slice` into `expansion`, whose buffers are reused from chunk to chunk: allocating
+/// them afresh made glibc's allocator consolidate its free lists on every chunk, which cost as
+/// much as the search itself. Its coverage counts accumulate over the whole run.
+fn expand<M>(
+    model: &M,
+    targets: &[Target<M>],
+    open: &[bool],
+    visited: &FingerprintMap<Parent>,
+    expansion: &mut Expansion<M>,
+) where
+    M: Model,
+    M::State: Hash,
+    M::Action: std::fmt::Debug,
+{
+    expansion.first_match.clear();
+    expansion.first_match.resize(targets.len(), None);
+    expansion.successors.clear();
+    expansion.generated = 0;
+    let actions = &mut expansion.actions;
+    // Each state is dropped right after it is examined, so the allocator hands its memory
+    // straight to the next states (dropping a whole chunk at once made allocation the
+    // dominant cost).
+    for (state, state_fingerprint) in expansion.part.drain(..) {
+        for (index, target) in targets.iter().enumerate() {
+            if open[index]
+                && expansion.first_match[index].is_none()
+                && (target.condition)(model, &state) == target.matching
+            {
+                expansion.first_match[index] = Some(state_fingerprint);
+            }
+        }
+        actions.clear();
+        model.actions(&state, actions);
+        for (action_index, action) in actions.drain(..).enumerate() {
+            let slot = expansion.coverage.slot(&action);
+            let Some(next) = model.next_state(&state, action) else {
+                continue;
+            };
+            if !model.within_boundary(&next) {
+                continue;
+            }
+            expansion.coverage.fired(slot);
+            expansion.generated += 1;
+            let next_fingerprint = fingerprint(&next);
+            if visited.contains_key(&next_fingerprint) {
+                continue;
+            }
+            expansion.successors.push((
+                next,
+                next_fingerprint,
+                state_fingerprint,
+                action_index as u32,
+            ));
+        }
+    }
+}
+
+/// Breadth-first search for the first state matching each target.
+pub(crate) fn search<M>(
+    model: &M,
+    targets: &[Target<M>],
+    limits: &Limits,
+    progress: &mut dyn FnMut(Progress),
+) -> Searched<M>
+where
+    M: Model + Sync,
+    M::State: Clone + Hash + Send + Sync,
+    M::Action: Clone + std::fmt::Debug + Send,
+{
+    let started = Instant::now();
+    let options = limits.options;
+    let threads = options.threads.max(1);
+    let interval = Duration::from_millis(options.progress_interval_millis.max(10));
+    let mut last_progress = started;
+
+    let initial: Vec<M::State> = model
+        .init_states()
+        .into_iter()
+        .filter(|state| model.within_boundary(state))
+        .collect();
+    let mut visited: FingerprintMap<Parent> = FingerprintMap::default();
+    let mut level: VecDeque<(M::State, u64)> = VecDeque::new();
+    for (index, state) in initial.iter().enumerate() {
+        let state_fingerprint = fingerprint(state);
+        if let std::collections::hash_map::Entry::Vacant(entry) = visited.entry(state_fingerprint) {
+            entry.insert(Parent {
+                from: index as u64,
+                action: ROOT,
+            });
+            level.push_back((state.clone(), state_fingerprint));
+        }
+    }
+    let mut states_per_depth = vec![level.len()];
+    let mut found: Vec<Option<u64>> = vec![None; targets.len()];
+    let mut generated = initial.len();
+    let mut stopped = None;
+    let mut all_found = targets.is_empty() && limits.stop_when_all_found;
+
+    // Set when the search ends with states left to examine (all found, or a limit).
+    let mut cut_short = false;
+    // Reused from chunk to chunk and level to level (see `expand` for why).
+    let mut expansions: Vec<Expansion<M>> = (0..threads).map(|_| Expansion::new()).collect();
+    let mut next_level: VecDeque<(M::State, u64)> = VecDeque::new();
+    while !level.is_empty() && !all_found {
+        while !level.is_empty() {
+            // Taken off the level, so each examined state's memory is freed before the next
+            // chunk: a level and the next one are never both whole in memory.
+            let take = level.len().min(CHUNK_STATES_PER_THREAD * threads);
+            let used = if threads == 1 || take < 2 * threads {
+                1
+            } else {
+                threads
+            };
+            let part_size = take.div_ceil(used);
+            for expansion in &mut expansions[..used] {
+                let part = part_size.min(level.len());
+                expansion.part.extend(level.drain(..part));
+            }
+            let open: Vec<bool> = found.iter().map(Option::is_none).collect();
+            if used == 1 {
+                expand(model, targets, &open, &visited, &mut expansions[0]);
+            } else {
+                let visited = &visited;
+                let open = &open;
+                std::thread::scope(|scope| {
+                    let (first, others) = expansions[..used].split_first_mut().expect("one part");
+                    let handles: Vec<_> = others
+                        .iter_mut()
+                        .map(|expansion| {
+                            scope.spawn(move || expand(model, targets, open, visited, expansion))
+                        })
+                        .collect();
+                    expand(model, targets, open, visited, first);
+                    for handle in handles {
+                        handle.join().expect("a checker thread panicked");
+                    }
+                });
+            }
+            for expansion in &mut expansions[..used] {
+                for (index, first) in expansion.first_match.iter().enumerate() {
+                    if found[index].is_none() {
+                        found[index] = *first;
+                    }
+                }
+                generated += expansion.generated;
+                for (state, state_fingerprint, parent, action) in expansion.successors.drain(..) {
+                    if let std::collections::hash_map::Entry::Vacant(entry) =
+                        visited.entry(state_fingerprint)
+                    {
+                        entry.insert(Parent {
+                            from: parent,
+                            action,
+                        });
+                        next_level.push_back((state, state_fingerprint));
+                    }
+                }
+            }
+            all_found = limits.stop_when_all_found && found.iter().all(Option::is_some);
+            let now = Instant::now();
+            if now.duration_since(last_progress) >= interval {
+                last_progress = now;
+                progress(Progress {
+                    states: generated,
+                    unique_states: visited.len(),
+                    max_depth: states_per_depth.len() - 1 + usize::from(!next_level.is_empty()),
+                    elapsed: now.duration_since(started),
+                });
+            }
+            if all_found {
+                break;
+            }
+            // The next chunk may double the visited map or the next level's vector: count that
+            // allocation before it happens, so the limit is not overshot by a doubling.
+            let headroom = CHUNK_STATES_PER_THREAD * threads * 8;
+            let mut growth_bytes = 0;
+            if visited.len() + headroom > visited.capacity() {
+                growth_bytes += visited.capacity() * 2 * VISITED_ENTRY_BYTES;
+            }
+            if next_level.len() + headroom > next_level.capacity() {
+                growth_bytes += next_level.capacity() * std::mem::size_of::<(M::State, u64)>();
+            }
+            stopped = limit_reached(options, visited.len(), growth_bytes as u64, started);
+            if stopped.is_some() {
+                break;
+            }
+        }
+        if !next_level.is_empty() {
+            states_per_depth.push(next_level.len());
+        }
+        if all_found || stopped.is_some() {
+            cut_short = true;
+            break;
+        }
+        std::mem::swap(&mut level, &mut next_level);
+    }
+    let exhausted = !cut_short && level.is_empty();
+    let mut coverage = Coverage::new();
+    for expansion in expansions {
+        coverage.merge(expansion.coverage);
+    }
+    Searched {
+        found,
+        generated,
+        states_per_depth,
+        coverage: coverage.into_map(),
+        exhausted,
+        stopped,
+        initial,
+        visited,
+    }
+}
+
+/// The first limit of `options` the run has reached, if any: memory (what the probe measures
+/// plus `growth_bytes`, an allocation the run is about to make), then states, then time.
+pub(crate) fn limit_reached(
+    options: &CheckOptions,
+    unique_states: usize,
+    growth_bytes: u64,
+    started: Instant,
+) -> Option<Stop> {
+    if let (Some(memory_bytes_max), Some(probe)) = (options.memory_bytes_max, options.memory_probe)
+    {
+        if let Some(resident_bytes) = probe() {
+            if resident_bytes.saturating_add(growth_bytes) >= memory_bytes_max {
+                return Some(Stop::Memory {
+                    memory_bytes_max,
+                    resident_bytes,
+                    growth_bytes,
+                });
+            }
+        }
+    }
+    if let Some(states_max) = options.states_max {
+        if unique_states >= states_max {
+            return Some(Stop::States {
+                states_max,
+                unique_states,
+            });
+        }
+    }
+    if let Some(timeout_secs_max) = options.timeout_secs_max {
+        if started.elapsed() >= Duration::from_secs(timeout_secs_max) {
+            return Some(Stop::Timeout { timeout_secs_max });
+        }
+    }
+    None
+}

@@ -1,0 +1,151 @@
+//! Random walks for bounds too large to exhaust (`oncecheck check --simulate`).
+//!
+//! Invariants:
+//! - Reproducible: one seeded generator ([`crate::trace::SplitMix64`]), one thread, the model's
+//!   action order; the same model, seed, samples and depth give the same report.
+//! - A walk never holds a loop: when a step returns to a state already on the walk, the walk is
+//!   cut back to that state, so every recorded path is loop-free and as short as the walk allows.
+//! - A simulation can show a violation or an example, never their absence: its verdicts are
+//!   `violated`, `reached` or `unknown`, never `holds` or `unreached`.
+
+use super::search::{fingerprint, limit_reached, Coverage, FingerprintMap, Target};
+use super::{CheckOptions, PathPairs, Progress, Stop};
+use crate::trace::SplitMix64;
+use stateright::Model;
+use std::collections::BTreeMap;
+use std::hash::Hash;
+use std::time::{Duration, Instant};
+
+/// What a simulation found: per target the shortest matching walk prefix, and its counts.
+pub(crate) struct Simulated<M: Model> {
+    pub found: Vec<Option<PathPairs<M>>>,
+    /// Steps taken over all walks.
+    pub steps: usize,
+    /// Distinct states visited (by fingerprint).
+    pub unique_states: usize,
+    /// Longest loop-free walk, in steps.
+    pub depth_max_reached: usize,
+    pub coverage: BTreeMap<String, usize>,
+    pub stopped: Option<Stop>,
+}
+
+/// A walk: (state, action taken from it, the state's fingerprint); the last has no action.
+type Walk<M> = Vec<(<M as Model>::State, Option<<M as Model>::Action>, u64)>;
+
+pub(crate) fn simulate<M>(
+    model: &M,
+    targets: &[Target<M>],
+    options: &CheckOptions,
+    seed: u64,
+    samples: usize,
+    depth_max: usize,
+    progress: &mut dyn FnMut(Progress),
+) -> Simulated<M>
+where
+    M: Model,
+    M::State: Clone + Hash,
+    M::Action: Clone + std::fmt::Debug,
+{
+    let started = Instant::now();
+    let interval = Duration::from_millis(options.progress_interval_millis.max(10));
+    let mut last_progress = started;
+    let mut generator = SplitMix64::new(seed);
+    let initial: Vec<M::State> = model
+        .init_states()
+        .into_iter()
+        .filter(|state| model.within_boundary(state))
+        .collect();
+    let mut found: Vec<Option<PathPairs<M>>> = vec![None; targets.len()];
+    let mut seen: FingerprintMap<()> = FingerprintMap::default();
+    let mut coverage = Coverage::new();
+    let mut steps = 0;
+    let mut depth_max_reached = 0;
+    let mut stopped = None;
+    let mut actions = Vec::new();
+
+    let record = |walk: &Walk<M>, found: &mut Vec<Option<PathPairs<M>>>| {
+        let (state, _, _) = walk.last().expect("a walk has a state");
+        for (index, target) in targets.iter().enumerate() {
+            let shorter = found[index]
+                .as_ref()
+                .is_none_or(|best| best.len() > walk.len());
+            if shorter && (target.condition)(model, state) == target.matching {
+                found[index] = Some(
+                    walk.iter()
+                        .map(|(state, action, _)| (state.clone(), action.clone()))
+                        .collect(),
+                );
+            }
+        }
+    };
+    for sample in 0..samples {
+        if initial.is_empty() {
+            break;
+        }
+        let start = initial[generator.below(initial.len())].clone();
+        let start_fingerprint = fingerprint(&start);
+        seen.insert(start_fingerprint, ());
+        let mut walk: Walk<M> = vec![(start, None, start_fingerprint)];
+        let mut positions: FingerprintMap<usize> = FingerprintMap::default();
+        positions.insert(start_fingerprint, 0);
+        record(&walk, &mut found);
+        for _ in 0..depth_max {
+            let state = &walk.last().expect("a walk has a state").0;
+            actions.clear();
+            model.actions(state, &mut actions);
+            let mut taken = None;
+            while !actions.is_empty() {
+                let action = actions.swap_remove(generator.below(actions.len()));
+                let slot = coverage.slot(&action);
+                if let Some(next) = model.next_state(state, action.clone()) {
+                    if model.within_boundary(&next) {
+                        coverage.fired(slot);
+                        taken = Some((action, next));
+                        break;
+                    }
+                }
+            }
+            let Some((action, next)) = taken else { break };
+            steps += 1;
+            let next_fingerprint = fingerprint(&next);
+            seen.insert(next_fingerprint, ());
+            if let Some(&position) = positions.get(&next_fingerprint) {
+                // Back on the walk: cut the loop instead of recording it.
+                for (_, _, dropped) in walk.drain(position + 1..) {
+                    positions.remove(&dropped);
+                }
+                walk[position].1 = None;
+                continue;
+            }
+            walk.last_mut().expect("a walk has a state").1 = Some(action);
+            walk.push((next, None, next_fingerprint));
+            positions.insert(next_fingerprint, walk.len() - 1);
+            depth_max_reached = depth_max_reached.max(walk.len() - 1);
+            record(&walk, &mut found);
+        }
+        let now = Instant::now();
+        if now.duration_since(last_progress) >= interval {
+            last_progress = now;
+            progress(Progress {
+                states: steps,
+                unique_states: seen.len(),
+                max_depth: depth_max_reached,
+                elapsed: now.duration_since(started),
+            });
+        }
+        if sample % 16 == 15 {
+            stopped = limit_reached(options, seen.len(), 0, started);
+            if stopped.is_some() {
+                break;
+            }
+        }
+    }
+    Simulated {
+        found,
+        steps,
+        unique_states: seen.len(),
+        depth_max_reached,
+        coverage: coverage.into_map(),
+        stopped,
+    }
+}

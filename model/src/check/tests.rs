@@ -1,0 +1,321 @@
+//! Tests of the checker itself on the relay model (the largest): the search is deterministic
+//! across threads, its counts are consistent, limits stop it with `unknown`, and simulation is
+//! reproducible and never claims a property holds.
+
+use super::*;
+use crate::relay::RelayModel;
+use crate::trace::{from_itf, to_itf, TraceMeta};
+
+fn relay(variant: &str, overrides: &[(&str, u32)]) -> RelayModel {
+    let overrides: Vec<(String, u32)> = overrides
+        .iter()
+        .map(|(key, value)| (key.to_string(), *value))
+        .collect();
+    let bounds = RelayModel::resolve_bounds(variant, &overrides).unwrap();
+    RelayModel::build(variant, &bounds).unwrap()
+}
+
+fn same_results(left: &CheckReport, right: &CheckReport) {
+    assert_eq!(left.unique_states, right.unique_states);
+    assert_eq!(left.states, right.states);
+    assert_eq!(left.states_per_depth, right.states_per_depth);
+    assert_eq!(left.action_coverage, right.action_coverage);
+    for (one, other) in left.properties.iter().zip(&right.properties) {
+        assert_eq!((one.name, one.verdict), (other.name, other.verdict));
+        assert_eq!(one.trace, other.trace, "{}", one.name);
+    }
+}
+
+#[test]
+fn threads_change_nothing_but_the_time() {
+    for variant in ["counter-only", "mixed"] {
+        let one = run(relay(variant, &[]), &CheckOptions::default(), &mut |_| {});
+        let two = run(
+            relay(variant, &[]),
+            &CheckOptions {
+                threads: 2,
+                ..CheckOptions::default()
+            },
+            &mut |_| {},
+        );
+        assert!(one.complete && two.complete);
+        same_results(&one, &two);
+    }
+}
+
+#[test]
+fn states_per_depth_and_coverage_account_for_every_state() {
+    let report = run(relay("mixed", &[]), &CheckOptions::default(), &mut |_| {});
+    assert!(report.complete);
+    assert_eq!(
+        report.states_per_depth.iter().sum::<usize>(),
+        report.unique_states
+    );
+    assert_eq!(report.max_depth, report.states_per_depth.len() - 1);
+    assert!(report.states_per_depth.iter().all(|count| *count > 0));
+    // Every generated state but the initial ones came from exactly one fired action.
+    let fired: usize = report.action_coverage.values().sum();
+    assert_eq!(fired + report.states_per_depth[0], report.states);
+    for kind in [
+        "WriterSendsRound",
+        "ItemApplied",
+        "PullerQueries",
+        "WriterAddsToCounter",
+    ] {
+        assert!(
+            report
+                .action_coverage
+                .get(kind)
+                .is_some_and(|count| *count > 0),
+            "{kind} never fired"
+        );
+    }
+}
+
+#[test]
+fn a_trace_is_the_shortest_path_a_plain_search_of_full_states_finds() {
+    // An independent breadth-first search over whole states (no fingerprints, no chunks).
+    let model = relay("counter-only", &[]);
+    let definitions = model.property_defs();
+    let r1 = definitions
+        .iter()
+        .find(|def| def.id == "R1" && def.kind == Kind::Always)
+        .unwrap();
+    let mut parents: HashMap<crate::relay::RelayState, Option<crate::relay::RelayState>> =
+        HashMap::new();
+    let mut queue = std::collections::VecDeque::new();
+    for state in model.init_states() {
+        parents.entry(state.clone()).or_insert_with(|| {
+            queue.push_back(state.clone());
+            None
+        });
+    }
+    let mut depth_of_first = None;
+    while let Some(state) = queue.pop_front() {
+        if !(r1.condition)(&model, &state) {
+            let mut depth = 0;
+            let mut cursor = state.clone();
+            while let Some(Some(parent)) = parents.get(&cursor) {
+                depth += 1;
+                cursor = parent.clone();
+            }
+            depth_of_first = Some(depth);
+            break;
+        }
+        let mut actions = Vec::new();
+        model.actions(&state, &mut actions);
+        for action in actions {
+            let Some(next) = model.next_state(&state, action) else {
+                continue;
+            };
+            if !parents.contains_key(&next) {
+                parents.insert(next.clone(), Some(state.clone()));
+                queue.push_back(next);
+            }
+        }
+    }
+    let report = run(
+        relay("counter-only", &[]),
+        &CheckOptions::default(),
+        &mut |_| {},
+    );
+    let trace = report.property(r1.name).trace.as_ref().unwrap();
+    assert_eq!(Some(trace.len()), depth_of_first);
+}
+
+#[test]
+fn a_state_limit_stops_the_run_with_unknown_but_keeps_what_it_found() {
+    // counter-only violates R1 at depth 7, long before its 234,766 states are exhausted.
+    let options = CheckOptions {
+        states_max: Some(60_000),
+        ..CheckOptions::default()
+    };
+    let report = run(relay("counter-only", &[]), &options, &mut |_| {});
+    assert!(!report.complete);
+    assert!(
+        matches!(
+            report.stopped,
+            Some(Stop::States {
+                states_max: 60_000,
+                ..
+            })
+        ),
+        "{:?}",
+        report.stopped
+    );
+    assert!(report.unique_states >= 60_000 && report.unique_states < 234_766);
+    assert_eq!(report.property("R1 no-skip").verdict, Verdict::Violated);
+    assert_eq!(
+        report.property("R1 no-skip").trace.as_ref().unwrap().len(),
+        7
+    );
+    let undecided: Vec<&str> = report
+        .properties
+        .iter()
+        .filter(|property| property.verdict == Verdict::Unknown)
+        .map(|property| property.name)
+        .collect();
+    assert!(!undecided.is_empty());
+    assert!(report
+        .properties
+        .iter()
+        .all(|property| !matches!(property.verdict, Verdict::Holds | Verdict::Unreached)));
+    assert!(!report.matches_expectations());
+}
+
+#[test]
+fn a_memory_limit_stops_the_run_at_the_first_check() {
+    fn always_full() -> Option<u64> {
+        Some(u64::MAX)
+    }
+    let options = CheckOptions {
+        memory_bytes_max: Some(1 << 20),
+        memory_probe: Some(always_full),
+        ..CheckOptions::default()
+    };
+    let report = run(relay("fixed", &[]), &options, &mut |_| {});
+    assert!(matches!(
+        report.stopped,
+        Some(Stop::Memory {
+            memory_bytes_max: 1048576,
+            ..
+        })
+    ));
+    assert!(report.unique_states < 505_296);
+    assert!(report
+        .properties
+        .iter()
+        .filter(|property| property.kind == Kind::Always)
+        .all(|property| property.verdict == Verdict::Unknown));
+    assert!(!report.matches_expectations());
+    let stop = Stop::Memory {
+        memory_bytes_max: 64 << 20,
+        resident_bytes: 70 << 20,
+        growth_bytes: 0,
+    };
+    assert_eq!(
+        stop.to_string(),
+        "the memory limit of 64 MiB (70 MiB resident)"
+    );
+    let stop = Stop::Memory {
+        memory_bytes_max: 64 << 20,
+        resident_bytes: 60 << 20,
+        growth_bytes: 8 << 20,
+    };
+    assert_eq!(
+        stop.to_string(),
+        "the memory limit of 64 MiB (60 MiB resident, 8 MiB about to be allocated)"
+    );
+}
+
+fn simulation(seed: u64) -> SimulationOptions {
+    SimulationOptions {
+        seed,
+        samples: 400,
+        depth_max: 60,
+    }
+}
+
+#[test]
+fn simulation_is_reproducible_from_its_seed_and_never_says_holds() {
+    let model = relay("counter-only", &[]);
+    let first = simulate(
+        &model,
+        &CheckOptions::default(),
+        &simulation(7),
+        &mut |_| {},
+    )
+    .report;
+    let again = simulate(
+        &model,
+        &CheckOptions::default(),
+        &simulation(7),
+        &mut |_| {},
+    )
+    .report;
+    let other = simulate(
+        &model,
+        &CheckOptions::default(),
+        &simulation(8),
+        &mut |_| {},
+    )
+    .report;
+    assert_eq!(
+        first.search,
+        Search::Simulation {
+            seed: 7,
+            samples: 400,
+            depth_max: 60
+        }
+    );
+    same_results(&first, &again);
+    assert_ne!(
+        (first.states, first.unique_states),
+        (other.states, other.unique_states)
+    );
+    assert!(!first.complete);
+    assert_eq!(first.property("R1 no-skip").verdict, Verdict::Violated);
+    for report in [&first, &other] {
+        for property in &report.properties {
+            assert!(
+                !matches!(property.verdict, Verdict::Holds | Verdict::Unreached),
+                "{}",
+                property.name
+            );
+        }
+    }
+    // The exhaustive search knows the shortest R1 (7 steps); a walk can only be as short.
+    assert!(first.property("R1 no-skip").trace.as_ref().unwrap().len() >= 7);
+}
+
+#[test]
+fn simulation_of_the_fixed_design_matches_its_expectations_without_deciding_any_always() {
+    let model = relay("fixed", &[]);
+    let report = simulate(
+        &model,
+        &CheckOptions::default(),
+        &simulation(1),
+        &mut |_| {},
+    )
+    .report;
+    for property in &report.properties {
+        match property.kind {
+            Kind::Always => assert_eq!(property.verdict, Verdict::Unknown, "{}", property.name),
+            Kind::Sometimes => assert_eq!(property.verdict, Verdict::Reached, "{}", property.name),
+        }
+    }
+    assert!(report.matches_expectations());
+}
+
+#[test]
+fn a_simulated_counterexample_exports_and_loads_back_like_any_trace() {
+    let model = relay("add-era", &[]);
+    let checked = simulate(
+        &model,
+        &CheckOptions::default(),
+        &simulation(3),
+        &mut |_| {},
+    );
+    let path = checked
+        .paths
+        .get("R1 no-skip")
+        .expect("the walks find the seed's R1");
+    let meta = TraceMeta {
+        kind: "counterexample".into(),
+        property: Some("R1 no-skip".into()),
+        description: String::new(),
+    };
+    let loaded =
+        from_itf::<RelayModel>(&to_itf(&model, path, &meta)).expect("the trace re-executes");
+    assert_eq!(loaded.path.len(), path.len());
+    assert_eq!(
+        checked
+            .report
+            .property("R1 no-skip")
+            .trace
+            .as_ref()
+            .unwrap()
+            .len(),
+        path.len() - 1
+    );
+}
