@@ -5,7 +5,8 @@
 //! shape that lists the valid choices.
 
 use oncecheck_model::check::{
-    self, CheckOptions, CheckReport, Kind, ModelSpec, Progress, Search, SimulationOptions, SpecError, Stop,
+    self, CheckOptions, CheckReport, Kind, ModelSpec, Progress, Search, SimulationOptions,
+    SpecError, Stop,
 };
 use oncecheck_model::idempotency::IdempotencyModel;
 use oncecheck_model::relay::RelayModel;
@@ -354,14 +355,23 @@ pub fn write_human(report: &CheckReport, out: &mut dyn Write) -> std::io::Result
             "INCOMPLETE"
         }
     )?;
-    if let Search::Simulation { seed, samples, depth_max } = report.search {
+    if let Search::Simulation {
+        seed,
+        samples,
+        depth_max,
+    } = report.search
+    {
         writeln!(
             out,
             "  simulation: seed {seed}, {samples} walks of at most {depth_max} steps; it finds violations and examples, never shows that a property holds"
         )?;
     }
     for property in &report.properties {
-        let mark = if report.as_expected(property) { "ok  " } else { "FAIL" };
+        let mark = if report.as_expected(property) {
+            "ok  "
+        } else {
+            "FAIL"
+        };
         let kind = match property.kind {
             Kind::Always => "always",
             Kind::Sometimes => "sometimes",
@@ -486,11 +496,15 @@ pub fn simulate_job(
     simulation: &SimulationOptions,
     progress: &mut dyn FnMut(Progress),
 ) -> Result<CheckReport, SpecError> {
-    with_model!(job.model, |M| {
-        let bounds = M::resolve_bounds(job.variant, &job.overrides)?;
-        let model = M::build(job.variant, &bounds)?;
-        Ok(check::simulate(&model, options, simulation, progress).report)
-    }, Err(unknown_model(job.model)))
+    with_model!(
+        job.model,
+        |M| {
+            let bounds = M::resolve_bounds(job.variant, &job.overrides)?;
+            let model = M::build(job.variant, &bounds)?;
+            Ok(check::simulate(&model, options, simulation, progress).report)
+        },
+        Err(unknown_model(job.model))
+    )
 }
 
 /// The one line that says which limit stopped a run, if one did.

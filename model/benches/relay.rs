@@ -29,7 +29,10 @@ fn peak_memory_mib() -> Option<f64> {
 }
 
 fn model(variant: &str, overrides: &[(&str, u32)]) -> RelayModel {
-    let overrides: Vec<(String, u32)> = overrides.iter().map(|(key, value)| (key.to_string(), *value)).collect();
+    let overrides: Vec<(String, u32)> = overrides
+        .iter()
+        .map(|(key, value)| (key.to_string(), *value))
+        .collect();
     let bounds = RelayModel::resolve_bounds(variant, &overrides).expect("valid bounds");
     RelayModel::build(variant, &bounds).expect("a model")
 }
@@ -38,7 +41,14 @@ fn model(variant: &str, overrides: &[(&str, u32)]) -> RelayModel {
 fn run_check(variant: &str, overrides: &[(&str, u32)]) {
     let model = model(variant, overrides);
     let bounds = model.bounds().to_string();
-    let report = check::run(model, &CheckOptions { threads: 1, ..CheckOptions::default() }, &mut |_| {});
+    let report = check::run(
+        model,
+        &CheckOptions {
+            threads: 1,
+            ..CheckOptions::default()
+        },
+        &mut |_| {},
+    );
     println!(
         "relay/{variant:<13} CI bounds: {:>9} unique states, depth {:>3}, {:>6.2}s, {:>9.0} states/s, peak memory {:>7.1} MiB, verdicts {}",
         report.unique_states,
@@ -56,12 +66,20 @@ fn run_bfs(label: &str, model: RelayModel, stop_at_first_violation: bool) {
     let started = Instant::now();
     let bounds = model.bounds().to_string();
     let builder = model.checker().threads(2);
-    let builder = if stop_at_first_violation { builder.finish_when(HasDiscoveries::AnyFailures) } else { builder };
+    let builder = if stop_at_first_violation {
+        builder.finish_when(HasDiscoveries::AnyFailures)
+    } else {
+        builder
+    };
     let checker = builder.spawn_bfs().join();
     let seconds = started.elapsed().as_secs_f64();
     let mut found: Vec<&str> = checker.discoveries().into_keys().collect();
     found.sort();
-    let violated: Vec<&str> = found.iter().copied().filter(|name| !name.contains("reach:")).collect();
+    let violated: Vec<&str> = found
+        .iter()
+        .copied()
+        .filter(|name| !name.contains("reach:"))
+        .collect();
     println!(
         "relay/{label}: {} unique states, depth {}, {seconds:.1}s, {:.0} states/s, peak memory {:.1} MiB, violated {violated:?}, {} reach properties reached",
         checker.unique_state_count(),
@@ -79,7 +97,11 @@ fn growth(variant: &str) {
     let model = model(variant, &[]);
     let hasher = RandomState::new();
     let mut seen: HashSet<u64> = HashSet::new();
-    let mut frontier: VecDeque<_> = model.init_states().into_iter().filter(|state| seen.insert(hasher.hash_one(state))).collect();
+    let mut frontier: VecDeque<_> = model
+        .init_states()
+        .into_iter()
+        .filter(|state| seen.insert(hasher.hash_one(state)))
+        .collect();
     let mut per_depth = Vec::new();
     let mut actions = Vec::new();
     while !frontier.is_empty() {
@@ -98,26 +120,59 @@ fn growth(variant: &str) {
         }
         frontier = next;
     }
-    let picture: Vec<String> = per_depth.iter().enumerate().map(|(depth, count)| format!("{depth}:{count}")).collect();
-    println!("relay/{variant:<13} unique states per depth: {}", picture.join(" "));
+    let picture: Vec<String> = per_depth
+        .iter()
+        .enumerate()
+        .map(|(depth, count)| format!("{depth}:{count}"))
+        .collect();
+    println!(
+        "relay/{variant:<13} unique states per depth: {}",
+        picture.join(" ")
+    );
 }
 
 fn main() {
     match std::env::var("ONCECHECK_BENCH").as_deref().unwrap_or("ci") {
         // The legacy-gap table (the bound table's default); `fixed-3-all-tables` adds the empty
         // table and the run above the counter, as fixed's CI bounds do.
-        "fixed-3" => run_bfs("fixed 3 writers", model("fixed", &[("new_writers", 3), ("push_rounds_max", 0), ("legacy", 1)]), false),
-        "fixed-3-all-tables" => run_bfs("fixed 3 writers, every table", model("fixed", &[("new_writers", 3), ("push_rounds_max", 0)]), false),
-        "counter-only-3" => run_bfs("counter-only 3 writers", model("counter-only", &[("new_writers", 3)]), true),
-        "fixed-lost" => run_bfs("fixed lost_responses_max=1", model("fixed", &[("lost_responses_max", 1)]), false),
+        "fixed-3" => run_bfs(
+            "fixed 3 writers",
+            model(
+                "fixed",
+                &[("new_writers", 3), ("push_rounds_max", 0), ("legacy", 1)],
+            ),
+            false,
+        ),
+        "fixed-3-all-tables" => run_bfs(
+            "fixed 3 writers, every table",
+            model("fixed", &[("new_writers", 3), ("push_rounds_max", 0)]),
+            false,
+        ),
+        "counter-only-3" => run_bfs(
+            "counter-only 3 writers",
+            model("counter-only", &[("new_writers", 3)]),
+            true,
+        ),
+        "fixed-lost" => run_bfs(
+            "fixed lost_responses_max=1",
+            model("fixed", &[("lost_responses_max", 1)]),
+            false,
+        ),
         "fixed-ci" => run_bfs("fixed CI bounds", model("fixed", &[]), false),
-        "unreduced" => run_bfs("fixed unreduced", model("fixed", &[]).without_reductions(), false),
+        "unreduced" => run_bfs(
+            "fixed unreduced",
+            model("fixed", &[]).without_reductions(),
+            false,
+        ),
         _ => {
             let started = Instant::now();
             for variant in RelayModel::VARIANTS {
                 run_check(variant, &[]);
             }
-            println!("every relay variant at its CI bounds: {:.2}s", started.elapsed().as_secs_f64());
+            println!(
+                "every relay variant at its CI bounds: {:.2}s",
+                started.elapsed().as_secs_f64()
+            );
             for variant in RelayModel::VARIANTS {
                 growth(variant);
             }

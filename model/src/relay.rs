@@ -1348,7 +1348,11 @@ impl Model for RelayModel {
         // matters, so finished pushes that differ only in their history share a state.
         for writer in &mut state.writers {
             if writer.is_finished() {
-                *writer = Writer { phase: writer.phase.clone(), next_op: writer.next_op, ..Writer::new() };
+                *writer = Writer {
+                    phase: writer.phase.clone(),
+                    next_op: writer.next_op,
+                    ..Writer::new()
+                };
             }
         }
         Some(state)
@@ -1582,12 +1586,25 @@ fn reach_deadline(_: &RelayModel, state: &RelayState) -> bool {
 /// A new-build writer is about to receive the commit of its push's last op: the push completes
 /// with the response (a finished writer forgets how its push went, so this is the last state
 /// that knows).
-fn completing_push<'a>(model: &'a RelayModel, state: &'a RelayState) -> impl Iterator<Item = &'a Writer> + 'a {
-    state.writers.iter().enumerate().filter_map(move |(index, writer)| {
-        let last_op = writer.next_op as usize + 1 == model.push_of(index).len();
-        let committing = matches!(&writer.phase, Phase::Sent { outcome: TransactOutcome::Committed, .. });
-        (last_op && committing && model.build_of(index) == Build::New).then_some(writer)
-    })
+fn completing_push<'a>(
+    model: &'a RelayModel,
+    state: &'a RelayState,
+) -> impl Iterator<Item = &'a Writer> + 'a {
+    state
+        .writers
+        .iter()
+        .enumerate()
+        .filter_map(move |(index, writer)| {
+            let last_op = writer.next_op as usize + 1 == model.push_of(index).len();
+            let committing = matches!(
+                &writer.phase,
+                Phase::Sent {
+                    outcome: TransactOutcome::Committed,
+                    ..
+                }
+            );
+            (last_op && committing && model.build_of(index) == Build::New).then_some(writer)
+        })
 }
 
 fn reach_push_uncontended(model: &RelayModel, state: &RelayState) -> bool {
@@ -1625,7 +1642,11 @@ fn reach_truncated(_: &RelayModel, state: &RelayState) -> bool {
 }
 
 /// A property as declared: requirement ID, name, condition.
-type Declared = (&'static str, &'static str, fn(&RelayModel, &RelayState) -> bool);
+type Declared = (
+    &'static str,
+    &'static str,
+    fn(&RelayModel, &RelayState) -> bool,
+);
 
 const ALWAYS: &[Declared] = &[
     ("R1", "R1 no-skip", r1_no_skip),

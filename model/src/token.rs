@@ -93,7 +93,10 @@ pub enum Pattern {
 
 impl Pattern {
     pub fn is_transaction(self) -> bool {
-        matches!(self, Pattern::TransactWithoutToken | Pattern::TransactWithToken)
+        matches!(
+            self,
+            Pattern::TransactWithoutToken | Pattern::TransactWithToken
+        )
     }
 
     pub fn has_token(self) -> bool {
@@ -121,7 +124,9 @@ impl Answer {
         // An internal server error is an unknown outcome to the client: it resends.
         matches!(
             self,
-            Answer::TransactionInProgress | Answer::TransactionConflict | Answer::InternalServerError
+            Answer::TransactionInProgress
+                | Answer::TransactionConflict
+                | Answer::InternalServerError
         )
     }
 }
@@ -146,7 +151,10 @@ pub enum TokenSeen {
 
 impl TokenSeen {
     fn is_other_parameters(self) -> bool {
-        matches!(self, TokenSeen::LiveOtherParameters | TokenSeen::RunningOtherParameters)
+        matches!(
+            self,
+            TokenSeen::LiveOtherParameters | TokenSeen::RunningOtherParameters
+        )
     }
 }
 
@@ -157,10 +165,17 @@ pub enum ServerSide {
     Pending,
     /// A transaction was accepted and holds its accounts; `items_applied` is more than zero only
     /// under [`Mutation::CommitItemsOneByOne`].
-    Running { items_applied: u8, token_seen: TokenSeen },
+    Running {
+        items_applied: u8,
+        token_seen: TokenSeen,
+    },
     /// Answered: `applied` says whether this request changed the table (observed on the
     /// client's items, not declared by the server's decision).
-    Done { answer: Answer, applied: bool, token_seen: TokenSeen },
+    Done {
+        answer: Answer,
+        applied: bool,
+        token_seen: TokenSeen,
+    },
     /// The request outlived its lifetime and was never processed.
     Dropped,
 }
@@ -379,7 +394,12 @@ impl TokenModel {
             Variant::Tokenless => Pattern::TransactWithoutToken,
             Variant::Tokened | Variant::LateRetry => Pattern::TransactWithToken,
         };
-        [transaction, Pattern::AddCounter, Pattern::PutFixedProfile, Pattern::CreateOrderIfAbsent]
+        [
+            transaction,
+            Pattern::AddCounter,
+            Pattern::PutFixedProfile,
+            Pattern::CreateOrderIfAbsent,
+        ]
     }
 
     fn item_count(&self, pattern: Pattern) -> usize {
@@ -412,14 +432,24 @@ impl TokenModel {
     /// with `shared_token` the first tokened client's.
     pub fn token_of(&self, state: &TokenState, client: usize) -> ClientId {
         if self.limits.shared_token {
-            if let Some(first) = state.clients.iter().position(|other| other.pattern.has_token()) {
+            if let Some(first) = state
+                .clients
+                .iter()
+                .position(|other| other.pattern.has_token())
+            {
                 return first as ClientId;
             }
         }
         client as ClientId
     }
 
-    fn token_seen(&self, state: &TokenState, client: usize, rebuilt: bool, host: Host) -> TokenSeen {
+    fn token_seen(
+        &self,
+        state: &TokenState,
+        client: usize,
+        rebuilt: bool,
+        host: Host,
+    ) -> TokenSeen {
         let clock = self.host_clock(host, state.now);
         if state.clients[client].token_too_long {
             return TokenSeen::Malformed;
@@ -427,10 +457,14 @@ impl TokenModel {
         match state.tokens.get(&self.token_of(state, client)) {
             None => TokenSeen::Absent,
             Some(record) => match record.phase {
-                TokenPhase::Running if record.rebuilt == rebuilt => TokenSeen::RunningSameParameters,
+                TokenPhase::Running if record.rebuilt == rebuilt => {
+                    TokenSeen::RunningSameParameters
+                }
                 TokenPhase::Running => TokenSeen::RunningOtherParameters,
                 TokenPhase::Completed { at } if !self.is_live(at, clock) => TokenSeen::Absent,
-                TokenPhase::Completed { .. } if record.rebuilt == rebuilt => TokenSeen::LiveSameParameters,
+                TokenPhase::Completed { .. } if record.rebuilt == rebuilt => {
+                    TokenSeen::LiveSameParameters
+                }
                 TokenPhase::Completed { .. } => TokenSeen::LiveOtherParameters,
                 TokenPhase::InvalidTimestamp => TokenSeen::InvalidRecord,
             },
@@ -439,10 +473,12 @@ impl TokenModel {
 
     /// Every transaction writes the same accounts, so one running transaction locks them all.
     fn accounts_locked(state: &TokenState) -> bool {
-        state
-            .clients
-            .iter()
-            .any(|client| client.attempts.iter().any(|a| matches!(a.server, ServerSide::Running { .. })))
+        state.clients.iter().any(|client| {
+            client
+                .attempts
+                .iter()
+                .any(|a| matches!(a.server, ServerSide::Running { .. }))
+        })
     }
 
     /// The server's answer to a pending request (the spec's server rules), with the mutations.
@@ -471,7 +507,9 @@ impl TokenModel {
             Pattern::TransactWithToken => {
                 let seen = self.token_seen(state, client, request.rebuilt, request.host);
                 match seen {
-                    TokenSeen::RunningSameParameters => Decision::Reject(Answer::TransactionInProgress, seen),
+                    TokenSeen::RunningSameParameters => {
+                        Decision::Reject(Answer::TransactionInProgress, seen)
+                    }
                     TokenSeen::RunningOtherParameters if fingerprint_checked => {
                         Decision::Reject(Answer::IdempotentParameterMismatch, seen)
                     }
@@ -493,7 +531,9 @@ impl TokenModel {
                     }
                     // Under the mutations: the long token cut to size, the damaged record read
                     // as expired; either way the request runs as new.
-                    TokenSeen::Malformed | TokenSeen::InvalidRecord if Self::accounts_locked(state) => {
+                    TokenSeen::Malformed | TokenSeen::InvalidRecord
+                        if Self::accounts_locked(state) =>
+                    {
                         Decision::Reject(Answer::TransactionConflict, seen)
                     }
                     TokenSeen::Malformed | TokenSeen::InvalidRecord => Decision::Begin(seen),
@@ -540,15 +580,22 @@ impl TokenModel {
 
     /// A client reconciles once it has no answer it trusts and will never retry again.
     fn may_read(&self, state: &TokenState, client: &Client) -> bool {
-        let Some(last) = client.attempts.last() else { return false };
-        if client.reconciled.is_some() || client.attempts.iter().any(|a| a.client == ClientSide::Waiting) {
+        let Some(last) = client.attempts.last() else {
+            return false;
+        };
+        if client.reconciled.is_some()
+            || client
+                .attempts
+                .iter()
+                .any(|a| a.client == ClientSide::Waiting)
+        {
             return false;
         }
         if last.client == ClientSide::Delivered && last.answer() == Some(Answer::Success) {
             return false;
         }
-        let final_answer =
-            last.client == ClientSide::Delivered && !last.answer().is_some_and(Answer::is_retryable);
+        let final_answer = last.client == ClientSide::Delivered
+            && !last.answer().is_some_and(Answer::is_retryable);
         let deadline_passed = client.pattern.is_transaction()
             && self.kind != Variant::LateRetry
             && !self.transaction_timing_allows(state, client);
@@ -563,8 +610,8 @@ impl TokenModel {
             && state.clients.iter().all(|client| {
                 client.attempts.iter().all(|a| {
                     let running = matches!(a.server, ServerSide::Running { .. });
-                    let answer_on_its_way =
-                        matches!(a.server, ServerSide::Done { .. }) && a.client == ClientSide::Waiting;
+                    let answer_on_its_way = matches!(a.server, ServerSide::Done { .. })
+                        && a.client == ClientSide::Waiting;
                     !running && !answer_on_its_way
                 })
             })
@@ -589,7 +636,9 @@ impl TokenModel {
     fn visible_to(state: &TokenState, client: usize) -> Vec<u8> {
         match state.clients[client].pattern {
             Pattern::PutFixedProfile => {
-                vec![u8::from(state.table.profile_holder == Some(client as ClientId))]
+                vec![u8::from(
+                    state.table.profile_holder == Some(client as ClientId),
+                )]
             }
             _ => state.table.applications[client].clone(),
         }
@@ -600,7 +649,9 @@ impl TokenModel {
 /// k+1 is the identical request, answered. Left out are retries the table has no row for:
 /// refused for concurrency (TransactionConflict, TransactionInProgress), or meeting the token of
 /// the client's own rebuilt request (T2's case, possible once a late retry re-opened the token).
-fn identical_retries_after_lost_commit(client: &Client) -> impl Iterator<Item = (&Attempt, &Attempt)> {
+fn identical_retries_after_lost_commit(
+    client: &Client,
+) -> impl Iterator<Item = (&Attempt, &Attempt)> {
     client.attempts.windows(2).filter_map(|pair| {
         let (first, retry) = (&pair[0], &pair[1]);
         let met_other_parameters =
@@ -619,7 +670,11 @@ fn retry_within_window(model: &TokenModel, first: &Attempt, retry: &Attempt) -> 
 }
 
 fn transaction_clients(state: &TokenState) -> impl Iterator<Item = (usize, &Client)> {
-    state.clients.iter().enumerate().filter(|(_, client)| client.pattern.is_transaction())
+    state
+        .clients
+        .iter()
+        .enumerate()
+        .filter(|(_, client)| client.pattern.is_transaction())
 }
 
 fn retry_outcome_reached(
@@ -628,9 +683,14 @@ fn retry_outcome_reached(
     pattern: Pattern,
     want: fn(&TokenModel, &Attempt, &Attempt) -> bool,
 ) -> bool {
-    state.clients.iter().filter(|client| client.pattern == pattern).any(|client| {
-        identical_retries_after_lost_commit(client).any(|(first, retry)| want(model, first, retry))
-    })
+    state
+        .clients
+        .iter()
+        .filter(|client| client.pattern == pattern)
+        .any(|client| {
+            identical_retries_after_lost_commit(client)
+                .any(|(first, retry)| want(model, first, retry))
+        })
 }
 
 //= specs/tokened-writes.md#T1
@@ -659,13 +719,21 @@ fn t1_retry_within_window(model: &TokenModel, state: &TokenState) -> bool {
 //= specs/tokened-writes.md#T2
 //# A request that meets a live or running token of other parameters is answered IdempotentParameterMismatch and applies nothing.
 fn t2_mismatch(_: &TokenModel, state: &TokenState) -> bool {
-    state.clients.iter().flat_map(|client| client.attempts.iter()).all(|attempt| match attempt.server {
-        ServerSide::Done { answer, applied, token_seen } if token_seen.is_other_parameters() => {
-            answer == Answer::IdempotentParameterMismatch && !applied
-        }
-        ServerSide::Running { token_seen, .. } => !token_seen.is_other_parameters(),
-        _ => true,
-    })
+    state
+        .clients
+        .iter()
+        .flat_map(|client| client.attempts.iter())
+        .all(|attempt| match attempt.server {
+            ServerSide::Done {
+                answer,
+                applied,
+                token_seen,
+            } if token_seen.is_other_parameters() => {
+                answer == Answer::IdempotentParameterMismatch && !applied
+            }
+            ServerSide::Running { token_seen, .. } => !token_seen.is_other_parameters(),
+            _ => true,
+        })
 }
 
 //= specs/tokened-writes.md#T2
@@ -683,15 +751,20 @@ fn t2_mismatch_rejected(_: &TokenModel, state: &TokenState) -> bool {
 fn t3_atomic(_: &TokenModel, state: &TokenState) -> bool {
     let uniform = |counts: &[u8]| counts.windows(2).all(|pair| pair[0] == pair[1]);
     transaction_clients(state).all(|(index, client)| {
-        uniform(&state.table.applications[index]) && client.reconciled.as_deref().is_none_or(uniform)
+        uniform(&state.table.applications[index])
+            && client.reconciled.as_deref().is_none_or(uniform)
     })
 }
 
 //= specs/tokened-writes.md#T3
 //# Some transaction commits and its response is lost: the outcome is unknown to the client.
 fn t3_lost_after_commit(_: &TokenModel, state: &TokenState) -> bool {
-    transaction_clients(state)
-        .any(|(_, client)| client.attempts.iter().any(|a| a.applied() && a.client == ClientSide::GaveUp))
+    transaction_clients(state).any(|(_, client)| {
+        client
+            .attempts
+            .iter()
+            .any(|a| a.applied() && a.client == ClientSide::GaveUp)
+    })
 }
 
 //= specs/tokened-writes.md#T3
@@ -703,7 +776,10 @@ fn t3_read_back_whole(_: &TokenModel, state: &TokenState) -> bool {
             .iter()
             .any(|a| a.client == ClientSide::Delivered && a.answer() == Some(Answer::Success));
         never_told_success
-            && client.reconciled.as_deref().is_some_and(|seen| seen.iter().all(|&count| count >= 1))
+            && client
+                .reconciled
+                .as_deref()
+                .is_some_and(|seen| seen.iter().all(|&count| count >= 1))
     })
 }
 
@@ -716,7 +792,14 @@ fn t3_read_back_whole(_: &TokenModel, state: &TokenState) -> bool {
 fn t4_honest_retry(_: &TokenModel, state: &TokenState) -> bool {
     state.clients.iter().all(|client| {
         identical_retries_after_lost_commit(client).all(|(_, retry)| {
-            let ServerSide::Done { answer, applied, token_seen } = retry.server else { return true };
+            let ServerSide::Done {
+                answer,
+                applied,
+                token_seen,
+            } = retry.server
+            else {
+                return true;
+            };
             match answer {
                 Answer::Success if applied => token_seen != TokenSeen::LiveSameParameters,
                 Answer::Success => token_seen == TokenSeen::LiveSameParameters,
@@ -738,7 +821,9 @@ fn t4_add_double_applied(_: &TokenModel, state: &TokenState) -> bool {
 //= specs/tokened-writes.md#T4
 //# Some fixed PutItem is written again by its retry and the item converges to the same value.
 fn t4_fixed_put_converges(model: &TokenModel, state: &TokenState) -> bool {
-    retry_outcome_reached(model, state, Pattern::PutFixedProfile, |_, _, retry| retry.applied())
+    retry_outcome_reached(model, state, Pattern::PutFixedProfile, |_, _, retry| {
+        retry.applied()
+    })
 }
 
 //= specs/tokened-writes.md#T4
@@ -752,25 +837,38 @@ fn t4_create_reports_condition_failure(model: &TokenModel, state: &TokenState) -
 //= specs/tokened-writes.md#T4
 //# Some transaction without a token executes a second time when retried.
 fn t4_untokened_transaction_reexecutes(model: &TokenModel, state: &TokenState) -> bool {
-    retry_outcome_reached(model, state, Pattern::TransactWithoutToken, |_, _, retry| retry.applied())
+    retry_outcome_reached(
+        model,
+        state,
+        Pattern::TransactWithoutToken,
+        |_, _, retry| retry.applied(),
+    )
 }
 
 //= specs/tokened-writes.md#T4
 //# Some tokened retry inside the window is answered success without applying anything.
 fn t4_tokened_replay(model: &TokenModel, state: &TokenState) -> bool {
-    retry_outcome_reached(model, state, Pattern::TransactWithToken, |model, first, retry| {
-        retry_within_window(model, first, retry)
-            && retry.answer() == Some(Answer::Success)
-            && !retry.applied()
-    })
+    retry_outcome_reached(
+        model,
+        state,
+        Pattern::TransactWithToken,
+        |model, first, retry| {
+            retry_within_window(model, first, retry)
+                && retry.answer() == Some(Answer::Success)
+                && !retry.applied()
+        },
+    )
 }
 
 //= specs/tokened-writes.md#T4
 //# Some tokened retry after the window executes again as a new request.
 fn t4_expired_token_reexecutes(model: &TokenModel, state: &TokenState) -> bool {
-    retry_outcome_reached(model, state, Pattern::TransactWithToken, |model, first, retry| {
-        !retry_within_window(model, first, retry) && retry.applied()
-    })
+    retry_outcome_reached(
+        model,
+        state,
+        Pattern::TransactWithToken,
+        |model, first, retry| !retry_within_window(model, first, retry) && retry.applied(),
+    )
 }
 
 //= specs/tokened-writes.md#T5
@@ -778,18 +876,26 @@ fn t4_expired_token_reexecutes(model: &TokenModel, state: &TokenState) -> bool {
 /// Observed: what the server found (recorded beside the answer, apart from the decision) and
 /// whether the client's items changed.
 fn t5_bad_token(_: &TokenModel, state: &TokenState) -> bool {
-    state.clients.iter().flat_map(|client| client.attempts.iter()).all(|attempt| match attempt.server {
-        ServerSide::Done { answer, applied, token_seen: TokenSeen::Malformed } => {
-            answer == Answer::ValidationError && !applied
-        }
-        ServerSide::Done { answer, applied, token_seen: TokenSeen::InvalidRecord } => {
-            answer == Answer::InternalServerError && !applied
-        }
-        ServerSide::Running { token_seen, .. } => {
-            !matches!(token_seen, TokenSeen::Malformed | TokenSeen::InvalidRecord)
-        }
-        _ => true,
-    })
+    state
+        .clients
+        .iter()
+        .flat_map(|client| client.attempts.iter())
+        .all(|attempt| match attempt.server {
+            ServerSide::Done {
+                answer,
+                applied,
+                token_seen: TokenSeen::Malformed,
+            } => answer == Answer::ValidationError && !applied,
+            ServerSide::Done {
+                answer,
+                applied,
+                token_seen: TokenSeen::InvalidRecord,
+            } => answer == Answer::InternalServerError && !applied,
+            ServerSide::Running { token_seen, .. } => {
+                !matches!(token_seen, TokenSeen::Malformed | TokenSeen::InvalidRecord)
+            }
+            _ => true,
+        })
 }
 
 //= specs/tokened-writes.md#T5
@@ -823,7 +929,8 @@ pub const T3_READ_BACK_WHOLE: &str = "T3 unknown outcome read back whole";
 pub const T4_HONEST_RETRY: &str = "T4 honest-retry";
 pub const T4_ADD_DOUBLE_APPLIED: &str = "T4 ADD retry double-applies";
 pub const T4_FIXED_PUT_CONVERGES: &str = "T4 fixed PutItem retry converges";
-pub const T4_CREATE_CONDITION_FAILURE: &str = "T4 conditional create retry reports a condition failure";
+pub const T4_CREATE_CONDITION_FAILURE: &str =
+    "T4 conditional create retry reports a condition failure";
 pub const T4_UNTOKENED_REEXECUTES: &str = "T4 untokened transaction retry executes again";
 pub const T4_TOKENED_REPLAY: &str = "T4 tokened retry replayed without applying";
 pub const T4_EXPIRED_REEXECUTES: &str = "T4 tokened retry after the window executes again";
@@ -856,7 +963,13 @@ impl ModelSpec for TokenModel {
             max: 4,
             help: "ticks a completed token stays live (the 10-minute window)",
         },
-        BoundSpec { key: "ticks", default: 2, min: 0, max: 6, help: "clock ticks in one run" },
+        BoundSpec {
+            key: "ticks",
+            default: 2,
+            min: 0,
+            max: 6,
+            help: "clock ticks in one run",
+        },
         BoundSpec {
             key: "skew",
             default: 0,
@@ -895,8 +1008,11 @@ impl ModelSpec for TokenModel {
             _ => Variant::LateRetry,
         };
         // Re-resolve so that a caller's partial table gets every default and range check.
-        let overrides: Vec<(String, u32)> =
-            bounds.0.iter().map(|(key, value)| (key.clone(), *value)).collect();
+        let overrides: Vec<(String, u32)> = bounds
+            .0
+            .iter()
+            .map(|(key, value)| (key.clone(), *value))
+            .collect();
         let bounds = Bounds::resolve(Self::BOUNDS, &overrides)?;
         let limits = Limits {
             clients: bounds.get("clients") as u8,
@@ -908,7 +1024,13 @@ impl ModelSpec for TokenModel {
             damaged_records: bounds.get("damaged_records") as u8,
             ticks: bounds.get("ticks") as u8,
         };
-        Ok(TokenModel { variant, kind, bounds, limits, mutation: None })
+        Ok(TokenModel {
+            variant,
+            kind,
+            bounds,
+            limits,
+            mutation: None,
+        })
     }
 
     fn variant(&self) -> &'static str {
@@ -920,25 +1042,90 @@ impl ModelSpec for TokenModel {
     }
 
     fn property_defs(&self) -> Vec<PropertyDef<Self>> {
-        let def = |id, name, kind, condition| PropertyDef { id, name, kind, condition };
+        let def = |id, name, kind, condition| PropertyDef {
+            id,
+            name,
+            kind,
+            condition,
+        };
         vec![
-            def("T1", T1_EXACTLY_ONCE, Kind::Always, t1_exactly_once as fn(&Self, &TokenState) -> bool),
-            def("T1", T1_RETRY_WITHIN_WINDOW, Kind::Sometimes, t1_retry_within_window),
+            def(
+                "T1",
+                T1_EXACTLY_ONCE,
+                Kind::Always,
+                t1_exactly_once as fn(&Self, &TokenState) -> bool,
+            ),
+            def(
+                "T1",
+                T1_RETRY_WITHIN_WINDOW,
+                Kind::Sometimes,
+                t1_retry_within_window,
+            ),
             def("T2", T2_MISMATCH, Kind::Always, t2_mismatch),
-            def("T2", T2_MISMATCH_REJECTED, Kind::Sometimes, t2_mismatch_rejected),
+            def(
+                "T2",
+                T2_MISMATCH_REJECTED,
+                Kind::Sometimes,
+                t2_mismatch_rejected,
+            ),
             def("T3", T3_ATOMIC, Kind::Always, t3_atomic),
-            def("T3", T3_LOST_AFTER_COMMIT, Kind::Sometimes, t3_lost_after_commit),
-            def("T3", T3_READ_BACK_WHOLE, Kind::Sometimes, t3_read_back_whole),
+            def(
+                "T3",
+                T3_LOST_AFTER_COMMIT,
+                Kind::Sometimes,
+                t3_lost_after_commit,
+            ),
+            def(
+                "T3",
+                T3_READ_BACK_WHOLE,
+                Kind::Sometimes,
+                t3_read_back_whole,
+            ),
             def("T4", T4_HONEST_RETRY, Kind::Always, t4_honest_retry),
-            def("T4", T4_ADD_DOUBLE_APPLIED, Kind::Sometimes, t4_add_double_applied),
-            def("T4", T4_FIXED_PUT_CONVERGES, Kind::Sometimes, t4_fixed_put_converges),
-            def("T4", T4_CREATE_CONDITION_FAILURE, Kind::Sometimes, t4_create_reports_condition_failure),
-            def("T4", T4_UNTOKENED_REEXECUTES, Kind::Sometimes, t4_untokened_transaction_reexecutes),
+            def(
+                "T4",
+                T4_ADD_DOUBLE_APPLIED,
+                Kind::Sometimes,
+                t4_add_double_applied,
+            ),
+            def(
+                "T4",
+                T4_FIXED_PUT_CONVERGES,
+                Kind::Sometimes,
+                t4_fixed_put_converges,
+            ),
+            def(
+                "T4",
+                T4_CREATE_CONDITION_FAILURE,
+                Kind::Sometimes,
+                t4_create_reports_condition_failure,
+            ),
+            def(
+                "T4",
+                T4_UNTOKENED_REEXECUTES,
+                Kind::Sometimes,
+                t4_untokened_transaction_reexecutes,
+            ),
             def("T4", T4_TOKENED_REPLAY, Kind::Sometimes, t4_tokened_replay),
-            def("T4", T4_EXPIRED_REEXECUTES, Kind::Sometimes, t4_expired_token_reexecutes),
+            def(
+                "T4",
+                T4_EXPIRED_REEXECUTES,
+                Kind::Sometimes,
+                t4_expired_token_reexecutes,
+            ),
             def("T5", T5_BAD_TOKEN, Kind::Always, t5_bad_token),
-            def("T5", T5_LONG_TOKEN_REJECTED, Kind::Sometimes, t5_long_token_rejected),
-            def("T5", T5_DAMAGED_RECORD_REFUSED, Kind::Sometimes, t5_damaged_record_refused),
+            def(
+                "T5",
+                T5_LONG_TOKEN_REJECTED,
+                Kind::Sometimes,
+                t5_long_token_rejected,
+            ),
+            def(
+                "T5",
+                T5_DAMAGED_RECORD_REFUSED,
+                Kind::Sometimes,
+                t5_damaged_record_refused,
+            ),
         ]
     }
 
@@ -946,8 +1133,16 @@ impl ModelSpec for TokenModel {
     /// bound removes a case: no retries, or a clock too short for a late retry. At the CI
     /// bounds this is the table of `specs/tokened-writes.md`.
     fn expected(&self, property: &PropertyDef<Self>) -> Verdict {
-        let Limits { retries, window, ticks, skew, shared_token, long_tokens, damaged_records, .. } =
-            self.limits;
+        let Limits {
+            retries,
+            window,
+            ticks,
+            skew,
+            shared_token,
+            long_tokens,
+            damaged_records,
+            ..
+        } = self.limits;
         let retries_happen = retries >= 1;
         let late_retry_happens = retries_happen && ticks >= window;
         // With two retries a late client's second retry can land inside the window opened by
@@ -959,8 +1154,20 @@ impl ModelSpec for TokenModel {
         // A token completed on the host ahead stays live longer on the other: a late retry can
         // still meet it, and a rebuilt one is then a mismatch.
         let late_retry_meets_live_token = late_retry_happens && skew > 0;
-        let reached = |yes: bool| if yes { Verdict::Reached } else { Verdict::Unreached };
-        let holds = |yes: bool| if yes { Verdict::Holds } else { Verdict::Violated };
+        let reached = |yes: bool| {
+            if yes {
+                Verdict::Reached
+            } else {
+                Verdict::Unreached
+            }
+        };
+        let holds = |yes: bool| {
+            if yes {
+                Verdict::Holds
+            } else {
+                Verdict::Violated
+            }
+        };
         match (self.kind, property.name) {
             // Two intents under one token: the second is answered with the first's replay.
             (Variant::Tokened, T1_EXACTLY_ONCE) => {
@@ -979,11 +1186,13 @@ impl ModelSpec for TokenModel {
             }
             // A late-retry client with retries left waits for the window, so it only reconciles
             // once its retries are spent, which a clock shorter than the window never allows.
-            (Variant::LateRetry, T3_READ_BACK_WHOLE) => reached(!retries_happen || late_retry_happens),
-            (_, T3_LOST_AFTER_COMMIT) | (_, T3_READ_BACK_WHOLE) => reached(true),
-            (_, T4_ADD_DOUBLE_APPLIED) | (_, T4_FIXED_PUT_CONVERGES) | (_, T4_CREATE_CONDITION_FAILURE) => {
-                reached(retries_happen)
+            (Variant::LateRetry, T3_READ_BACK_WHOLE) => {
+                reached(!retries_happen || late_retry_happens)
             }
+            (_, T3_LOST_AFTER_COMMIT) | (_, T3_READ_BACK_WHOLE) => reached(true),
+            (_, T4_ADD_DOUBLE_APPLIED)
+            | (_, T4_FIXED_PUT_CONVERGES)
+            | (_, T4_CREATE_CONDITION_FAILURE) => reached(retries_happen),
             (Variant::Tokenless, T4_UNTOKENED_REEXECUTES) => reached(retries_happen),
             (_, T4_UNTOKENED_REEXECUTES) => reached(false),
             (Variant::Tokened, T4_TOKENED_REPLAY) => reached(retries_happen),
@@ -992,7 +1201,9 @@ impl ModelSpec for TokenModel {
             (Variant::LateRetry, T4_EXPIRED_REEXECUTES) => reached(late_retry_happens),
             (_, T4_EXPIRED_REEXECUTES) => reached(false),
             (_, T5_BAD_TOKEN) => holds(true),
-            (Variant::Tokenless, T5_LONG_TOKEN_REJECTED | T5_DAMAGED_RECORD_REFUSED) => reached(false),
+            (Variant::Tokenless, T5_LONG_TOKEN_REJECTED | T5_DAMAGED_RECORD_REFUSED) => {
+                reached(false)
+            }
             (_, T5_LONG_TOKEN_REJECTED) => reached(long_tokens),
             // The damaged record is met by a retry; a late-retry client needs the clock for one.
             (Variant::LateRetry, T5_DAMAGED_RECORD_REFUSED) => {
@@ -1006,14 +1217,21 @@ impl ModelSpec for TokenModel {
     fn step_words(&self, before: &TokenState, action: &Action, after: &TokenState) -> String {
         let who = |client: &ClientId| format!("C{}", client + 1);
         let token = |client: &ClientId| format!("t{}", self.token_of(before, *client as usize) + 1);
-        let accounts: Vec<String> = (0..ACCOUNTS).map(|item| ((b'A' + item) as char).to_string()).collect();
+        let accounts: Vec<String> = (0..ACCOUNTS)
+            .map(|item| ((b'A' + item) as char).to_string())
+            .collect();
         let request = |client: &ClientId, rebuilt: bool| {
             let amount = if rebuilt { 6 } else { 5 };
             match before.clients[*client as usize].pattern {
                 Pattern::AddCounter => "UpdateItem{ADD counter 5}".to_string(),
-                Pattern::PutFixedProfile => format!("PutItem{{profile = {}'s fixed item}}", who(client)),
+                Pattern::PutFixedProfile => {
+                    format!("PutItem{{profile = {}'s fixed item}}", who(client))
+                }
                 Pattern::CreateOrderIfAbsent => {
-                    format!("PutItem{{order owner={}}} if attribute_not_exists(order)", who(client))
+                    format!(
+                        "PutItem{{order owner={}}} if attribute_not_exists(order)",
+                        who(client)
+                    )
                 }
                 Pattern::TransactWithoutToken => {
                     format!(
@@ -1031,30 +1249,56 @@ impl ModelSpec for TokenModel {
         // Only named when there are two hosts to tell apart.
         let via = |host: Host| {
             if self.limits.skew > 0 {
-                format!(" via H{} (its clock reads {})", host + 1, self.host_clock(host, before.now))
+                format!(
+                    " via H{} (its clock reads {})",
+                    host + 1,
+                    self.host_clock(host, before.now)
+                )
             } else {
                 String::new()
             }
         };
-        let attempt_of =
-            |client: &ClientId, attempt: &u8| &before.clients[*client as usize].attempts[*attempt as usize];
+        let attempt_of = |client: &ClientId, attempt: &u8| {
+            &before.clients[*client as usize].attempts[*attempt as usize]
+        };
         let label = |client: &ClientId, attempt: &u8| {
             if before.clients[*client as usize].pattern.has_token() {
-                format!("{} (attempt {} of {})", token(client), attempt + 1, who(client))
+                format!(
+                    "{} (attempt {} of {})",
+                    token(client),
+                    attempt + 1,
+                    who(client)
+                )
             } else {
                 format!("{}'s attempt {}", who(client), attempt + 1)
             }
         };
         match action {
-            Action::ClientSends { client, host, token_too_long } => {
+            Action::ClientSends {
+                client,
+                host,
+                token_too_long,
+            } => {
                 let long = if *token_too_long {
-                    format!(" (its token is {} characters: over the limit)", TOKEN_CHARS_MAX + 1)
+                    format!(
+                        " (its token is {} characters: over the limit)",
+                        TOKEN_CHARS_MAX + 1
+                    )
                 } else {
                     String::new()
                 };
-                format!("{} sends {}{long}{}", who(client), request(client, false), via(*host))
+                format!(
+                    "{} sends {}{long}{}",
+                    who(client),
+                    request(client, false),
+                    via(*host)
+                )
             }
-            Action::ClientRetries { client, rebuilt, host } => {
+            Action::ClientRetries {
+                client,
+                rebuilt,
+                host,
+            } => {
                 let pattern = before.clients[*client as usize].pattern;
                 let how = match (pattern.has_token(), rebuilt) {
                     (true, false) => format!("with token {} (identical request)", token(client)),
@@ -1073,7 +1317,11 @@ impl ModelSpec for TokenModel {
                 } else {
                     String::new()
                 };
-                format!("server starts {}: locks {}{token_note}", label(client, attempt), accounts.join(", "))
+                format!(
+                    "server starts {}: locks {}{token_note}",
+                    label(client, attempt),
+                    accounts.join(", ")
+                )
             }
             Action::ServerCommits { client, attempt } => {
                 let done = matches!(
@@ -1103,17 +1351,30 @@ impl ModelSpec for TokenModel {
                     )
                 }
             }
-            Action::ServerRejects { client, attempt, answer } => {
+            Action::ServerRejects {
+                client,
+                attempt,
+                answer,
+            } => {
                 format!("server rejects {}: {answer:?}", label(client, attempt))
             }
             Action::ResponseDelivered { client, attempt } => {
-                let answer =
-                    attempt_of(client, attempt).answer().expect("only answered attempts are delivered");
-                format!("{} receives {answer:?} for attempt {}", who(client), attempt + 1)
+                let answer = attempt_of(client, attempt)
+                    .answer()
+                    .expect("only answered attempts are delivered");
+                format!(
+                    "{} receives {answer:?} for attempt {}",
+                    who(client),
+                    attempt + 1
+                )
             }
             Action::ResponseLost { client, attempt } => match attempt_of(client, attempt).server {
                 ServerSide::Pending => {
-                    format!("{} times out on attempt {} (request still in flight)", who(client), attempt + 1)
+                    format!(
+                        "{} times out on attempt {} (request still in flight)",
+                        who(client),
+                        attempt + 1
+                    )
                 }
                 _ => format!("response to {} lost (attempt {})", who(client), attempt + 1),
             },
@@ -1127,14 +1388,24 @@ impl ModelSpec for TokenModel {
                 if expired.is_empty() {
                     format!("clock ticks to {}", after.now)
                 } else {
-                    format!("clock passes the 10-minute window of {} (now {})", expired.join(", "), after.now)
+                    format!(
+                        "clock passes the 10-minute window of {} (now {})",
+                        expired.join(", "),
+                        after.now
+                    )
                 }
             }
             Action::RecordLosesTimestamp { token: owner } => {
-                format!("the record of token {} loses its valid creation timestamp", token(owner))
+                format!(
+                    "the record of token {} loses its valid creation timestamp",
+                    token(owner)
+                )
             }
             Action::ClientReads { client } => {
-                let seen = after.clients[*client as usize].reconciled.clone().unwrap_or_default();
+                let seen = after.clients[*client as usize]
+                    .reconciled
+                    .clone()
+                    .unwrap_or_default();
                 format!(
                     "{} reads its items back to reconcile: its write visible {seen:?} times per item",
                     who(client)
@@ -1203,17 +1474,33 @@ impl Model for TokenModel {
                 // the same relative to its own token, only with less clock left.
                 if state.now == 0 {
                     for host in self.hosts() {
-                        actions.push(Action::ClientSends { client: id, host, token_too_long: false });
+                        actions.push(Action::ClientSends {
+                            client: id,
+                            host,
+                            token_too_long: false,
+                        });
                         if self.limits.long_tokens && client.pattern.has_token() {
-                            actions.push(Action::ClientSends { client: id, host, token_too_long: true });
+                            actions.push(Action::ClientSends {
+                                client: id,
+                                host,
+                                token_too_long: true,
+                            });
                         }
                     }
                 }
             } else if self.may_retry(state, client) {
                 for host in self.hosts() {
-                    actions.push(Action::ClientRetries { client: id, rebuilt: false, host });
+                    actions.push(Action::ClientRetries {
+                        client: id,
+                        rebuilt: false,
+                        host,
+                    });
                     if client.pattern.has_token() {
-                        actions.push(Action::ClientRetries { client: id, rebuilt: true, host });
+                        actions.push(Action::ClientRetries {
+                            client: id,
+                            rebuilt: true,
+                            host,
+                        });
                     }
                 }
             }
@@ -1224,26 +1511,44 @@ impl Model for TokenModel {
                 let at = number as u8;
                 match attempt.server {
                     ServerSide::Pending => actions.push(match self.decide(state, index, number) {
-                        Decision::Begin(_) => Action::ServerBegins { client: id, attempt: at },
-                        Decision::Commit => Action::ServerCommits { client: id, attempt: at },
-                        Decision::Replay(_) => Action::ServerReplays { client: id, attempt: at },
-                        Decision::Reject(answer, _) => {
-                            Action::ServerRejects { client: id, attempt: at, answer }
-                        }
+                        Decision::Begin(_) => Action::ServerBegins {
+                            client: id,
+                            attempt: at,
+                        },
+                        Decision::Commit => Action::ServerCommits {
+                            client: id,
+                            attempt: at,
+                        },
+                        Decision::Replay(_) => Action::ServerReplays {
+                            client: id,
+                            attempt: at,
+                        },
+                        Decision::Reject(answer, _) => Action::ServerRejects {
+                            client: id,
+                            attempt: at,
+                            answer,
+                        },
                     }),
-                    ServerSide::Running { .. } => {
-                        actions.push(Action::ServerCommits { client: id, attempt: at })
-                    }
+                    ServerSide::Running { .. } => actions.push(Action::ServerCommits {
+                        client: id,
+                        attempt: at,
+                    }),
                     ServerSide::Done { .. } | ServerSide::Dropped => {}
                 }
                 if attempt.client == ClientSide::Waiting {
                     if matches!(attempt.server, ServerSide::Done { .. }) {
-                        actions.push(Action::ResponseDelivered { client: id, attempt: at });
+                        actions.push(Action::ResponseDelivered {
+                            client: id,
+                            attempt: at,
+                        });
                     }
                     let may_lose = self.mutation != Some(Mutation::TimeoutsCancelRequests)
                         || attempt.server == ServerSide::Pending;
                     if may_lose {
-                        actions.push(Action::ResponseLost { client: id, attempt: at });
+                        actions.push(Action::ResponseLost {
+                            client: id,
+                            attempt: at,
+                        });
                     }
                 }
             }
@@ -1263,7 +1568,8 @@ impl Model for TokenModel {
     fn next_state(&self, last: &TokenState, action: Action) -> Option<TokenState> {
         let mut state = last.clone();
         match action {
-            Action::ClientSends { client, host, .. } | Action::ClientRetries { client, host, .. } => {
+            Action::ClientSends { client, host, .. }
+            | Action::ClientRetries { client, host, .. } => {
                 let rebuilt = matches!(action, Action::ClientRetries { rebuilt: true, .. });
                 if let Action::ClientSends { token_too_long, .. } = action {
                     state.clients[client as usize].token_too_long = token_too_long;
@@ -1278,15 +1584,26 @@ impl Model for TokenModel {
                 });
             }
             Action::ServerBegins { client, attempt } => {
-                let Decision::Begin(token_seen) = self.decide(last, client as usize, attempt as usize) else {
+                let Decision::Begin(token_seen) =
+                    self.decide(last, client as usize, attempt as usize)
+                else {
                     return None;
                 };
                 let request = &mut state.clients[client as usize].attempts[attempt as usize];
-                request.server = ServerSide::Running { items_applied: 0, token_seen };
+                request.server = ServerSide::Running {
+                    items_applied: 0,
+                    token_seen,
+                };
                 let rebuilt = request.rebuilt;
                 if state.clients[client as usize].pattern.has_token() {
                     let token = self.token_of(&state, client as usize);
-                    state.tokens.insert(token, TokenRecord { rebuilt, phase: TokenPhase::Running });
+                    state.tokens.insert(
+                        token,
+                        TokenRecord {
+                            rebuilt,
+                            phase: TokenPhase::Running,
+                        },
+                    );
                 }
             }
             Action::ServerCommits { client, attempt } => {
@@ -1303,7 +1620,10 @@ impl Model for TokenModel {
                             token_seen: TokenSeen::NotTokened,
                         };
                     }
-                    ServerSide::Running { items_applied, token_seen } => {
+                    ServerSide::Running {
+                        items_applied,
+                        token_seen,
+                    } => {
                         let items = ACCOUNTS;
                         let upto = if self.mutation == Some(Mutation::CommitItemsOneByOne) {
                             items_applied + 1
@@ -1316,17 +1636,26 @@ impl Model for TokenModel {
                         let applied = items_applied > 0 || Self::table_changed(last, &state, index);
                         let request = &mut state.clients[index].attempts[number];
                         if upto < items {
-                            request.server = ServerSide::Running { items_applied: upto, token_seen };
+                            request.server = ServerSide::Running {
+                                items_applied: upto,
+                                token_seen,
+                            };
                         } else {
-                            request.server =
-                                ServerSide::Done { answer: Answer::Success, applied, token_seen };
+                            request.server = ServerSide::Done {
+                                answer: Answer::Success,
+                                applied,
+                                token_seen,
+                            };
                             let (rebuilt, host) = (request.rebuilt, request.host);
                             if state.clients[index].pattern.has_token() {
                                 let now = self.host_clock(host, state.now);
                                 let token = self.token_of(&state, index);
                                 state.tokens.insert(
                                     token,
-                                    TokenRecord { rebuilt, phase: TokenPhase::Completed { at: now } },
+                                    TokenRecord {
+                                        rebuilt,
+                                        phase: TokenPhase::Completed { at: now },
+                                    },
                                 );
                             }
                         }
@@ -1335,15 +1664,24 @@ impl Model for TokenModel {
                 }
             }
             Action::ServerReplays { client, attempt } => {
-                let Decision::Replay(token_seen) = self.decide(last, client as usize, attempt as usize)
+                let Decision::Replay(token_seen) =
+                    self.decide(last, client as usize, attempt as usize)
                 else {
                     return None;
                 };
                 let applied = Self::table_changed(last, &state, client as usize);
                 state.clients[client as usize].attempts[attempt as usize].server =
-                    ServerSide::Done { answer: Answer::Success, applied, token_seen };
+                    ServerSide::Done {
+                        answer: Answer::Success,
+                        applied,
+                        token_seen,
+                    };
             }
-            Action::ServerRejects { client, attempt, answer } => {
+            Action::ServerRejects {
+                client,
+                attempt,
+                answer,
+            } => {
                 let Decision::Reject(decided, token_seen) =
                     self.decide(last, client as usize, attempt as usize)
                 else {
@@ -1354,10 +1692,15 @@ impl Model for TokenModel {
                 }
                 let applied = Self::table_changed(last, &state, client as usize);
                 state.clients[client as usize].attempts[attempt as usize].server =
-                    ServerSide::Done { answer, applied, token_seen };
+                    ServerSide::Done {
+                        answer,
+                        applied,
+                        token_seen,
+                    };
             }
             Action::ResponseDelivered { client, attempt } => {
-                state.clients[client as usize].attempts[attempt as usize].client = ClientSide::Delivered;
+                state.clients[client as usize].attempts[attempt as usize].client =
+                    ClientSide::Delivered;
             }
             Action::ResponseLost { client, attempt } => {
                 let request = &mut state.clients[client as usize].attempts[attempt as usize];
@@ -1368,7 +1711,11 @@ impl Model for TokenModel {
             }
             Action::ClockTicks => {
                 state.now += 1;
-                for request in state.clients.iter_mut().flat_map(|client| client.attempts.iter_mut()) {
+                for request in state
+                    .clients
+                    .iter_mut()
+                    .flat_map(|client| client.attempts.iter_mut())
+                {
                     if request.server == ServerSide::Pending {
                         request.server = ServerSide::Dropped;
                     }
@@ -1395,7 +1742,10 @@ impl Model for TokenModel {
     }
 
     fn properties(&self) -> Vec<Property<Self>> {
-        self.property_defs().iter().map(PropertyDef::to_stateright).collect()
+        self.property_defs()
+            .iter()
+            .map(PropertyDef::to_stateright)
+            .collect()
     }
 
     // The Explorer's vocabulary is the CLI's (crate::view): protocol words, actors from 1.
@@ -1421,9 +1771,15 @@ mod tests {
     use Verdict::{Holds, Reached, Unreached, Violated};
 
     fn model(variant: &str, overrides: &[(&str, u32)]) -> TokenModel {
-        let overrides: Vec<(String, u32)> =
-            overrides.iter().map(|(key, value)| (key.to_string(), *value)).collect();
-        TokenModel::build(variant, &Bounds::resolve(TokenModel::BOUNDS, &overrides).unwrap()).unwrap()
+        let overrides: Vec<(String, u32)> = overrides
+            .iter()
+            .map(|(key, value)| (key.to_string(), *value))
+            .collect();
+        TokenModel::build(
+            variant,
+            &Bounds::resolve(TokenModel::BOUNDS, &overrides).unwrap(),
+        )
+        .unwrap()
     }
 
     /// Single-threaded, so the run is deterministic and its state counts can be pinned; polled
@@ -1431,7 +1787,11 @@ mod tests {
     fn check(model: TokenModel) -> CheckReport {
         run(
             model,
-            &CheckOptions { threads: 1, progress_interval_millis: 10, ..Default::default() },
+            &CheckOptions {
+                threads: 1,
+                progress_interval_millis: 10,
+                ..Default::default()
+            },
             &mut |_| {},
         )
     }
@@ -1459,15 +1819,36 @@ mod tests {
 
     /// Checks one variant at the CI bounds against [`TABLE`] and its pinned unique state count.
     fn assert_variant(variant: &str, unique_states: usize) -> CheckReport {
-        let column = TokenModel::VARIANTS.iter().position(|name| *name == variant).unwrap();
+        let column = TokenModel::VARIANTS
+            .iter()
+            .position(|name| *name == variant)
+            .unwrap();
         let report = check(model(variant, &[]));
-        assert!(report.complete, "{variant}: the run must exhaust the state space");
-        let table: Vec<(&str, Verdict)> =
-            TABLE.iter().map(|(name, verdicts)| (*name, verdicts[column])).collect();
-        let verdicts: Vec<(&str, Verdict)> = report.properties.iter().map(|p| (p.name, p.verdict)).collect();
-        assert_eq!(verdicts, table, "{variant}: verdicts differ from the spec's table");
-        assert!(report.matches_expectations(), "{variant}: `expected` disagrees with the spec's table");
-        assert_eq!(report.unique_states, unique_states, "{variant}: unique state count changed");
+        assert!(
+            report.complete,
+            "{variant}: the run must exhaust the state space"
+        );
+        let table: Vec<(&str, Verdict)> = TABLE
+            .iter()
+            .map(|(name, verdicts)| (*name, verdicts[column]))
+            .collect();
+        let verdicts: Vec<(&str, Verdict)> = report
+            .properties
+            .iter()
+            .map(|p| (p.name, p.verdict))
+            .collect();
+        assert_eq!(
+            verdicts, table,
+            "{variant}: verdicts differ from the spec's table"
+        );
+        assert!(
+            report.matches_expectations(),
+            "{variant}: `expected` disagrees with the spec's table"
+        );
+        assert_eq!(
+            report.unique_states, unique_states,
+            "{variant}: unique state count changed"
+        );
         report
     }
 
@@ -1493,7 +1874,9 @@ mod tests {
             let mut actions = Vec::new();
             model.actions(&state, &mut actions);
             for action in actions {
-                let Some(next) = model.next_state(&state, action.clone()) else { continue };
+                let Some(next) = model.next_state(&state, action.clone()) else {
+                    continue;
+                };
                 if seen.insert(next.clone()) {
                     let mut longer = path.clone();
                     longer.push(model.step_words(&state, &action, &next));
@@ -1506,7 +1889,12 @@ mod tests {
 
     /// The properties of a run whose verdict differs from the honest model's expectation.
     fn deviations(report: &CheckReport) -> Vec<(&'static str, Verdict)> {
-        report.properties.iter().filter(|p| !p.matches()).map(|p| (p.name, p.verdict)).collect()
+        report
+            .properties
+            .iter()
+            .filter(|p| !p.matches())
+            .map(|p| (p.name, p.verdict))
+            .collect()
     }
 
     fn mutated(variant: &str, mutation: Mutation) -> CheckReport {
@@ -1515,7 +1903,10 @@ mod tests {
 
     fn mutated_at(variant: &str, overrides: &[(&str, u32)], mutation: Mutation) -> CheckReport {
         let report = check(model(variant, overrides).with_mutation(Some(mutation)));
-        assert!(report.complete, "{variant} with {mutation:?}: the run must exhaust the state space");
+        assert!(
+            report.complete,
+            "{variant} with {mutation:?}: the run must exhaust the state space"
+        );
         report
     }
 
@@ -1544,7 +1935,9 @@ mod tests {
     //# A transaction intent is applied at most once, and a client told success finds it applied.
     #[test]
     fn tokenless_t1_shortest_counterexample() {
-        let path = shortest_path(&model("tokenless", &[]), &|model, state| !t1_exactly_once(model, state));
+        let path = shortest_path(&model("tokenless", &[]), &|model, state| {
+            !t1_exactly_once(model, state)
+        });
         assert_eq!(
             path.unwrap(),
             [
@@ -1563,7 +1956,9 @@ mod tests {
     //# A transaction intent is applied at most once, and a client told success finds it applied.
     #[test]
     fn late_retry_t1_shortest_counterexample() {
-        let path = shortest_path(&model("late-retry", &[]), &|model, state| !t1_exactly_once(model, state));
+        let path = shortest_path(&model("late-retry", &[]), &|model, state| {
+            !t1_exactly_once(model, state)
+        });
         assert_eq!(
             path.unwrap(),
             [
@@ -1603,7 +1998,10 @@ mod tests {
     #[test]
     fn ignoring_the_fingerprint_breaks_t2() {
         let report = mutated("tokened", Mutation::IgnoreFingerprint);
-        assert_eq!(deviations(&report), [(T2_MISMATCH, Violated), (T2_MISMATCH_REJECTED, Unreached)]);
+        assert_eq!(
+            deviations(&report),
+            [(T2_MISMATCH, Violated), (T2_MISMATCH_REJECTED, Unreached)]
+        );
     }
 
     //= specs/tokened-writes.md#T3
@@ -1624,7 +2022,10 @@ mod tests {
             let report = mutated(variant, Mutation::ReceiptsSpanRequests);
             assert_eq!(
                 deviations(&report),
-                [(T4_HONEST_RETRY, Violated), (T4_CREATE_CONDITION_FAILURE, Unreached)],
+                [
+                    (T4_HONEST_RETRY, Violated),
+                    (T4_CREATE_CONDITION_FAILURE, Unreached)
+                ],
                 "{variant}"
             );
         }
@@ -1687,9 +2088,15 @@ mod tests {
     fn a_host_clock_ahead_expires_a_live_token() {
         let bounds: &[(&str, u32)] = &[("clients", 1), ("skew", 1)];
         let report = check(model("tokened", bounds));
-        assert!(report.complete && report.matches_expectations(), "{:?}", deviations(&report));
+        assert!(
+            report.complete && report.matches_expectations(),
+            "{:?}",
+            deviations(&report)
+        );
         assert_eq!(report.unique_states, 3_450);
-        let path = shortest_path(&model("tokened", bounds), &|model, state| !t1_exactly_once(model, state));
+        let path = shortest_path(&model("tokened", bounds), &|model, state| {
+            !t1_exactly_once(model, state)
+        });
         assert_eq!(
             path.unwrap(),
             [
@@ -1710,11 +2117,16 @@ mod tests {
     #[test]
     fn two_intents_sharing_a_token_lose_the_second() {
         let report = check(model("tokened", &[("shared_token", 1)]));
-        assert!(report.complete && report.matches_expectations(), "{:?}", deviations(&report));
+        assert!(
+            report.complete && report.matches_expectations(),
+            "{:?}",
+            deviations(&report)
+        );
         assert_eq!(report.unique_states, 270_964);
-        let path = shortest_path(&model("tokened", &[("shared_token", 1)]), &|model, state| {
-            !t1_exactly_once(model, state)
-        });
+        let path = shortest_path(
+            &model("tokened", &[("shared_token", 1)]),
+            &|model, state| !t1_exactly_once(model, state),
+        );
         assert_eq!(
             path.unwrap(),
             [
@@ -1733,7 +2145,11 @@ mod tests {
     #[test]
     fn bad_tokens_fail_closed() {
         let report = check(model("tokened", &[("long_tokens", 1)]));
-        assert!(report.complete && report.matches_expectations(), "{:?}", deviations(&report));
+        assert!(
+            report.complete && report.matches_expectations(),
+            "{:?}",
+            deviations(&report)
+        );
         assert_eq!(report.unique_states, 366_561);
         let refused = shortest_path(&model("tokened", &[]), &t5_damaged_record_refused);
         assert_eq!(
@@ -1747,7 +2163,13 @@ mod tests {
         // The clock never deletes a damaged record: it is neither live nor expired.
         let honest = model("tokened", &[]);
         let mut state = honest.init_states().remove(0);
-        state.tokens.insert(0, TokenRecord { rebuilt: false, phase: TokenPhase::InvalidTimestamp });
+        state.tokens.insert(
+            0,
+            TokenRecord {
+                rebuilt: false,
+                phase: TokenPhase::InvalidTimestamp,
+            },
+        );
         for _ in 0..2 {
             state = honest.next_state(&state, Action::ClockTicks).unwrap();
         }
@@ -1758,15 +2180,27 @@ mod tests {
     //# A request whose token is over 36 characters, or whose token record has no valid timestamp, is refused and applies nothing.
     #[test]
     fn bad_tokens_that_run_break_t5() {
-        let report = mutated_at("tokened", &[("long_tokens", 1)], Mutation::LongTokenTruncated);
+        let report = mutated_at(
+            "tokened",
+            &[("long_tokens", 1)],
+            Mutation::LongTokenTruncated,
+        );
         assert_eq!(
             deviations(&report),
-            [(T1_EXACTLY_ONCE, Violated), (T5_BAD_TOKEN, Violated), (T5_LONG_TOKEN_REJECTED, Unreached)]
+            [
+                (T1_EXACTLY_ONCE, Violated),
+                (T5_BAD_TOKEN, Violated),
+                (T5_LONG_TOKEN_REJECTED, Unreached)
+            ]
         );
         let report = mutated("tokened", Mutation::DamagedRecordReadAsExpired);
         assert_eq!(
             deviations(&report),
-            [(T1_EXACTLY_ONCE, Violated), (T5_BAD_TOKEN, Violated), (T5_DAMAGED_RECORD_REFUSED, Unreached)]
+            [
+                (T1_EXACTLY_ONCE, Violated),
+                (T5_BAD_TOKEN, Violated),
+                (T5_DAMAGED_RECORD_REFUSED, Unreached)
+            ]
         );
         let path = shortest_path(
             &model("tokened", &[]).with_mutation(Some(Mutation::DamagedRecordReadAsExpired)),
@@ -1789,6 +2223,9 @@ mod tests {
             "unknown variant `tokenful` of model `token`; valid variants: tokened, tokenless, late-retry"
         );
         let error = Bounds::resolve(TokenModel::BOUNDS, &[("window".to_string(), 9)]).unwrap_err();
-        assert_eq!(error.to_string(), "bound window=9 is out of range; valid range: 1..=4");
+        assert_eq!(
+            error.to_string(),
+            "bound window=9 is out of range; valid range: 1..=4"
+        );
     }
 }

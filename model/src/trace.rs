@@ -61,7 +61,11 @@ impl std::fmt::Display for TraceError {
 impl std::error::Error for TraceError {}
 
 fn error(step: Option<usize>, field: &str, message: impl Into<String>) -> TraceError {
-    TraceError { step, field: field.to_string(), message: message.into() }
+    TraceError {
+        step,
+        field: field.to_string(),
+        message: message.into(),
+    }
 }
 
 /// An ITF integer.
@@ -109,11 +113,16 @@ fn picked_of(names: &[&str], record: &Map<String, Json>) -> Result<Map<String, J
     let mut picked = Map::new();
     for (name, value) in record {
         if !names.contains(&name.as_str()) {
-            return Err(format!("`{name}` is no parameter of this model (valid: {})", names.join(", ")));
+            return Err(format!(
+                "`{name}` is no parameter of this model (valid: {})",
+                names.join(", ")
+            ));
         }
         match value.get("tag").and_then(Json::as_str) {
             Some("Some") => {
-                let inner = value.get("value").ok_or_else(|| format!("`{name}` is Some without a value"))?;
+                let inner = value
+                    .get("value")
+                    .ok_or_else(|| format!("`{name}` is Some without a value"))?;
                 picked.insert(name.clone(), inner.clone());
             }
             Some("None") => {}
@@ -157,7 +166,10 @@ where
             Some(action) => model.encode_action(action),
         };
         vars.insert("mbt::actionTaken".to_string(), Json::String(name));
-        vars.insert("mbt::nondetPicks".to_string(), picks_record(M::PICKS, &picks));
+        vars.insert(
+            "mbt::nondetPicks".to_string(),
+            picks_record(M::PICKS, &picks),
+        );
         let mut object = Map::new();
         object.insert("#meta".to_string(), json!({ "index": index }));
         object.extend(vars);
@@ -194,7 +206,12 @@ pub struct LoadedTrace<M: stateright::Model> {
 
 impl<M: stateright::Model> std::fmt::Debug for LoadedTrace<M> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "LoadedTrace({:?}, {} states)", self.meta, self.path.len())
+        write!(
+            f,
+            "LoadedTrace({:?}, {} states)",
+            self.meta,
+            self.path.len()
+        )
     }
 }
 
@@ -207,7 +224,10 @@ pub struct Header {
 }
 
 pub fn read_header(document: &Json) -> Result<Header, TraceError> {
-    let meta = document.get("#meta").and_then(Json::as_object).ok_or_else(|| error(None, "#meta", "missing or not an object"))?;
+    let meta = document
+        .get("#meta")
+        .and_then(Json::as_object)
+        .ok_or_else(|| error(None, "#meta", "missing or not an object"))?;
     let text = |field: &str| -> Result<String, TraceError> {
         meta.get(field)
             .and_then(Json::as_str)
@@ -222,12 +242,20 @@ pub fn read_header(document: &Json) -> Result<Header, TraceError> {
         let (key, value) = word
             .split_once('=')
             .ok_or_else(|| error(None, "#meta.bounds", format!("`{word}` is not key=value")))?;
-        let value = value
-            .parse::<u32>()
-            .map_err(|_| error(None, &format!("#meta.bounds.{key}"), format!("`{value}` is not a non-negative integer")))?;
+        let value = value.parse::<u32>().map_err(|_| {
+            error(
+                None,
+                &format!("#meta.bounds.{key}"),
+                format!("`{value}` is not a non-negative integer"),
+            )
+        })?;
         bounds.push((key.to_string(), value));
     }
-    Ok(Header { model: text("model")?, variant: text("variant")?, bounds })
+    Ok(Header {
+        model: text("model")?,
+        variant: text("variant")?,
+        bounds,
+    })
 }
 
 /// Reads and re-executes a trace of model `M`. Every error names the step and the field.
@@ -239,28 +267,68 @@ where
 {
     let header = read_header(document)?;
     if header.model != M::NAME {
-        return Err(error(None, "#meta.model", format!("a trace of model `{}`, expected `{}`", header.model, M::NAME)));
+        return Err(error(
+            None,
+            "#meta.model",
+            format!(
+                "a trace of model `{}`, expected `{}`",
+                header.model,
+                M::NAME
+            ),
+        ));
     }
-    let variant = M::resolve_variant(&header.variant).map_err(|e| error(None, "#meta.variant", e.to_string()))?;
-    let bounds = Bounds::resolve(M::BOUNDS, &header.bounds).map_err(|e| error(None, "#meta.bounds", e.to_string()))?;
-    if let Some(missing) = M::BOUNDS.iter().find(|spec| !header.bounds.iter().any(|(key, _)| key == spec.key)) {
-        return Err(error(None, &format!("#meta.bounds.{}", missing.key), "missing"));
+    let variant = M::resolve_variant(&header.variant)
+        .map_err(|e| error(None, "#meta.variant", e.to_string()))?;
+    let bounds = Bounds::resolve(M::BOUNDS, &header.bounds)
+        .map_err(|e| error(None, "#meta.bounds", e.to_string()))?;
+    if let Some(missing) = M::BOUNDS
+        .iter()
+        .find(|spec| !header.bounds.iter().any(|(key, _)| key == spec.key))
+    {
+        return Err(error(
+            None,
+            &format!("#meta.bounds.{}", missing.key),
+            "missing",
+        ));
     }
     let model = M::build(variant, &bounds).map_err(|e| error(None, "#meta", e.to_string()))?;
-    let meta_object = document.get("#meta").and_then(Json::as_object).expect("read_header checked #meta");
+    let meta_object = document
+        .get("#meta")
+        .and_then(Json::as_object)
+        .expect("read_header checked #meta");
     let meta = TraceMeta {
-        kind: meta_object.get("kind").and_then(Json::as_str).unwrap_or("path").to_string(),
-        property: meta_object.get("property").and_then(Json::as_str).map(str::to_string),
-        description: meta_object.get("description").and_then(Json::as_str).unwrap_or_default().to_string(),
+        kind: meta_object
+            .get("kind")
+            .and_then(Json::as_str)
+            .unwrap_or("path")
+            .to_string(),
+        property: meta_object
+            .get("property")
+            .and_then(Json::as_str)
+            .map(str::to_string),
+        description: meta_object
+            .get("description")
+            .and_then(Json::as_str)
+            .unwrap_or_default()
+            .to_string(),
     };
-    let states = document.get("states").and_then(Json::as_array).ok_or_else(|| error(None, "states", "missing or not a list"))?;
+    let states = document
+        .get("states")
+        .and_then(Json::as_array)
+        .ok_or_else(|| error(None, "states", "missing or not a list"))?;
     if states.is_empty() {
-        return Err(error(None, "states", "empty: a trace has at least its initial state"));
+        return Err(error(
+            None,
+            "states",
+            "empty: a trace has at least its initial state",
+        ));
     }
     let mut path: Vec<(M::State, Option<M::Action>)> = Vec::with_capacity(states.len());
     for (index, recorded) in states.iter().enumerate() {
         let step = Some(index);
-        let recorded = recorded.as_object().ok_or_else(|| error(step, "(state)", "not an object"))?;
+        let recorded = recorded
+            .as_object()
+            .ok_or_else(|| error(step, "(state)", "not an object"))?;
         let taken = recorded
             .get("mbt::actionTaken")
             .and_then(Json::as_str)
@@ -271,36 +339,72 @@ where
             .ok_or_else(|| error(step, "mbt::nondetPicks", "missing or not an object"))?;
         let state = if index == 0 {
             if taken != "init" {
-                return Err(error(step, "mbt::actionTaken", format!("the first state must be `init`, found `{taken}`")));
+                return Err(error(
+                    step,
+                    "mbt::actionTaken",
+                    format!("the first state must be `init`, found `{taken}`"),
+                ));
             }
-            let encoded: Vec<(M::State, Map<String, Json>)> =
-                model.init_states().into_iter().map(|state| { let vars = model.encode_state(&state); (state, vars) }).collect();
+            let encoded: Vec<(M::State, Map<String, Json>)> = model
+                .init_states()
+                .into_iter()
+                .map(|state| {
+                    let vars = model.encode_state(&state);
+                    (state, vars)
+                })
+                .collect();
             encoded
                 .into_iter()
-                .find(|(_, vars)| vars.iter().all(|(name, value)| recorded.get(name) == Some(value)))
+                .find(|(_, vars)| {
+                    vars.iter()
+                        .all(|(name, value)| recorded.get(name) == Some(value))
+                })
                 .map(|(state, _)| state)
-                .ok_or_else(|| error(step, "(state)", "matches none of the model's initial states at these bounds"))?
+                .ok_or_else(|| {
+                    error(
+                        step,
+                        "(state)",
+                        "matches none of the model's initial states at these bounds",
+                    )
+                })?
         } else {
-            let picked = picked_of(M::PICKS, picks).map_err(|message| error(step, "mbt::nondetPicks", message))?;
-            let action = model.decode_action(taken, &picked).map_err(|message| error(step, "mbt::nondetPicks", message))?;
+            let picked = picked_of(M::PICKS, picks)
+                .map_err(|message| error(step, "mbt::nondetPicks", message))?;
+            let action = model
+                .decode_action(taken, &picked)
+                .map_err(|message| error(step, "mbt::nondetPicks", message))?;
             let before = &path.last().expect("a state before every step").0;
             let mut enabled = Vec::new();
             model.actions(before, &mut enabled);
             if !enabled.contains(&action) {
-                return Err(error(step, "mbt::actionTaken", format!("{action:?} is not enabled in the state before it")));
+                return Err(error(
+                    step,
+                    "mbt::actionTaken",
+                    format!("{action:?} is not enabled in the state before it"),
+                ));
             }
-            let after = model
-                .next_state(before, action.clone())
-                .ok_or_else(|| error(step, "mbt::actionTaken", format!("{action:?} leads nowhere")))?;
+            let after = model.next_state(before, action.clone()).ok_or_else(|| {
+                error(
+                    step,
+                    "mbt::actionTaken",
+                    format!("{action:?} leads nowhere"),
+                )
+            })?;
             path.last_mut().expect("a state before every step").1 = Some(action);
             after
         };
         let computed = model.encode_state(&state);
         for name in M::VARS {
-            let in_file = recorded.get(*name).ok_or_else(|| error(step, name, "missing"))?;
+            let in_file = recorded
+                .get(*name)
+                .ok_or_else(|| error(step, name, "missing"))?;
             let expected = computed.get(*name).expect("encode_state writes every var");
             if in_file != expected {
-                return Err(error(step, name, format!("the file says {in_file} but the model computes {expected}")));
+                return Err(error(
+                    step,
+                    name,
+                    format!("the file says {in_file} but the model computes {expected}"),
+                ));
             }
         }
         path.push((state, None));
@@ -332,7 +436,10 @@ impl SplitMix64 {
 }
 
 /// A model path: every state with the action taken from it (none for the last).
-pub type ModelPath<M> = Vec<(<M as stateright::Model>::State, Option<<M as stateright::Model>::Action>)>;
+pub type ModelPath<M> = Vec<(
+    <M as stateright::Model>::State,
+    Option<<M as stateright::Model>::Action>,
+)>;
 
 /// Up to `count` distinct random walks, each run until no action is enabled or `depth_max`
 /// steps, starting from the initial states in turn. Reproducible from `seed`.
@@ -362,7 +469,9 @@ where
                 break;
             }
             let action = actions.swap_remove(generator.below(actions.len()));
-            let Some(next) = model.next_state(&state, action.clone()) else { break };
+            let Some(next) = model.next_state(&state, action.clone()) else {
+                break;
+            };
             signature.push(format!("{action:?}"));
             path.push((state, Some(action)));
             state = next;
@@ -385,9 +494,19 @@ mod tests {
     fn counterexample() -> (RelayModel, Json) {
         let bounds = RelayModel::resolve_bounds("add-era", &[]).unwrap();
         let model = RelayModel::build("add-era", &bounds).unwrap();
-        let def = model.property_defs().into_iter().find(|def| def.id == "R1").unwrap();
-        let path = shortest_paths(&model, &[(def.name, def.condition, false)]).remove(def.name).unwrap();
-        let meta = TraceMeta { kind: "counterexample".into(), property: Some(def.name.into()), description: String::new() };
+        let def = model
+            .property_defs()
+            .into_iter()
+            .find(|def| def.id == "R1")
+            .unwrap();
+        let path = shortest_paths(&model, &[(def.name, def.condition, false)])
+            .remove(def.name)
+            .unwrap();
+        let meta = TraceMeta {
+            kind: "counterexample".into(),
+            property: Some(def.name.into()),
+            description: String::new(),
+        };
         let document = to_itf(&model, &path, &meta);
         (model, document)
     }
@@ -400,7 +519,10 @@ mod tests {
         assert_eq!(loaded.meta.property.as_deref(), Some("R1 no-skip"));
         let text = serde_json::to_string(&document).unwrap();
         assert!(text.contains(r#""mbt::actionTaken":"WriterAddsToCounter""#));
-        assert!(text.contains(r##"{"#bigint":"2"}"##), "integers are ITF bigints");
+        assert!(
+            text.contains(r##"{"#bigint":"2"}"##),
+            "integers are ITF bigints"
+        );
     }
 
     /// Every object non-empty and every string a plain word: no `{}` (some ITF readers refuse
@@ -413,9 +535,13 @@ mod tests {
                     assert_quint_shaped(inner, &format!("{at}.{key}"));
                 }
             }
-            Json::Array(items) => items.iter().enumerate().for_each(|(index, item)| assert_quint_shaped(item, &format!("{at}[{index}]"))),
+            Json::Array(items) => items
+                .iter()
+                .enumerate()
+                .for_each(|(index, item)| assert_quint_shaped(item, &format!("{at}[{index}]"))),
             Json::String(text) => assert!(
-                text.chars().all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
+                text.chars()
+                    .all(|c| c.is_ascii_alphanumeric() || c == '-' || c == '_'),
                 "a Debug-shaped string {text:?} at {at}"
             ),
             _ => {}
@@ -433,18 +559,30 @@ mod tests {
         let first = &document["states"][0]["mbt::nondetPicks"];
         assert_eq!(first["writer"], json!({ "tag": "None", "value": [] }));
         let second = &document["states"][1]["mbt::nondetPicks"];
-        assert_eq!(second["writer"], json!({ "tag": "Some", "value": { "#bigint": "0" } }));
+        assert_eq!(
+            second["writer"],
+            json!({ "tag": "Some", "value": { "#bigint": "0" } })
+        );
         assert_eq!(second["key"]["tag"], "None");
         let writers = &document["states"][1]["writers"][0];
-        assert_eq!(writers["phase"], json!({ "tag": "Allocated", "value": { "seq": { "#bigint": "1" } } }));
+        assert_eq!(
+            writers["phase"],
+            json!({ "tag": "Allocated", "value": { "seq": { "#bigint": "1" } } })
+        );
         assert_eq!(writers["counter"], json!({ "tag": "Unknown", "value": [] }));
         let items = &document["states"][1]["items"];
-        assert_eq!(items["counter"], json!({ "tag": "Some", "value": { "next_seq": { "#bigint": "1" } } }));
+        assert_eq!(
+            items["counter"],
+            json!({ "tag": "Some", "value": { "next_seq": { "#bigint": "1" } } })
+        );
         assert_eq!(items["claims"], json!({ "#map": [] }));
         let mut not_an_option = document.clone();
         not_an_option["states"][2]["mbt::nondetPicks"]["writer"] = int(1);
         let error = from_itf::<RelayModel>(&not_an_option).unwrap_err();
-        assert_eq!((error.step, error.field.as_str()), (Some(2), "mbt::nondetPicks"));
+        assert_eq!(
+            (error.step, error.field.as_str()),
+            (Some(2), "mbt::nondetPicks")
+        );
         assert!(error.message.contains("not a Some/None variant"), "{error}");
     }
 
@@ -483,16 +621,25 @@ mod tests {
         assert_eq!(error.field, "#meta.model");
 
         let mut bounds = document.clone();
-        let edited = bounds["#meta"]["bounds"].as_str().unwrap().replace("pullers=1", "pullers=9");
+        let edited = bounds["#meta"]["bounds"]
+            .as_str()
+            .unwrap()
+            .replace("pullers=1", "pullers=9");
         bounds["#meta"]["bounds"] = Json::String(edited);
         let error = from_itf::<RelayModel>(&bounds).unwrap_err();
         assert_eq!(error.field, "#meta.bounds");
         assert!(error.message.contains("out of range"), "{error}");
 
         let mut missing = document.clone();
-        let edited = missing["#meta"]["bounds"].as_str().unwrap().replace(" window=0", "");
+        let edited = missing["#meta"]["bounds"]
+            .as_str()
+            .unwrap()
+            .replace(" window=0", "");
         missing["#meta"]["bounds"] = Json::String(edited);
-        assert_eq!(from_itf::<RelayModel>(&missing).unwrap_err().field, "#meta.bounds.window");
+        assert_eq!(
+            from_itf::<RelayModel>(&missing).unwrap_err().field,
+            "#meta.bounds.window"
+        );
     }
 
     #[test]
@@ -502,8 +649,14 @@ mod tests {
         let first = random_paths(&model, 20, 7, 200);
         let again = random_paths(&model, 20, 7, 200);
         assert_eq!(first.len(), 20);
-        let actions = |paths: &Vec<Vec<(crate::relay::RelayState, Option<crate::relay::Action>)>>| -> Vec<Vec<Option<crate::relay::Action>>> {
-            paths.iter().map(|path| path.iter().map(|(_, action)| *action).collect()).collect()
+        let actions = |paths: &Vec<
+            Vec<(crate::relay::RelayState, Option<crate::relay::Action>)>,
+        >|
+         -> Vec<Vec<Option<crate::relay::Action>>> {
+            paths
+                .iter()
+                .map(|path| path.iter().map(|(_, action)| *action).collect())
+                .collect()
         };
         assert_eq!(actions(&first), actions(&again));
         let other = random_paths(&model, 20, 8, 200);

@@ -189,7 +189,12 @@ fn renewed_keeps_a_slow_handlers_claim() {
 #[test]
 fn a_heartbeat_that_stops_at_the_response_lets_the_capture_cross_the_lease() {
     assert_eq!(
-        shortest_words("renewed", &[], Some(Mutation::HeartbeatStopsAtResponse), M1_AT_MOST_ONCE),
+        shortest_words(
+            "renewed",
+            &[],
+            Some(Mutation::HeartbeatStopsAtResponse),
+            M1_AT_MOST_ONCE
+        ),
         [
             "C1 POST /transfers Idempotency-Key k fp A",
             "C1: claim k inserts a processing row, generation 1",

@@ -34,7 +34,13 @@ pub fn key_json(key: Key) -> Json {
 
 /// The inverse of [`key_json`].
 pub fn parse_key_json(value: &Json) -> Option<Key> {
-    let value_of = |tag: &str| value.get("tag").and_then(Json::as_str).filter(|found| *found == tag).and(value.get("value"));
+    let value_of = |tag: &str| {
+        value
+            .get("tag")
+            .and_then(Json::as_str)
+            .filter(|found| *found == tag)
+            .and(value.get("value"))
+    };
     if value_of("Counter").is_some() {
         return Some(Key::Counter);
     }
@@ -55,7 +61,11 @@ pub fn key_text(key: Key) -> String {
 
 fn parse_op(text: &str) -> Option<OpId> {
     if let Some(number) = text.strip_prefix("legacy-") {
-        return number.parse::<u8>().ok().filter(|seq| *seq <= 50).map(|seq| LEGACY_OP_BASE + seq);
+        return number
+            .parse::<u8>()
+            .ok()
+            .filter(|seq| *seq <= 50)
+            .map(|seq| LEGACY_OP_BASE + seq);
     }
     let mut chars = text.chars();
     match (chars.next(), chars.next()) {
@@ -75,7 +85,10 @@ fn value_json(value: Value) -> Json {
 /// Items by kind, keyed by plain values (ITF readers such as the `itf` crate refuse variants
 /// as map keys): `counter` (Some/None), `claims` (op id -> seq), `ops` (seq -> op id).
 fn table_json(items: &std::collections::BTreeMap<Key, Value>) -> Json {
-    let counter = items.iter().find(|(key, _)| **key == Key::Counter).map(|(_, value)| value_json(*value));
+    let counter = items
+        .iter()
+        .find(|(key, _)| **key == Key::Counter)
+        .map(|(_, value)| value_json(*value));
     let claims = items.iter().filter_map(|(key, value)| match key {
         Key::Claim(op) => Some((op_text(*op), value_json(*value))),
         _ => None,
@@ -98,9 +111,10 @@ fn phase_json(phase: &Phase) -> Json {
     match phase {
         Phase::Ready => variant("Ready", unit()),
         Phase::Allocated { seq } => variant("Allocated", json!({ "seq": int((*seq).into()) })),
-        Phase::Sent { round, .. } => {
-            variant("Sent", json!({ "seq": int(round.seq.into()), "expected": int(round.expected.into()) }))
-        }
+        Phase::Sent { round, .. } => variant(
+            "Sent",
+            json!({ "seq": int(round.seq.into()), "expected": int(round.expected.into()) }),
+        ),
         Phase::ReadingClaim { op } => variant("ReadingClaim", json!({ "op": op_text(*op) })),
         Phase::ReadingClaims => variant("ReadingClaims", unit()),
         Phase::QueryingTop => variant("QueryingTop", unit()),
@@ -117,8 +131,13 @@ pub fn action_words(action: &Action) -> String {
         let text = match (field.as_str(), crate::trace::read_int(&value)) {
             ("writer", Some(index)) => crate::view::element_name("writers", index as usize),
             ("puller", Some(index)) => crate::view::element_name("pullers", index as usize),
-            ("key", _) => parse_key_json(&value).map(key_text).unwrap_or_else(|| value.to_string()),
-            _ => value.as_str().map(str::to_string).unwrap_or_else(|| value.to_string()),
+            ("key", _) => parse_key_json(&value)
+                .map(key_text)
+                .unwrap_or_else(|| value.to_string()),
+            _ => value
+                .as_str()
+                .map(str::to_string)
+                .unwrap_or_else(|| value.to_string()),
         };
         words.push(text);
     }
@@ -126,22 +145,36 @@ pub fn action_words(action: &Action) -> String {
 }
 
 fn read_index(picks: &Map<String, Json>, field: &str, count: usize) -> Result<u8, String> {
-    let value = picks.get(field).ok_or_else(|| format!("`{field}` is missing"))?;
-    let index = crate::trace::read_int(value).ok_or_else(|| format!("`{field}` is not an integer: {value}"))?;
+    let value = picks
+        .get(field)
+        .ok_or_else(|| format!("`{field}` is missing"))?;
+    let index = crate::trace::read_int(value)
+        .ok_or_else(|| format!("`{field}` is not an integer: {value}"))?;
     if index < 0 || index as usize >= count {
-        return Err(format!("`{field}` = {index} names no actor (there are {count})"));
+        return Err(format!(
+            "`{field}` = {index} names no actor (there are {count})"
+        ));
     }
     Ok(index as u8)
 }
 
 fn read_seq(picks: &Map<String, Json>) -> Result<u8, String> {
     let value = picks.get("seq").ok_or("`seq` is missing")?;
-    let seq = crate::trace::read_int(value).ok_or_else(|| format!("`seq` is not an integer: {value}"))?;
+    let seq =
+        crate::trace::read_int(value).ok_or_else(|| format!("`seq` is not an integer: {value}"))?;
     u8::try_from(seq).map_err(|_| format!("`seq` = {seq} is out of range"))
 }
 
 impl TraceEncoding for RelayModel {
-    const VARS: &'static [&'static str] = &["items", "pending", "writers", "pullers", "answers", "folders", "truncated"];
+    const VARS: &'static [&'static str] = &[
+        "items",
+        "pending",
+        "writers",
+        "pullers",
+        "answers",
+        "folders",
+        "truncated",
+    ];
     const PICKS: &'static [&'static str] = &["writer", "puller", "key", "seq"];
 
     fn encode_state(&self, state: &RelayState) -> Map<String, Json> {
@@ -172,7 +205,10 @@ impl TraceEncoding for RelayModel {
                 })
             })
             .collect();
-        let answers = map(state.answers.iter().map(|(op, seqs)| (op_text(*op), set(seqs.iter().map(|seq| int((*seq).into()))))));
+        let answers = map(state
+            .answers
+            .iter()
+            .map(|(op, seqs)| (op_text(*op), set(seqs.iter().map(|seq| int((*seq).into()))))));
         let mut vars = Map::new();
         vars.insert("items".to_string(), items);
         vars.insert("pending".to_string(), pending);
@@ -190,7 +226,13 @@ impl TraceEncoding for RelayModel {
             })
             .collect();
         vars.insert("folders".to_string(), Json::Array(folders));
-        vars.insert("truncated".to_string(), map(state.truncated.iter().map(|(seq, op)| (int((*seq).into()), op_text(*op)))));
+        vars.insert(
+            "truncated".to_string(),
+            map(state
+                .truncated
+                .iter()
+                .map(|(seq, op)| (int((*seq).into()), op_text(*op)))),
+        );
         vars
     }
 
@@ -228,19 +270,58 @@ impl RelayModel {
     fn encode_action_parts(action: &Action) -> (String, Map<String, Json>) {
         let mut picks = Map::new();
         let name = match *action {
-            Action::WriterReadsCounter { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterReadsCounter" }
-            Action::WriterAddsToCounter { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterAddsToCounter" }
-            Action::WriterSendsRound { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterSendsRound" }
-            Action::WriterReceivesResponse { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterReceivesResponse" }
-            Action::ResponseLost { writer } => { picks.insert("writer".into(), int(writer.into())); "ResponseLost" }
-            Action::WriterReadsClaim { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterReadsClaim" }
-            Action::WriterQueriesTop { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterQueriesTop" }
-            Action::WriterReadsClaims { writer } => { picks.insert("writer".into(), int(writer.into())); "WriterReadsClaims" }
-            Action::PushDeadlinePasses { writer } => { picks.insert("writer".into(), int(writer.into())); "PushDeadlinePasses" }
-            Action::FolderReceivesRecord { seq } => { picks.insert("seq".into(), int(seq.into())); "FolderReceivesRecord" }
-            Action::TruncatorDeletes { seq } => { picks.insert("seq".into(), int(seq.into())); "TruncatorDeletes" }
-            Action::ItemApplied { key } => { picks.insert("key".into(), key_json(key)); "ItemApplied" }
-            Action::PullerQueries { puller } => { picks.insert("puller".into(), int(puller.into())); "PullerQueries" }
+            Action::WriterReadsCounter { writer } => {
+                picks.insert("writer".into(), int(writer.into()));
+                "WriterReadsCounter"
+            }
+            Action::WriterAddsToCounter { writer } => {
+                picks.insert("writer".into(), int(writer.into()));
+                "WriterAddsToCounter"
+            }
+            Action::WriterSendsRound { writer } => {
+                picks.insert("writer".into(), int(writer.into()));
+                "WriterSendsRound"
+            }
+            Action::WriterReceivesResponse { writer } => {
+                picks.insert("writer".into(), int(writer.into()));
+                "WriterReceivesResponse"
+            }
+            Action::ResponseLost { writer } => {
+                picks.insert("writer".into(), int(writer.into()));
+                "ResponseLost"
+            }
+            Action::WriterReadsClaim { writer } => {
+                picks.insert("writer".into(), int(writer.into()));
+                "WriterReadsClaim"
+            }
+            Action::WriterQueriesTop { writer } => {
+                picks.insert("writer".into(), int(writer.into()));
+                "WriterQueriesTop"
+            }
+            Action::WriterReadsClaims { writer } => {
+                picks.insert("writer".into(), int(writer.into()));
+                "WriterReadsClaims"
+            }
+            Action::PushDeadlinePasses { writer } => {
+                picks.insert("writer".into(), int(writer.into()));
+                "PushDeadlinePasses"
+            }
+            Action::FolderReceivesRecord { seq } => {
+                picks.insert("seq".into(), int(seq.into()));
+                "FolderReceivesRecord"
+            }
+            Action::TruncatorDeletes { seq } => {
+                picks.insert("seq".into(), int(seq.into()));
+                "TruncatorDeletes"
+            }
+            Action::ItemApplied { key } => {
+                picks.insert("key".into(), key_json(key));
+                "ItemApplied"
+            }
+            Action::PullerQueries { puller } => {
+                picks.insert("puller".into(), int(puller.into()));
+                "PullerQueries"
+            }
         };
         (name.to_string(), picks)
     }
