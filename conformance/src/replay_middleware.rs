@@ -250,6 +250,7 @@ mod tests {
     }
 
     //= specs/idempotency-middleware.md#M2
+    //# No poison. A cached success holds the complete body, at most the cap, or the too-large sentinel.
     #[test]
     fn the_pre_fix_poison_is_an_empty_success_row_of_the_first_generation() {
         let model = model("pre-fix", &[]);
@@ -406,6 +407,7 @@ mod tests {
     // The fenced lease crossing: a second claim takes the row over in place, so the real
     // generation is the model's (2), and both claims entered the handler.
     //= specs/idempotency-middleware.md#M1
+    //# At-most-once. The handler runs only for the request that won the atomic claim of its key.
     #[test]
     fn the_lease_crossing_shows_two_handler_runs_and_generation_two() {
         let model = model("fenced", &[]);

@@ -1146,8 +1146,9 @@ impl Model for RelayModel {
                 let counter = state.table.counter();
                 let writer = &mut state.writers[index];
                 //= specs/relay-append.md#R7
-                //# An uncontended n-op push costs n transactions and one counter read.
                 //# A wrong counter guess costs exactly one lost round: the next round uses the counter image, no re-read.
+                //= specs/relay-append.md#R7
+                //# An uncontended n-op push costs n transactions and one counter read.
                 // Uncontended, every round but a wrong guess or a gap commits and every extra round
                 // is counted where it happens, so the cost bound reduces to: the only counter read
                 // of an uncontended push is the first, before any round.

@@ -160,6 +160,7 @@ async fn with_add_era_writers_the_same_schedule_skips_an_op() {
 
 //= specs/relay-append.md#R6
 //# Every append ends stored or with a typed error; a legacy gap costs one extra round, once.
+//= specs/relay-append.md#R6
 //# A failed attribute_exists while the counter held proves a legacy gap: the next round, for that
 //# seq only, checks attribute_not_exists instead.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -416,6 +416,7 @@ mod tests {
     }
 
     //= specs/idempotency-middleware.md#M2
+    //# No poison. A cached success holds the complete body, at most the cap, or the too-large sentinel.
     #[test]
     fn the_pre_fix_m2_counterexample_loads_back_to_the_same_path() {
         let (model, document) = counterexample("pre-fix", "M2");

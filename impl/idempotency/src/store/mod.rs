@@ -194,6 +194,8 @@ pub(crate) fn classify(
     fingerprint: &Fingerprint,
     now_millis: i64,
 ) -> Result<Classified, StoreError> {
+    //= specs/idempotency-middleware.md#M10
+    //# Expired keys are free. A key whose row has passed its expiry is free: no request is refused on an expired row.
     if row.expires_at <= now_millis {
         return Ok(Classified::Retry);
     }
