@@ -135,7 +135,7 @@ fn check_json_is_one_versioned_document_with_a_verdict_and_numeric_bounds() {
     assert_eq!(report["bounds"]["add_era_writers"], 2);
     assert_eq!(report["search"]["mode"], "exhaustive");
     assert_eq!(report["complete"], true);
-    assert_eq!(report["unique_states"], 2060);
+    assert_eq!(report["unique_states"], 4992);
     let r1 = report["properties"]
         .as_array()
         .unwrap()
@@ -146,7 +146,7 @@ fn check_json_is_one_versioned_document_with_a_verdict_and_numeric_bounds() {
         (r1["verdict"].as_str(), r1["expected"].as_str()),
         (Some("violated"), Some("violated"))
     );
-    assert_eq!(r1["trace"].as_array().unwrap().len(), 5);
+    assert_eq!(r1["trace"].as_array().unwrap().len(), 13);
 }
 
 #[test]

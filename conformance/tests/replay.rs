@@ -27,9 +27,42 @@ fn stderr(output: &Output) -> String {
 }
 
 fn corpus_trace(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+    corpus_path(name)
+}
+
+/// The covering walks the corpus manifest describes, written once per test binary: the corpus
+/// keeps the manifest, not the walk files.
+fn walks_dir() -> &'static PathBuf {
+    static WALKS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
+    WALKS.get_or_init(|| {
+        let out = std::env::temp_dir().join(format!(
+            "oncecheck-{}-walks-{}",
+            module_path!(),
+            std::process::id()
+        ));
+        let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("traces/relay");
+        let output = oncecheck(&[
+            "corpus",
+            "--dir",
+            corpus.to_str().unwrap(),
+            "--walks-out",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(output.status.code(), Some(0), "the walks are written");
+        out
+    })
+}
+
+/// A kept corpus trace, or a covering walk written from the manifest.
+fn corpus_path(name: &str) -> PathBuf {
+    let kept = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
         .join("traces/relay")
-        .join(name)
+        .join(name);
+    if kept.exists() {
+        kept
+    } else {
+        walks_dir().join(name)
+    }
 }
 
 fn scratch(name: &str) -> PathBuf {
@@ -43,7 +76,9 @@ fn corpus(filter: &str) -> Vec<String> {
     let directory = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("traces/relay");
     let mut files: Vec<String> = std::fs::read_dir(directory)
         .unwrap()
+        .chain(std::fs::read_dir(walks_dir()).unwrap())
         .map(|entry| entry.unwrap().path().to_string_lossy().into_owned())
+        .filter(|path| path.ends_with(".itf.json"))
         .filter(|path| path.contains(filter))
         .collect();
     files.sort();
@@ -54,9 +89,13 @@ fn corpus(filter: &str) -> Vec<String> {
 fn a_trace_edited_to_an_action_the_model_cannot_take_stops_the_run_before_anything_replays() {
     let original = std::fs::read_to_string(corpus_trace("relay-fixed-path-0001.itf.json")).unwrap();
     let mut document: serde_json::Value = serde_json::from_str(&original).unwrap();
-    // Step 1 of this trace is a pull; no writer has sent a round, so none can receive a response.
+    // At step 1 no writer has sent a round yet, so none can receive a response.
     document["states"][1]["mbt::actionTaken"] = serde_json::json!("WriterReceivesResponse");
-    document["states"][1]["mbt::nondetPicks"] = serde_json::json!({"writer": {"#bigint": "0"}});
+    let none = serde_json::json!({"tag": "None", "value": []});
+    document["states"][1]["mbt::nondetPicks"] = serde_json::json!({
+        "writer": {"tag": "Some", "value": {"#bigint": "0"}},
+        "puller": none, "key": none, "seq": none,
+    });
     let edited = scratch("cannot-take.itf.json");
     std::fs::write(&edited, document.to_string()).unwrap();
     let good = corpus_trace("relay-fixed-path-0002.itf.json");

@@ -95,7 +95,7 @@ fn shortest_violation(model: &RelayModel, name: &'static str) -> Option<Vec<Stri
 //= specs/relay-append.md#R1
 //# A puller that stored cursor k has received every op that is or will ever be stored at a seq <= k.
 #[test]
-fn add_era_loses_an_op_exactly_as_the_seed_reproduced_it() {
+fn add_era_loses_an_op_at_the_ci_bounds_where_a_re_push_is_present() {
     let report = check(ci_model("add-era"));
     assert_matches_expectations(&report);
     assert_eq!(report.unique_states, 4992);
@@ -117,6 +117,27 @@ fn add_era_loses_an_op_exactly_as_the_seed_reproduced_it() {
             "W2 (ADD-era) receives committed: d stored at 4",
             "P1 Query seq>0 limit 2 -> [1, 4]; P1 stores cursor 4",
             "W1 (ADD-era) sends TransactWriteItems{claim b, put op 2 = b} -> committed",
+        ]
+    );
+}
+
+//= specs/relay-append.md#R1
+//# A puller that stored cursor k has received every op that is or will ever be stored at a seq <= k.
+#[test]
+fn add_era_loses_an_op_exactly_as_the_original_bug_report_reproduced_it() {
+    // Without the re-push the shortest violation is the reported shape: A allocates 1, B
+    // allocates 2 and commits, the puller gets [2] and stores cursor 2, A's op lands at 1.
+    let report = check(model_with("add-era", &[("repush_ops", 0)]));
+    assert_matches_expectations(&report);
+    assert_eq!(
+        trace_words(&report, "R1 no-skip"),
+        vec![
+            "W1 (ADD-era) UpdateItem ADD next_seq 1 -> 1",
+            "W2 (ADD-era) UpdateItem ADD next_seq 1 -> 2",
+            "W2 (ADD-era) sends TransactWriteItems{claim c, put op 2 = c} -> committed",
+            "W2 (ADD-era) receives committed: c stored at 2",
+            "P1 Query seq>0 limit 2 -> [2]; P1 stores cursor 2",
+            "W1 (ADD-era) sends TransactWriteItems{claim a, put op 1 = a} -> committed",
         ]
     );
 }
