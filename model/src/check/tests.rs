@@ -143,11 +143,12 @@ fn a_state_limit_stops_the_run_with_unknown_but_keeps_what_it_found() {
         "{:?}",
         report.stopped
     );
-    assert!(report.unique_states >= 60_000 && report.unique_states < 234_766);
+    assert!(report.unique_states >= 60_000);
+    assert!(report.unique_states < 71_100);
     assert_eq!(report.property("R1 no-skip").verdict, Verdict::Violated);
     assert_eq!(
         report.property("R1 no-skip").trace.as_ref().unwrap().len(),
-        7
+        8
     );
     let undecided: Vec<&str> = report
         .properties
@@ -281,7 +282,11 @@ fn simulation_of_the_fixed_design_matches_its_expectations_without_deciding_any_
     for property in &report.properties {
         match property.kind {
             Kind::Always => assert_eq!(property.verdict, Verdict::Unknown, "{}", property.name),
-            Kind::Sometimes => assert_eq!(property.verdict, Verdict::Reached, "{}", property.name),
+            // A partner the bounds keep out of reach stays undecided; every other is found.
+            Kind::Sometimes if property.expected == Verdict::Reached => {
+                assert_eq!(property.verdict, Verdict::Reached, "{}", property.name)
+            }
+            Kind::Sometimes => assert_eq!(property.verdict, Verdict::Unknown, "{}", property.name),
         }
     }
     assert!(report.matches_expectations());

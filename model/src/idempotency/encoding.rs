@@ -464,7 +464,7 @@ mod tests {
 
         let mut bad_outcome = document.clone();
         bad_outcome["states"][step]["mbt::nondetPicks"]["outcome"] =
-            Json::String("OkSideways".into());
+            serde_json::json!({"tag": "Some", "value": "OkSideways"});
         let error = from_itf::<IdempotencyModel>(&bad_outcome).unwrap_err();
         assert_eq!(
             (error.step, error.field.as_str()),
@@ -478,7 +478,8 @@ mod tests {
         );
 
         let mut bad_client = document.clone();
-        bad_client["states"][1]["mbt::nondetPicks"]["client"] = int(5);
+        bad_client["states"][1]["mbt::nondetPicks"]["client"] =
+            serde_json::json!({"tag": "Some", "value": int(5)});
         let error = from_itf::<IdempotencyModel>(&bad_client).unwrap_err();
         assert_eq!(error.step, Some(1));
         assert!(
