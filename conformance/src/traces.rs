@@ -194,7 +194,7 @@ pub fn covering_paths<M>(
     model: &M,
     seed: u64,
     path_steps_max: usize,
-) -> Vec<(String, oncecheck_model::check::PathPairs<M>)>
+) -> Vec<(String, oncecheck_model::check::ModelPath<M>)>
 where
     M: TraceEncoding,
     M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
@@ -220,7 +220,7 @@ where
         path.reverse();
         path
     };
-    let mut found: BTreeMap<String, oncecheck_model::check::PathPairs<M>> = BTreeMap::new();
+    let mut found: BTreeMap<String, oncecheck_model::check::ModelPath<M>> = BTreeMap::new();
     let mut actions = Vec::new();
     while let Some(state) = frontier.pop_front() {
         actions.clear();

@@ -135,27 +135,10 @@ fn a_trace_of_another_model_or_other_bounds_is_rejected_with_exit_2() {
 }
 
 /// The corpus's covering walks written out from the manifest (once per test process).
-fn walks() -> &'static Vec<PathBuf> {
-    static WALKS: std::sync::OnceLock<Vec<PathBuf>> = std::sync::OnceLock::new();
-    WALKS.get_or_init(|| {
-        let out = scratch("walks");
-        let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("traces/relay");
-        let output = oncecheck(&[
-            "corpus",
-            "--dir",
-            corpus.to_str().unwrap(),
-            "--walks-out",
-            out.to_str().unwrap(),
-        ]);
-        assert_eq!(output.status.code(), Some(0), "{}", text(&output));
-        let mut files: Vec<PathBuf> = std::fs::read_dir(&out)
-            .unwrap()
-            .map(|entry| entry.unwrap().path())
-            .collect();
-        files.sort();
-        files
-    })
+mod support {
+    pub mod corpus;
 }
+use support::corpus::walks;
 
 fn corpus_files() -> Vec<PathBuf> {
     let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("traces/relay");

@@ -9,7 +9,12 @@ use oncecheck_conformance::replay_log::LogTarget;
 use oncecheck_store::{MemoryStore, NewOp, OpStore};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
+
+mod support {
+    pub mod corpus;
+}
 use std::sync::Arc;
+use support::corpus::{corpus_path, walks_dir};
 
 fn oncecheck(arguments: &[&str]) -> Output {
     Command::new(env!("CARGO_BIN_EXE_oncecheck"))
@@ -28,41 +33,6 @@ fn stderr(output: &Output) -> String {
 
 fn corpus_trace(name: &str) -> PathBuf {
     corpus_path(name)
-}
-
-/// The covering walks the corpus manifest describes, written once per test binary: the corpus
-/// keeps the manifest, not the walk files.
-fn walks_dir() -> &'static PathBuf {
-    static WALKS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    WALKS.get_or_init(|| {
-        let out = std::env::temp_dir().join(format!(
-            "oncecheck-{}-walks-{}",
-            module_path!(),
-            std::process::id()
-        ));
-        let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("traces/relay");
-        let output = oncecheck(&[
-            "corpus",
-            "--dir",
-            corpus.to_str().unwrap(),
-            "--walks-out",
-            out.to_str().unwrap(),
-        ]);
-        assert_eq!(output.status.code(), Some(0), "the walks are written");
-        out
-    })
-}
-
-/// A kept corpus trace, or a covering walk written from the manifest.
-fn corpus_path(name: &str) -> PathBuf {
-    let kept = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("traces/relay")
-        .join(name);
-    if kept.exists() {
-        kept
-    } else {
-        walks_dir().join(name)
-    }
 }
 
 fn scratch(name: &str) -> PathBuf {

@@ -5,8 +5,12 @@
 //! Needs ONCECHECK_DDB_ENDPOINT and fails (never skips) without it:
 //! `bash -c 'source scripts/services.sh; start_moto; cargo test -p oncecheck-conformance --test replay_dynamodb; services_down'`
 
-use std::path::PathBuf;
 use std::process::{Command, Output};
+
+mod support {
+    pub mod corpus;
+}
+use support::corpus::corpus_path;
 
 fn endpoint() -> String {
     match std::env::var("ONCECHECK_DDB_ENDPOINT") {
@@ -32,41 +36,6 @@ fn text(output: &Output) -> String {
 
 fn corpus_trace(name: &str) -> String {
     corpus_path(name).to_string_lossy().into_owned()
-}
-
-/// The covering walks the corpus manifest describes, written once per test binary: the corpus
-/// keeps the manifest, not the walk files.
-fn walks_dir() -> &'static PathBuf {
-    static WALKS: std::sync::OnceLock<PathBuf> = std::sync::OnceLock::new();
-    WALKS.get_or_init(|| {
-        let out = std::env::temp_dir().join(format!(
-            "oncecheck-{}-walks-{}",
-            module_path!(),
-            std::process::id()
-        ));
-        let corpus = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("traces/relay");
-        let output = oncecheck(&[
-            "corpus",
-            "--dir",
-            corpus.to_str().unwrap(),
-            "--walks-out",
-            out.to_str().unwrap(),
-        ]);
-        assert_eq!(output.status.code(), Some(0), "the walks are written");
-        out
-    })
-}
-
-/// A kept corpus trace, or a covering walk written from the manifest.
-fn corpus_path(name: &str) -> PathBuf {
-    let kept = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("traces/relay")
-        .join(name);
-    if kept.exists() {
-        kept
-    } else {
-        walks_dir().join(name)
-    }
 }
 
 #[test]

@@ -481,20 +481,20 @@ impl CheckReport {
 pub type Wanted<M> = (&'static str, fn(&M, &<M as Model>::State) -> bool, bool);
 
 /// A path of (state, action taken from it) pairs; the last state has no action.
-pub type PathPairs<M> = Vec<(<M as Model>::State, Option<<M as Model>::Action>)>;
+pub type ModelPath<M> = Vec<(<M as Model>::State, Option<<M as Model>::Action>)>;
 
 /// A report with the path behind each of its traces, for export (`trace::to_itf`).
 pub struct Checked<M: Model> {
     pub report: CheckReport,
     /// By property name: the counterexample or example the report's trace prints.
-    pub paths: BTreeMap<&'static str, PathPairs<M>>,
+    pub paths: BTreeMap<&'static str, ModelPath<M>>,
 }
 
 /// The shortest path (fewest actions) to a state satisfying each named condition, found by the
 /// checker's own deterministic level-by-level search, which stops once every name has a path.
 ///
 /// `wanted` lists (name, condition, the condition's value that counts as a match).
-pub fn shortest_paths<M>(model: &M, wanted: &[Wanted<M>]) -> HashMap<&'static str, PathPairs<M>>
+pub fn shortest_paths<M>(model: &M, wanted: &[Wanted<M>]) -> HashMap<&'static str, ModelPath<M>>
 where
     M: Model + Sync,
     M::State: Clone + Hash + Send + Sync,
@@ -568,7 +568,7 @@ where
 fn property_reports<M: ModelSpec>(
     model: &M,
     definitions: &[PropertyDef<M>],
-    paths: &BTreeMap<&'static str, PathPairs<M>>,
+    paths: &BTreeMap<&'static str, ModelPath<M>>,
     decided_by_absence: bool,
 ) -> Vec<PropertyReport>
 where
@@ -616,7 +616,7 @@ struct Measured {
 fn checked<M: ModelSpec>(
     model: &M,
     definitions: &[PropertyDef<M>],
-    paths: BTreeMap<&'static str, PathPairs<M>>,
+    paths: BTreeMap<&'static str, ModelPath<M>>,
     decided_by_absence: bool,
     measured: Measured,
 ) -> Checked<M>
@@ -679,7 +679,7 @@ where
         },
         progress,
     );
-    let paths: BTreeMap<&'static str, PathPairs<M>> = definitions
+    let paths: BTreeMap<&'static str, ModelPath<M>> = definitions
         .iter()
         .zip(&searched.found)
         .filter_map(|(def, found)| found.map(|last| (def.name, searched.path_to(model, last))))
@@ -726,7 +726,7 @@ where
         simulation.depth_max,
         progress,
     );
-    let paths: BTreeMap<&'static str, PathPairs<M>> = definitions
+    let paths: BTreeMap<&'static str, ModelPath<M>> = definitions
         .iter()
         .zip(simulated.found)
         .filter_map(|(def, found)| found.map(|path| (def.name, path)))

@@ -435,11 +435,7 @@ impl SplitMix64 {
     }
 }
 
-/// A model path: every state with the action taken from it (none for the last).
-pub type ModelPath<M> = Vec<(
-    <M as stateright::Model>::State,
-    Option<<M as stateright::Model>::Action>,
-)>;
+pub use crate::check::ModelPath;
 
 /// Up to `count` distinct random walks, each run until no action is enabled or `depth_max`
 /// steps, starting from the initial states in turn. Reproducible from `seed`.

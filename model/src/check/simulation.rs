@@ -9,7 +9,7 @@
 //!   `violated`, `reached` or `unknown`, never `holds` or `unreached`.
 
 use super::search::{fingerprint, limit_reached, Coverage, FingerprintMap, Target};
-use super::{CheckOptions, PathPairs, Progress, Stop};
+use super::{CheckOptions, ModelPath, Progress, Stop};
 use crate::trace::SplitMix64;
 use stateright::Model;
 use std::collections::BTreeMap;
@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 /// What a simulation found: per target the shortest matching walk prefix, and its counts.
 pub(crate) struct Simulated<M: Model> {
-    pub found: Vec<Option<PathPairs<M>>>,
+    pub found: Vec<Option<ModelPath<M>>>,
     /// Steps taken over all walks.
     pub steps: usize,
     /// Distinct states visited (by fingerprint).
@@ -55,7 +55,7 @@ where
         .into_iter()
         .filter(|state| model.within_boundary(state))
         .collect();
-    let mut found: Vec<Option<PathPairs<M>>> = vec![None; targets.len()];
+    let mut found: Vec<Option<ModelPath<M>>> = vec![None; targets.len()];
     let mut seen: FingerprintMap<()> = FingerprintMap::default();
     let mut coverage = Coverage::new();
     let mut steps = 0;
@@ -63,7 +63,7 @@ where
     let mut stopped = None;
     let mut actions = Vec::new();
 
-    let record = |walk: &Walk<M>, found: &mut Vec<Option<PathPairs<M>>>| {
+    let record = |walk: &Walk<M>, found: &mut Vec<Option<ModelPath<M>>>| {
         let (state, _, _) = walk.last().expect("a walk has a state");
         for (index, target) in targets.iter().enumerate() {
             let shorter = found[index]
