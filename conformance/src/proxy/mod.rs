@@ -22,7 +22,7 @@
 //!
 //! One file per job: `wire` (DynamoDB JSON views and answer shapes), `key_condition` (the Query
 //! key-condition parser), `window` (the pending items and the rewrites of reads over them),
-//! `upstream` (forwarding, one exchange at a time), `server` (the listeners and held requests).
+//! `upstream` (forwarding, one exchange at a time), `signing` (SigV4 re-signing for AWS), `server` (the listeners and held requests).
 //! This file joins them.
 //!
 //! # Invariants
@@ -46,6 +46,7 @@
 
 mod key_condition;
 mod server;
+pub mod signing;
 mod upstream;
 mod window;
 mod wire;

@@ -11,11 +11,20 @@
 //!   `upstream_wait_millis_max`; an answer body is at most `body_bytes_max`; a multi-page read is
 //!   at most `upstream_pages_max` pages.
 //!
-//! Signatures: requests are forwarded with their SigV4 headers as they came, Host rewritten for
-//! the upstream, and rewritten Queries and the proxy's own reads carry the last client's signing
-//! headers. That is right for servers that ignore the signature (moto, DynamoDB Local); against
-//! AWS itself the signatures would no longer match (re-signing is not implemented).
+//! - **Signed for the upstream when signing is on** (`signing`): every exchange, the client's
+//!   and the proxy's own alike, drops the client's signature headers and is signed afresh for
+//!   the upstream's host, body as sent; that is what lets a replay reach AWS itself. With
+//!   signing off (the default for an emulator) requests are forwarded with their SigV4 headers
+//!   as they came, Host rewritten for the upstream, and rewritten Queries and the proxy's own
+//!   reads carry the last client's signing headers: right for servers that ignore the signature
+//!   (moto, DynamoDB Local), which read the region and account from it.
+//!
+//! The ledger: with `ONCECHECK_UPSTREAM_LEDGER=FILE` set, every exchange appends one JSON line
+//! (operation, status, the request's items and bytes, the answer's bytes, and the capacity
+//! units DynamoDB on-demand would charge for it, see [`capacity_units`]) so that the cost of a
+//! replay on AWS can be counted on an emulator (docs/aws.md).
 
+use std::io::Write;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -24,8 +33,12 @@ use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
 use http::{HeaderMap, Method};
 use serde_json::{json, Map, Value};
 
+use super::signing::{Signer, SigningMode, SIGNATURE_HEADERS};
 use super::wire::{page_items, Answer, Item, ItemKey, PreImage, JSON_CONTENT_TYPE, TARGET_PREFIX};
 use super::{ProxyError, ProxyLimits};
+
+/// The environment variable naming the ledger file (see the module doc).
+pub const UPSTREAM_LEDGER_ENV: &str = "ONCECHECK_UPSTREAM_LEDGER";
 
 /// Headers that carry the caller's identity and region to the server (moto reads its region and
 /// account from the Authorization header's credential scope).
@@ -43,6 +56,11 @@ pub(super) struct Upstream {
     /// The signing headers of the latest client request, reused on the proxy's own requests so
     /// the server files them under the same region and account.
     signing: Mutex<Vec<(HeaderName, HeaderValue)>>,
+    /// Present when requests are re-signed (`signing::SigningMode`); the signer is built on the
+    /// first exchange, since reading the credential chain is asynchronous.
+    signer: Option<tokio::sync::OnceCell<Signer>>,
+    /// Where each exchange is recorded, when `ONCECHECK_UPSTREAM_LEDGER` names a file.
+    ledger: Option<std::path::PathBuf>,
     wait: Duration,
     body_bytes_max: usize,
     pages_max: usize,
@@ -61,6 +79,10 @@ impl Upstream {
                 "{upstream:?} is not an http(s) URL"
             )));
         }
+        let mode =
+            SigningMode::from_env().map_err(|error| ProxyError::Upstream(error.to_string()))?;
+        let signer = mode.signs(&url).then(tokio::sync::OnceCell::new);
+        let ledger = std::env::var_os(UPSTREAM_LEDGER_ENV).map(std::path::PathBuf::from);
         let wait = Duration::from_millis(limits.upstream_wait_millis_max);
         // No proxy from the environment: the upstream is a named server, usually on loopback.
         let client = reqwest::Client::builder()
@@ -73,6 +95,8 @@ impl Upstream {
             client,
             turn: tokio::sync::Mutex::new(()),
             signing: Mutex::new(Vec::new()),
+            signer,
+            ledger,
             wait,
             body_bytes_max: limits.body_bytes_max,
             pages_max: limits.upstream_pages_max,
@@ -222,6 +246,21 @@ impl Upstream {
             }
         }
         let url = format!("{}{}", self.url, path);
+        if let Some(signer) = &self.signer {
+            for name in SIGNATURE_HEADERS {
+                outgoing.remove(name);
+            }
+            let signer = signer
+                .get_or_try_init(|| Signer::from_environment(&self.url))
+                .await
+                .map_err(|error| ProxyError::Upstream(error.to_string()))?;
+            outgoing = signer
+                .sign_post(&url, &outgoing, &body)
+                .await
+                .map_err(|error| ProxyError::Upstream(error.to_string()))?;
+        }
+        let request_bytes = body.len();
+        let request_body = self.ledger.is_some().then(|| body.clone());
         let mut response = self
             .client
             .request(Method::POST, &url)
@@ -265,6 +304,17 @@ impl Upstream {
                 ))
             })?
         };
+        if let (Some(ledger), Some(request_body)) = (&self.ledger, request_body) {
+            record(
+                ledger,
+                headers,
+                &request_body,
+                request_bytes,
+                status,
+                bytes.len(),
+                &body,
+            )?;
+        }
         Ok(Answer {
             status,
             body,
@@ -273,8 +323,139 @@ impl Upstream {
     }
 }
 
+/// Appends one exchange to the ledger. One `write` of one line, so concurrent replays (each
+/// its own proxy) appending to one file do not interleave within a line.
+fn record(
+    ledger: &std::path::Path,
+    headers: &HeaderMap,
+    request_body: &[u8],
+    request_bytes: usize,
+    status: u16,
+    answer_bytes: usize,
+    answer: &Value,
+) -> Result<(), ProxyError> {
+    let operation = headers
+        .get("x-amz-target")
+        .and_then(|value| value.to_str().ok())
+        .and_then(|target| target.strip_prefix(TARGET_PREFIX))
+        .unwrap_or("?");
+    let request: Value = serde_json::from_slice(request_body).unwrap_or(Value::Null);
+    let units = capacity_units(operation, &request, status, answer);
+    let mut line = serde_json::to_vec(&json!({
+        "operation": operation,
+        "status": status,
+        "request_bytes": request_bytes,
+        "answer_bytes": answer_bytes,
+        "read_units": units.read,
+        "write_units": units.write,
+    }))
+    .map_err(|error| ProxyError::Upstream(format!("the ledger line: {error}")))?;
+    line.push(b'\n');
+    std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(ledger)
+        .and_then(|mut file| file.write_all(&line))
+        .map_err(|error| ProxyError::Upstream(format!("the ledger {}: {error}", ledger.display())))
+}
+
+/// On-demand request units one exchange costs.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct CapacityUnits {
+    pub read: f64,
+    pub write: f64,
+}
+
+/// Bytes per write request unit and per read request unit (DynamoDB's units).
+const WRITE_UNIT_BYTES: usize = 1024;
+const READ_UNIT_BYTES: usize = 4096;
+
+fn units_of(bytes: usize, unit: usize) -> f64 {
+    bytes.div_ceil(unit).max(1) as f64
+}
+
+/// The request units DynamoDB (on-demand) charges for one exchange, by its published rules:
+/// a write costs 1 write unit per 1 KB of item, a transactional write or condition check 2; a
+/// strongly consistent read 1 read unit per 4 KB read (an eventually consistent one half), a
+/// transactional read 2; a Query or Scan is charged on the bytes it read (at least one unit);
+/// a conditional write whose condition fails still costs its write; table management
+/// (CreateTable, DescribeTable, ListTables, DeleteTable) is free. Item sizes are taken as the
+/// size of their JSON, an upper bound on DynamoDB's own measure. A throttled or refused request
+/// (HTTP 4xx other than a failed condition, or 5xx) is charged nothing here.
+pub fn capacity_units(
+    operation: &str,
+    request: &Value,
+    status: u16,
+    answer: &Value,
+) -> CapacityUnits {
+    let json_bytes = |value: &Value| serde_json::to_vec(value).map_or(0, |bytes| bytes.len());
+    let error_type = answer.get("__type").and_then(Value::as_str).unwrap_or("");
+    let charged = status < 300
+        || error_type.ends_with("ConditionalCheckFailedException")
+        || error_type.ends_with("TransactionCanceledException");
+    if !charged {
+        return CapacityUnits::default();
+    }
+    let consistent = request.get("ConsistentRead").and_then(Value::as_bool) == Some(true);
+    let read_factor = if consistent { 1.0 } else { 0.5 };
+    match operation {
+        "PutItem" => CapacityUnits {
+            read: 0.0,
+            write: units_of(json_bytes(&request["Item"]), WRITE_UNIT_BYTES),
+        },
+        "UpdateItem" | "DeleteItem" => CapacityUnits {
+            read: 0.0,
+            write: units_of(json_bytes(request), WRITE_UNIT_BYTES),
+        },
+        "TransactWriteItems" => {
+            let items = request["TransactItems"]
+                .as_array()
+                .map_or(&[][..], Vec::as_slice);
+            CapacityUnits {
+                read: 0.0,
+                write: items
+                    .iter()
+                    .map(|item| 2.0 * units_of(json_bytes(item), WRITE_UNIT_BYTES))
+                    .sum(),
+            }
+        }
+        "GetItem" => CapacityUnits {
+            read: read_factor * units_of(json_bytes(&answer["Item"]), READ_UNIT_BYTES),
+            write: 0.0,
+        },
+        "BatchGetItem" => {
+            let items: Vec<&Value> = answer["Responses"]
+                .as_object()
+                .into_iter()
+                .flat_map(|tables| tables.values())
+                .filter_map(Value::as_array)
+                .flatten()
+                .collect();
+            CapacityUnits {
+                read: items
+                    .iter()
+                    .map(|item| units_of(json_bytes(item), READ_UNIT_BYTES))
+                    .sum(),
+                write: 0.0,
+            }
+        }
+        "TransactGetItems" => {
+            let items = request["TransactItems"].as_array().map_or(0, Vec::len);
+            CapacityUnits {
+                read: 2.0 * items as f64,
+                write: 0.0,
+            }
+        }
+        "Query" | "Scan" => CapacityUnits {
+            read: read_factor * units_of(json_bytes(&answer["Items"]), READ_UNIT_BYTES),
+            write: 0.0,
+        },
+        _ => CapacityUnits::default(),
+    }
+}
+
 /// An error and its causes on one line (`connection refused` is two levels down in reqwest).
-fn error_chain(error: &dyn std::error::Error) -> String {
+pub(super) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
     while let Some(cause) = source {
@@ -307,4 +488,48 @@ fn fallback_signing_headers() -> Vec<(HeaderName, HeaderValue)> {
         HeaderValue::from_static("20260101T000000Z"),
     ));
     headers
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn capacity_follows_dynamodbs_unit_rules() {
+        let ok = json!({});
+        let transaction = json!({ "TransactItems": [
+            { "Put": { "TableName": "t", "Item": { "stream_id": { "S": "s" } } } },
+            { "ConditionCheck": { "TableName": "t", "Key": {} } },
+            { "Update": { "TableName": "t", "Key": {} } },
+        ]});
+        assert_eq!(
+            capacity_units("TransactWriteItems", &transaction, 200, &ok),
+            CapacityUnits {
+                read: 0.0,
+                write: 6.0
+            }
+        );
+        // A cancelled transaction is charged as a whole too.
+        let cancelled =
+            json!({ "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException" });
+        assert_eq!(
+            capacity_units("TransactWriteItems", &transaction, 400, &cancelled).write,
+            6.0
+        );
+        let consistent = json!({ "TableName": "t", "ConsistentRead": true });
+        let empty = json!({ "Items": [] });
+        assert_eq!(capacity_units("Query", &consistent, 200, &empty).read, 1.0);
+        let big = json!({ "Items": [{ "payload": { "S": "x".repeat(5000) } }] });
+        assert_eq!(capacity_units("Query", &consistent, 200, &big).read, 2.0);
+        assert_eq!(capacity_units("Query", &json!({}), 200, &big).read, 1.0);
+        assert_eq!(
+            capacity_units("ListTables", &json!({}), 200, &ok),
+            CapacityUnits::default()
+        );
+        let throttled = json!({ "__type": "com.amazonaws.dynamodb.v20120810#ThrottlingException" });
+        assert_eq!(
+            capacity_units("Query", &consistent, 400, &throttled),
+            CapacityUnits::default()
+        );
+    }
 }
