@@ -30,7 +30,12 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use http::header::{HeaderName, HeaderValue, CONTENT_TYPE};
-use http::{HeaderMap, Method};
+use http::{HeaderMap, Method, Request};
+use http_body_util::{BodyExt, Full, Limited};
+use hyper_rustls::HttpsConnector;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::client::legacy::Client;
+use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Map, Value};
 
 use super::signing::{Signer, SigningMode, SIGNATURE_HEADERS};
@@ -50,7 +55,7 @@ pub(super) type Turn<'a> = tokio::sync::MutexGuard<'a, ()>;
 
 pub(super) struct Upstream {
     url: String,
-    client: reqwest::Client,
+    client: Client<HttpsConnector<HttpConnector>, Full<Bytes>>,
     /// The upstream turn: held for every exchange with the server (the serialisation invariant).
     turn: tokio::sync::Mutex<()>,
     /// The signing headers of the latest client request, reused on the proxy's own requests so
@@ -84,12 +89,7 @@ impl Upstream {
         let signer = mode.signs(&url).then(tokio::sync::OnceCell::new);
         let ledger = std::env::var_os(UPSTREAM_LEDGER_ENV).map(std::path::PathBuf::from);
         let wait = Duration::from_millis(limits.upstream_wait_millis_max);
-        // No proxy from the environment: the upstream is a named server, usually on loopback.
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .timeout(wait)
-            .build()
-            .map_err(|error| ProxyError::Upstream(format!("building the HTTP client: {error}")))?;
+        let client = http_client(&url, wait)?;
         Ok(Upstream {
             url,
             client,
@@ -261,19 +261,45 @@ impl Upstream {
         }
         let request_bytes = body.len();
         let request_body = self.ledger.is_some().then(|| body.clone());
-        let mut response = self
-            .client
-            .request(Method::POST, &url)
-            .headers(outgoing)
-            .body(body)
-            .send()
-            .await
-            .map_err(|error| {
+        let mut request = Request::builder()
+            .method(Method::POST)
+            .uri(&url)
+            .body(Full::new(body))
+            .map_err(|error| ProxyError::Malformed(format!("POST {url}: {error}")))?;
+        *request.headers_mut() = outgoing;
+        // One bound for the whole exchange, connection to the answer's last byte.
+        let exchange = async {
+            let response = self.client.request(request).await.map_err(|error| {
                 ProxyError::Upstream(format!("POST {url}: {}", error_chain(&error)))
             })?;
-        let status = response.status().as_u16();
+            let (parts, answer) = response.into_parts();
+            let bytes = Limited::new(answer, self.body_bytes_max)
+                .collect()
+                .await
+                .map_err(|error| {
+                    if error.is::<http_body_util::LengthLimitError>() {
+                        ProxyError::Upstream(format!(
+                            "an answer larger than body_bytes_max = {}",
+                            self.body_bytes_max
+                        ))
+                    } else {
+                        ProxyError::Upstream(format!(
+                            "reading the answer of {url}: {}",
+                            error_chain(error.as_ref())
+                        ))
+                    }
+                })?
+                .to_bytes();
+            Ok::<_, ProxyError>((parts, bytes))
+        };
+        let (parts, bytes) = tokio::time::timeout(self.wait, exchange)
+            .await
+            .map_err(|_| {
+                ProxyError::Upstream(format!("POST {url}: no answer within {:?}", self.wait))
+            })??;
+        let status = parts.status.as_u16();
         let mut kept = Vec::new();
-        for (name, value) in response.headers() {
+        for (name, value) in &parts.headers {
             // The request id is worth keeping for a reader of logs; the CRC32 would be wrong for
             // a rewritten body, and framing is set again on delivery.
             if name.as_str() == "x-amzn-requestid" {
@@ -281,18 +307,6 @@ impl Upstream {
                     kept.push((name.as_str().to_owned(), value.to_owned()));
                 }
             }
-        }
-        let mut bytes = Vec::new();
-        while let Some(chunk) = response.chunk().await.map_err(|error| {
-            ProxyError::Upstream(format!("reading the answer of {url}: {error}"))
-        })? {
-            if bytes.len() + chunk.len() > self.body_bytes_max {
-                return Err(ProxyError::Upstream(format!(
-                    "an answer larger than body_bytes_max = {}",
-                    self.body_bytes_max
-                )));
-            }
-            bytes.extend_from_slice(&chunk);
         }
         let body: Value = if bytes.is_empty() {
             Value::Object(Map::new())
@@ -424,20 +438,31 @@ pub fn capacity_units(
             write: 0.0,
         },
         "BatchGetItem" => {
-            let items: Vec<&Value> = answer["Responses"]
-                .as_object()
-                .into_iter()
-                .flat_map(|tables| tables.values())
-                .filter_map(Value::as_array)
-                .flatten()
-                .collect();
-            CapacityUnits {
-                read: items
+            // Per table: every requested key is a read (a missing item costs the minimum), a
+            // found item its size; keys left unprocessed were not read.
+            let mut read = 0.0;
+            let requested = request["RequestItems"].as_object();
+            for (table, asked) in requested.into_iter().flatten() {
+                let keys = asked["Keys"].as_array().map_or(0, Vec::len);
+                let unprocessed = answer["UnprocessedKeys"][table]["Keys"]
+                    .as_array()
+                    .map_or(0, Vec::len);
+                let found = answer["Responses"][table]
+                    .as_array()
+                    .map_or(&[][..], Vec::as_slice);
+                let factor = if asked["ConsistentRead"].as_bool() == Some(true) {
+                    1.0
+                } else {
+                    0.5
+                };
+                let missing = keys.saturating_sub(unprocessed + found.len());
+                let found_units: f64 = found
                     .iter()
                     .map(|item| units_of(json_bytes(item), READ_UNIT_BYTES))
-                    .sum(),
-                write: 0.0,
+                    .sum();
+                read += factor * (found_units + missing as f64);
             }
+            CapacityUnits { read, write: 0.0 }
         }
         "TransactGetItems" => {
             let items = request["TransactItems"].as_array().map_or(0, Vec::len);
@@ -454,7 +479,38 @@ pub fn capacity_units(
     }
 }
 
-/// An error and its causes on one line (`connection refused` is two levels down in reqwest).
+/// The HTTP client to `url`: HTTP/1.1, pooled, no proxy from the environment (the upstream is
+/// a named server, usually on loopback); for an `https` URL, rustls with the AWS SDK's crypto
+/// provider and the system's root certificates, verified as usual.
+fn http_client(
+    url: &str,
+    wait: Duration,
+) -> Result<Client<HttpsConnector<HttpConnector>, Full<Bytes>>, ProxyError> {
+    let provider = rustls::crypto::aws_lc_rs::default_provider();
+    let tls = if url.starts_with("https://") {
+        hyper_rustls::HttpsConnectorBuilder::new()
+            .with_provider_and_native_roots(provider)
+            .map_err(|error| {
+                ProxyError::Upstream(format!("the system's TLS root certificates: {error}"))
+            })?
+    } else {
+        // A plain-http upstream never uses TLS; no root certificates are read for it.
+        let config = rustls::ClientConfig::builder_with_provider(provider.into())
+            .with_safe_default_protocol_versions()
+            .map_err(|error| ProxyError::Upstream(format!("TLS configuration: {error}")))?
+            .with_root_certificates(rustls::RootCertStore::empty())
+            .with_no_client_auth();
+        hyper_rustls::HttpsConnectorBuilder::new().with_tls_config(config)
+    };
+    let mut http = HttpConnector::new();
+    http.enforce_http(false);
+    http.set_nodelay(true);
+    http.set_connect_timeout(Some(wait));
+    let connector = tls.https_or_http().enable_http1().wrap_connector(http);
+    Ok(Client::builder(TokioExecutor::new()).build(connector))
+}
+
+/// An error and its causes on one line (`connection refused` is two levels down in the client).
 pub(super) fn error_chain(error: &dyn std::error::Error) -> String {
     let mut text = error.to_string();
     let mut source = error.source();
