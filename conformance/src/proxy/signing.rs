@@ -282,7 +282,7 @@ impl Signer {
             .provider
             .provide_credentials()
             .await
-            .map_err(|error| SigningError::NoCredentials(error_chain(&error)))?;
+            .map_err(|error| SigningError::NoCredentials(one_line(&error_chain(&error))))?;
         *self.cached.lock().unwrap_or_else(PoisonError::into_inner) = Some(credentials.clone());
         Ok(credentials)
     }
@@ -345,9 +345,79 @@ impl Signer {
     }
 }
 
+/// The chain's error lists every provider it tried, one per line; an error is one line.
+fn one_line(text: &str) -> String {
+    text.lines()
+        .map(str::trim)
+        .filter(|line| !line.is_empty())
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use aws_credential_types::provider::error::CredentialsError;
+    use aws_credential_types::provider::future;
+
+    #[derive(Debug)]
+    struct NoCredentials;
+
+    impl ProvideCredentials for NoCredentials {
+        fn provide_credentials<'a>(&'a self) -> future::ProvideCredentials<'a>
+        where
+            Self: 'a,
+        {
+            future::ProvideCredentials::ready(Err(CredentialsError::not_loaded(
+                "no credentials found in chain. Attempted:\n  Environment: not set\n  Profile: none",
+            )))
+        }
+    }
+
+    #[tokio::test]
+    async fn missing_credentials_are_one_clear_line_and_nothing_is_signed() {
+        let signer = Signer::with_provider(
+            "us-east-1".to_owned(),
+            SharedCredentialsProvider::new(NoCredentials),
+        );
+        let error = signer
+            .sign_post("http://127.0.0.1:1/", &HeaderMap::new(), b"{}")
+            .await
+            .unwrap_err();
+        let text = error.to_string();
+        assert!(!text.contains('\n'), "{text}");
+        assert!(
+            text.starts_with("no AWS credentials for signing: ")
+                && text.contains("Attempted:; Environment: not set; Profile: none"),
+            "{text}"
+        );
+    }
+
+    #[tokio::test]
+    async fn temporary_credentials_carry_their_token_into_the_signature() {
+        let credentials =
+            Credentials::new("AKID", "secret", Some("the-token".into()), None, "test");
+        let signer = Signer::with_provider(
+            "eu-west-1".to_owned(),
+            SharedCredentialsProvider::new(credentials),
+        );
+        let mut headers = HeaderMap::new();
+        headers.insert(
+            "x-amz-target",
+            HeaderValue::from_static("DynamoDB_20120810.Query"),
+        );
+        let signed = signer
+            .sign_post("http://127.0.0.1:8000/", &headers, b"{}")
+            .await
+            .unwrap();
+        assert_eq!(signed["host"], "127.0.0.1:8000");
+        assert_eq!(signed["x-amz-security-token"], "the-token");
+        let authorization = signed["authorization"].to_str().unwrap();
+        assert!(
+            authorization.contains("/eu-west-1/dynamodb/aws4_request, SignedHeaders=host;x-amz-date;x-amz-security-token;x-amz-target, Signature="),
+            "{authorization}"
+        );
+    }
 
     #[test]
     fn auto_signs_aws_endpoints_only() {
