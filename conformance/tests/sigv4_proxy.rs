@@ -4,7 +4,8 @@
 //! the replayer, the proxy's own ListTables) must carry a well-formed SigV4 Authorization for
 //! the upstream's host, in the proxy's credential scope, with the session token of its
 //! temporary credentials, and a signature valid for the exact bytes the upstream got; none may
-//! carry the client's own credentials; and moto still answers every one.
+//! carry the client's own credentials; and moto still answers every one. The same run has the
+//! proxy's ledger on (`ONCECHECK_UPSTREAM_LEDGER`): one line per exchange, with its units.
 //!
 //! Needs ONCECHECK_DDB_ENDPOINT and fails (never skips) without it:
 //! `bash -c 'source scripts/services.sh; start_moto; cargo test -p oncecheck-conformance --test sigv4_proxy; services_down'`
@@ -194,6 +195,10 @@ fn forwarded_requests_are_signed_for_the_upstream_host_and_moto_answers() {
     std::env::set_var("AWS_REGION", PROXY_REGION);
     std::env::set_var("AWS_EC2_METADATA_DISABLED", "true");
     std::env::remove_var("AWS_PROFILE");
+    let ledger =
+        std::env::temp_dir().join(format!("sigv4-proxy-ledger-{}.jsonl", std::process::id()));
+    let _ = std::fs::remove_file(&ledger);
+    std::env::set_var("ONCECHECK_UPSTREAM_LEDGER", &ledger);
     let runtime = tokio::runtime::Runtime::new().unwrap();
     runtime.block_on(async move {
         let moto_address = moto
@@ -404,4 +409,33 @@ fn forwarded_requests_are_signed_for_the_upstream_host_and_moto_answers() {
             );
         }
     });
+
+    // The ledger: the five exchanges in order, each with the units DynamoDB charges for it.
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&ledger)
+        .expect("the ledger file")
+        .lines()
+        .map(|line| serde_json::from_str(line).expect("a JSON ledger line"))
+        .collect();
+    let _ = std::fs::remove_file(&ledger);
+    let entries: Vec<(&str, u64, f64, f64)> = lines
+        .iter()
+        .map(|line| {
+            (
+                line["operation"].as_str().unwrap(),
+                line["status"].as_u64().unwrap(),
+                line["read_units"].as_f64().unwrap(),
+                line["write_units"].as_f64().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        entries,
+        [
+            ("ListTables", 200, 0.0, 0.0),
+            ("CreateTable", 200, 0.0, 0.0),
+            ("PutItem", 200, 0.0, 1.0),
+            ("GetItem", 200, 1.0, 0.0),
+            ("DeleteTable", 200, 0.0, 0.0),
+        ]
+    );
 }

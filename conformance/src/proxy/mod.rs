@@ -22,8 +22,8 @@
 //!
 //! One file per job: `wire` (DynamoDB JSON views and answer shapes), `key_condition` (the Query
 //! key-condition parser), `window` (the pending items and the rewrites of reads over them),
-//! `upstream` (forwarding, one exchange at a time), `signing` (SigV4 re-signing for AWS), `server` (the listeners and held requests).
-//! This file joins them.
+//! `upstream` (forwarding, one exchange at a time), `signing` (SigV4 re-signing for AWS),
+//! `server` (the listeners and held requests). This file joins them.
 //!
 //! # Invariants
 //!

@@ -20,9 +20,9 @@
 //!   (moto, DynamoDB Local), which read the region and account from it.
 //!
 //! The ledger: with `ONCECHECK_UPSTREAM_LEDGER=FILE` set, every exchange appends one JSON line
-//! (operation, status, the request's items and bytes, the answer's bytes, and the capacity
-//! units DynamoDB on-demand would charge for it, see [`capacity_units`]) so that the cost of a
-//! replay on AWS can be counted on an emulator (docs/aws.md).
+//! (operation, status, request and answer bytes, and the read and write units DynamoDB
+//! on-demand would charge for it, see [`capacity_units`]) so that the cost of a replay on AWS
+//! can be counted on an emulator (docs/aws.md).
 
 use std::io::Write;
 use std::sync::{Mutex, MutexGuard, PoisonError};
