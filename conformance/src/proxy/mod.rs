@@ -22,8 +22,8 @@
 //!
 //! One file per job: `wire` (DynamoDB JSON views and answer shapes), `key_condition` (the Query
 //! key-condition parser), `window` (the pending items and the rewrites of reads over them),
-//! `upstream` (forwarding, one exchange at a time), `signing` (SigV4 re-signing for AWS),
-//! `server` (the listeners and held requests). This file joins them.
+//! `upstream` (forwarding, one exchange at a time), `server` (the listeners and held requests).
+//! This file joins them.
 //!
 //! # Invariants
 //!
@@ -35,6 +35,9 @@
 //! - **Writes never reach past the window**: [`Proxy::forward`] refuses a write that touches a
 //!   pending item ([`ProxyError::WritesPending`]); the model answers it with a conflict, which
 //!   the replayer synthesises.
+//! - **Signed for the upstream when signing is on** (`signing`, used by `upstream`): every
+//!   forwarded request is SigV4-signed afresh for the upstream's host (AWS itself; see
+//!   docs/aws.md), since the client's own signature fits neither the host nor a rewritten body.
 //!
 //! # Limits
 //!
@@ -46,10 +49,11 @@
 
 mod key_condition;
 mod server;
-pub mod signing;
 mod upstream;
 mod window;
 mod wire;
+
+pub mod signing;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
