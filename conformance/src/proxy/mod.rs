@@ -317,14 +317,11 @@ impl Proxy {
             .filter(|item| item.kind.writes())
             .collect();
         let turn = self.upstream.turn().await?;
-        let mut images = Vec::with_capacity(written.len());
-        for item in &written {
-            images.push(
-                self.upstream
-                    .read_image(&turn, &item.table, &item.key)
-                    .await?,
-            );
-        }
+        let keys: Vec<(String, ItemKey)> = written
+            .iter()
+            .map(|item| (item.table.clone(), item.key.clone()))
+            .collect();
+        let images = self.upstream.read_images(&turn, &keys).await?;
         let answer = self.forward_in_turn(&turn, request).await?;
         if !answer.is_success() {
             return Ok((answer, Vec::new()));
@@ -334,18 +331,18 @@ impl Proxy {
         Ok((answer, keys))
     }
 
-    /// Reads (GetItem, consistent, upstream) the current image of every key, in one turn.
+    /// Reads (one consistent BatchGetItem, upstream) the current image of every key, in one turn.
     pub async fn read_images(
         &self,
         table: &str,
         keys: &[ItemKey],
     ) -> Result<Vec<PreImage>, ProxyError> {
         let turn = self.upstream.turn().await?;
-        let mut images = Vec::with_capacity(keys.len());
-        for key in keys {
-            images.push(self.upstream.read_image(&turn, table, key).await?);
-        }
-        Ok(images)
+        let keys: Vec<(String, ItemKey)> = keys
+            .iter()
+            .map(|key| (table.to_owned(), key.clone()))
+            .collect();
+        self.upstream.read_images(&turn, &keys).await
     }
 
     /// Makes the images' keys pending: reads show the pre-images until [`Proxy::apply`].

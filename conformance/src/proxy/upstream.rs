@@ -165,26 +165,98 @@ impl Upstream {
         self.exchange(turn, "/", &headers, operation, body).await
     }
 
-    /// The current image of `key` (GetItem, consistent), past the window.
-    pub(super) async fn read_image(
+    /// The current images of `keys` (one consistent BatchGetItem, past the window), in the
+    /// order given. One request instead of a GetItem per key: the pre-image reads were most of
+    /// what a replay sent to the emulator. Unprocessed keys are asked again, at most
+    /// `pages_max` times in all.
+    pub(super) async fn read_images(
         &self,
         turn: &Turn<'_>,
-        table: &str,
-        key: &ItemKey,
-    ) -> Result<PreImage, ProxyError> {
-        let body = json!({ "TableName": table, "Key": key.to_item(), "ConsistentRead": true });
-        let answer = self.own_request(turn, "GetItem", &body).await?;
-        if !answer.is_success() {
-            return Err(ProxyError::Upstream(format!(
-                "GetItem {key} in {table}: {} {}",
-                answer.status, answer.body
+        keys: &[(String, ItemKey)],
+    ) -> Result<Vec<PreImage>, ProxyError> {
+        // DynamoDB's limit for one BatchGetItem; a transaction writes at most 100 items too.
+        const BATCH_KEYS_MAX: usize = 100;
+        if keys.len() > BATCH_KEYS_MAX {
+            return Err(ProxyError::Malformed(format!(
+                "{} pre-images to read; a BatchGetItem holds at most {BATCH_KEYS_MAX}",
+                keys.len()
             )));
         }
-        Ok(PreImage {
-            table: table.to_owned(),
-            key: key.clone(),
-            item: answer.body.get("Item").and_then(Value::as_object).cloned(),
-        })
+        let mut found: std::collections::BTreeMap<(String, ItemKey), Item> =
+            std::collections::BTreeMap::new();
+        let mut wanted: Vec<(String, ItemKey)> = keys.to_vec();
+        for _round in 0..self.pages_max {
+            if wanted.is_empty() {
+                break;
+            }
+            let mut request_items = serde_json::Map::new();
+            for (table, key) in &wanted {
+                let entry = request_items
+                    .entry(table.clone())
+                    .or_insert_with(|| json!({ "Keys": [], "ConsistentRead": true }));
+                entry["Keys"]
+                    .as_array_mut()
+                    .expect("Keys is an array")
+                    .push(Value::from(key.to_item()));
+            }
+            let body = json!({ "RequestItems": request_items });
+            let answer = self.own_request(turn, "BatchGetItem", &body).await?;
+            if !answer.is_success() {
+                return Err(ProxyError::Upstream(format!(
+                    "BatchGetItem of {} keys: {} {}",
+                    wanted.len(),
+                    answer.status,
+                    answer.body
+                )));
+            }
+            let responses = answer.body.get("Responses").and_then(Value::as_object);
+            for (table, items) in responses.into_iter().flatten() {
+                for item in items.as_array().into_iter().flatten() {
+                    let item = item.as_object().cloned().ok_or_else(|| {
+                        ProxyError::Upstream(format!(
+                            "a BatchGetItem item that is not an object: {item}"
+                        ))
+                    })?;
+                    found.insert((table.clone(), ItemKey::from_item(&item)?), item);
+                }
+            }
+            let mut unprocessed = Vec::new();
+            let pending = answer
+                .body
+                .get("UnprocessedKeys")
+                .and_then(Value::as_object);
+            for (table, entry) in pending.into_iter().flatten() {
+                for key in entry
+                    .get("Keys")
+                    .and_then(Value::as_array)
+                    .into_iter()
+                    .flatten()
+                {
+                    let key = key.as_object().cloned().ok_or_else(|| {
+                        ProxyError::Upstream(format!(
+                            "an unprocessed key that is not an object: {key}"
+                        ))
+                    })?;
+                    unprocessed.push((table.clone(), ItemKey::from_item(&key)?));
+                }
+            }
+            wanted = unprocessed;
+        }
+        if !wanted.is_empty() {
+            return Err(ProxyError::Upstream(format!(
+                "BatchGetItem left {} keys unprocessed after upstream_pages_max = {} rounds",
+                wanted.len(),
+                self.pages_max
+            )));
+        }
+        Ok(keys
+            .iter()
+            .map(|(table, key)| PreImage {
+                table: table.clone(),
+                key: key.clone(),
+                item: found.get(&(table.clone(), key.clone())).cloned(),
+            })
+            .collect())
     }
 
     /// Every item of `table` as the server holds it (consistent Scan, all pages, sorted by key).
