@@ -18,11 +18,17 @@
 //!   a write touching a pending item with;
 //! - **lost responses**: [`Proxy::lose`] closes the client's connection after the commit, without
 //!   an HTTP response, so the SDK sees an I/O (dispatch) error: an unknown outcome;
-//!   [`Proxy::stall`] answers nothing until the client's own timeout gives up (a timeout error).
+//!   [`Proxy::stall`] answers nothing until the client's own timeout gives up (a timeout error);
+//! - **client request tokens** (`tokens`): DynamoDB's ClientRequestToken rules for
+//!   TransactWriteItems, with the token record committed in the same transaction as the effects,
+//!   a token clock only the trace moves ([`Proxy::set_token_clock`]), a switch
+//!   ([`Proxy::set_token_table`]), and [`Proxy::begin`], the hold that makes a running
+//!   transaction observable (TransactionInProgress, TransactionConflict).
 //!
 //! One file per job: `wire` (DynamoDB JSON views and answer shapes), `key_condition` (the Query
 //! key-condition parser), `window` (the pending items and the rewrites of reads over them),
-//! `upstream` (forwarding, one exchange at a time), `server` (the listeners and held requests).
+//! `upstream` (forwarding, one exchange at a time), `server` (the listeners and held requests),
+//! `tokens` (the token table and the locks of begun transactions).
 //! This file joins them.
 //!
 //! # Invariants
@@ -46,6 +52,7 @@
 
 mod key_condition;
 mod server;
+mod tokens;
 mod upstream;
 mod window;
 mod wire;
@@ -61,9 +68,11 @@ use tokio::task::JoinHandle;
 
 pub use key_condition::{QueryView, SeqCondition};
 pub use server::HeldRequest;
+pub use tokens::{fingerprint, TOKEN_CHARS_MAX, TOKEN_TABLE, TOKEN_WINDOW_MILLIS};
 pub use wire::{Answer, Item, ItemKey, PreImage, ReasonCode, TransactItemView, TransactKind};
 
 use server::{accept_loop, Intake, Reply, Route};
+use tokens::{Screen, Tokens};
 use upstream::{Turn, Upstream};
 use window::Window;
 
@@ -139,6 +148,7 @@ struct Port {
 pub struct Proxy {
     upstream: Arc<Upstream>,
     window: Window,
+    tokens: Tokens,
     ports: Vec<Port>,
     set_up_address: SocketAddr,
     servers: Vec<JoinHandle<()>>,
@@ -205,6 +215,7 @@ impl Proxy {
         Ok(Proxy {
             upstream,
             window: Window::default(),
+            tokens: Tokens::new(),
             ports,
             set_up_address,
             servers,
@@ -367,7 +378,33 @@ impl Proxy {
             .conflict_answer(&request.operation, &request.touched_keys()?))
     }
 
+    /// Turns DynamoDB's token rules on (the default) or off: off, a tokened TransactWriteItems
+    /// passes through as sent, and the endpoint's own token handling shows (see `tokens`).
+    pub fn set_token_table(&self, on: bool) {
+        self.tokens.set_enabled(on);
+    }
+
+    /// The token clock: the time every token's window is decided on. It starts at 0 and moves
+    /// only here, so a trace's "the window passes" is one call.
+    pub fn set_token_clock(&self, now: Duration) {
+        self.tokens.set_clock(now);
+    }
+
+    pub fn token_clock(&self) -> Duration {
+        self.tokens.clock()
+    }
+
+    /// The trace's "server starts" step for a held TransactWriteItems: its token is running and
+    /// the items it touches are locked until it is forwarded or answered. Meanwhile the same
+    /// token is answered TransactionInProgress (or IdempotentParameterMismatch with other
+    /// parameters), and a write touching its items TransactionConflict.
+    pub async fn begin(&self, request: &HeldRequest) -> Result<(), ProxyError> {
+        let turn = self.upstream.turn().await?;
+        self.tokens.begin(&self.upstream, &turn, request).await
+    }
+
     fn reply(&self, request: HeldRequest, reply: Reply) -> Result<(), ProxyError> {
+        self.tokens.finish(request.id);
         request
             .reply
             .send(reply)
@@ -406,6 +443,16 @@ impl Proxy {
         Answer::conflict()
     }
 
+    /// The answer for a request the proxy could not serve (a [`ProxyError`] met while forwarding
+    /// it): a 400 of the proxy's own type, which no client retries.
+    pub fn fault(message: &str) -> Answer {
+        Answer::error(
+            400,
+            "oncecheck.proxy#ProxyFault",
+            &format!("oncecheck proxy: {message}"),
+        )
+    }
+
     /// See [`Answer::throttled`].
     pub fn throttled() -> Answer {
         Answer::throttled()
@@ -418,11 +465,71 @@ impl Proxy {
         self.upstream.scan(&turn, table).await
     }
 
+    /// The token table's rules first (`tokens`), then the request as the window shows it.
     async fn forward_in_turn(
         &self,
         turn: &Turn<'_>,
         request: &HeldRequest,
     ) -> Result<Answer, ProxyError> {
+        let screened = self.tokens.screen(&self.upstream, turn, request).await;
+        let answer = match screened {
+            Ok(Screen::Answer(answer)) => Ok(answer),
+            Ok(Screen::Forward) => self.forward_visible(turn, request).await,
+            Ok(Screen::Record { body, client_items }) => {
+                match self.refuse_pending_writes(request) {
+                    Ok(()) => self
+                        .upstream
+                        .exchange(
+                            turn,
+                            &request.path,
+                            &request.headers,
+                            &request.operation,
+                            &body,
+                        )
+                        .await
+                        .map(|answer| self.tokens.settle(answer, client_items)),
+                    Err(error) => Err(error),
+                }
+            }
+            Err(error) => Err(error),
+        };
+        // A begun request has run once it went upstream or was answered here.
+        self.tokens.finish(request.id);
+        answer
+    }
+
+    /// A write touching a pending item is refused: the model answers it with a conflict.
+    fn refuse_pending_writes(&self, request: &HeldRequest) -> Result<(), ProxyError> {
+        // Nothing pending, nothing to refuse: and the keys of tables outside the relay's
+        // schema (the token traces', the probe's) are never parsed.
+        if self.window.keys().is_empty() {
+            return Ok(());
+        }
+        let touched = request.touched_keys()?;
+        let held = self.window.held_among(&touched);
+        if let Some((_, key)) = touched
+            .into_iter()
+            .zip(held)
+            .find_map(|(touched, held)| held.then_some(touched))
+        {
+            return Err(ProxyError::WritesPending {
+                operation: request.operation.clone(),
+                key,
+            });
+        }
+        Ok(())
+    }
+
+    async fn forward_visible(
+        &self,
+        turn: &Turn<'_>,
+        request: &HeldRequest,
+    ) -> Result<Answer, ProxyError> {
+        // Nothing pending: every read already shows the visible state, so it goes as sent, and
+        // tables outside the relay's key schema (the probe's, the token traces') work too.
+        if self.window.keys().is_empty() {
+            return self.pass_through(turn, request).await;
+        }
         match request.operation.as_str() {
             "Query" => self.forward_query(turn, request).await,
             "GetItem" => self.forward_get(turn, request).await,
@@ -437,18 +544,7 @@ impl Proxy {
                 self.pass_through(turn, request).await
             }
             _ => {
-                let touched = request.touched_keys()?;
-                let held = self.window.held_among(&touched);
-                if let Some((_, key)) = touched
-                    .into_iter()
-                    .zip(held)
-                    .find_map(|(touched, held)| held.then_some(touched))
-                {
-                    return Err(ProxyError::WritesPending {
-                        operation: request.operation.clone(),
-                        key,
-                    });
-                }
+                self.refuse_pending_writes(request)?;
                 self.pass_through(turn, request).await
             }
         }
