@@ -184,6 +184,14 @@ enum Command {
     Probe {
         /// The endpoint: dynamodb=URL (any DynamoDB-compatible endpoint, moto included).
         target: String,
+        /// Probe through the conformance proxy in front of the endpoint: its token table, and
+        /// the hold that the in-progress and TransactionConflict rows need.
+        #[arg(long)]
+        proxy: bool,
+        /// With --proxy: the proxy's token table on (DynamoDB's token rules) or off (the
+        /// endpoint's own).
+        #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
+        token_table: String,
     },
     /// Serve the stateright Explorer for one model variant on 127.0.0.1 (blocks until ctrl-c).
     Explore {
@@ -355,7 +363,11 @@ fn main() -> ExitCode {
             jobs,
             lose_by.as_deref(),
         ),
-        Command::Probe { target } => probe(&target),
+        Command::Probe {
+            target,
+            proxy,
+            token_table,
+        } => probe(&target, proxy, token_table == "on"),
         Command::Explore {
             model,
             variant,
@@ -462,13 +474,13 @@ fn replay(
 }
 
 #[cfg(feature = "replay")]
-fn probe(target: &str) -> ExitCode {
-    oncecheck_conformance::probe::run_command(target)
+fn probe(target: &str, through_proxy: bool, token_table: bool) -> ExitCode {
+    oncecheck_conformance::probe::run_command(target, through_proxy, token_table)
 }
 
 /// The probe talks to DynamoDB through the SDK, which only the `replay` build carries.
 #[cfg(not(feature = "replay"))]
-fn probe(_: &str) -> ExitCode {
+fn probe(_: &str, _: bool, _: bool) -> ExitCode {
     bad_input(
         "this oncecheck was built without replay (the probe needs the AWS SDK); build one with it: \
          cargo run --release -p oncecheck-conformance --features replay --bin oncecheck -- probe ...",
