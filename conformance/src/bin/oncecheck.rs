@@ -118,7 +118,7 @@ enum Command {
     },
     /// Write counterexamples, examples and seeded covering paths as ITF trace files.
     Traces {
-        /// The model: relay (the one model whose traces can be replayed).
+        /// The model: relay, idempotency or token (relay and token traces can be replayed).
         model: String,
         /// One variant (every variant when omitted): add-era, counter-only, fixed, mixed.
         #[arg(long)]
@@ -156,7 +156,9 @@ enum Command {
         /// ITF trace files written by `oncecheck traces` (or kept in conformance/traces/).
         #[arg(required = true, value_name = "TRACE")]
         traces: Vec<PathBuf>,
-        /// Where to replay: memory | sqlite | dynamodb (ONCECHECK_DDB_ENDPOINT) | dynamodb=URL.
+        /// Where to replay: memory | sqlite | dynamodb (ONCECHECK_DDB_ENDPOINT) | dynamodb=URL
+        /// (relay traces); tokened-dynamodb | tokened-dynamodb=URL (token traces, on the
+        /// reliable-write client through the proxy's token table).
         #[arg(long, default_value = "dynamodb")]
         target: String,
         /// Run the writers as this store build instead of the trace's own variant

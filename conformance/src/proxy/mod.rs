@@ -425,6 +425,48 @@ impl Proxy {
         self.reply(request, Reply::Lose)
     }
 
+    /// Loses the response before the request is processed (the trace's client gives up on a
+    /// request still pending or running): the client sees its connection closed now, and the
+    /// request stays with the replayer, to be processed later or dropped; its answer then goes
+    /// nowhere (a later `deliver` or `lose` reports [`ProxyError::ClientGone`]). A begun
+    /// transaction stays running.
+    pub fn lose_early(&self, request: HeldRequest) -> Result<HeldRequest, ProxyError> {
+        let HeldRequest {
+            id,
+            actor,
+            operation,
+            body,
+            path,
+            headers,
+            raw,
+            reply,
+        } = request;
+        reply
+            .send(Reply::Lose)
+            .map_err(|_| ProxyError::ClientGone {
+                actor,
+                operation: operation.clone(),
+            })?;
+        let (reply, _nobody) = tokio::sync::oneshot::channel();
+        Ok(HeldRequest {
+            id,
+            actor,
+            operation,
+            body,
+            path,
+            headers,
+            raw,
+            reply,
+        })
+    }
+
+    /// The environment damages the creation time of `token`'s record (the token model's
+    /// RecordLosesTimestamp): the record stays, and every later request meeting it fails closed.
+    pub async fn damage_token_record(&self, token: &str) -> Result<(), ProxyError> {
+        let turn = self.upstream.turn().await?;
+        self.tokens.damage(&self.upstream, &turn, token).await
+    }
+
     /// Loses the response by silence: the connection stays open without an answer until the
     /// client's own attempt timeout gives up on it (the proxy closes it after
     /// `request_wait_millis_max` at the latest), so the SDK sees a timeout: an unknown outcome

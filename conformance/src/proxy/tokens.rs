@@ -408,6 +408,38 @@ impl Tokens {
         Ok(Screen::Record { body, client_items })
     }
 
+    /// Replaces the creation time of `token`'s record by a value that is no time.
+    pub(super) async fn damage(
+        &self,
+        upstream: &Upstream,
+        turn: &Turn<'_>,
+        token: &str,
+    ) -> Result<(), ProxyError> {
+        self.ensure_table(upstream, turn).await?;
+        let answer = upstream
+            .own_request(
+                turn,
+                "UpdateItem",
+                &json!({
+                    "TableName": TOKEN_TABLE,
+                    "Key": { ATTRIBUTE_KEY: { "S": format!("{}#{token}", self.instance) } },
+                    "UpdateExpression": "SET #c = :damaged",
+                    "ConditionExpression": "attribute_exists(#c)",
+                    "ExpressionAttributeNames": { "#c": ATTRIBUTE_CREATED },
+                    "ExpressionAttributeValues": { ":damaged": { "S": "damaged" } },
+                }),
+            )
+            .await?;
+        if answer.is_success() {
+            Ok(())
+        } else {
+            Err(ProxyError::Upstream(format!(
+                "damaging the record of token {token}: HTTP {} {}",
+                answer.status, answer.body
+            )))
+        }
+    }
+
     /// The upstream's answer to a forwarded [`Screen::Record`], as the client must see it.
     pub(super) fn settle(&self, mut answer: Answer, client_items: usize) -> Answer {
         let Some(reasons) = answer
