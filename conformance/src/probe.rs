@@ -297,6 +297,7 @@ pub async fn probe_through_proxy(
     );
     let report = probe_with(&proxy.endpoint(0), &label, Some(&hold)).await;
     driver.abort();
+    let _ = proxy.delete_token_table().await;
     report
 }
 

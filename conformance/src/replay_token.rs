@@ -865,6 +865,10 @@ impl ReplayTarget for TokenTarget {
         if let Some(direct) = &self.direct {
             let _ = direct.delete_table().table_name(&self.table).send().await;
         }
+        if let Some(proxy) = &self.proxy {
+            // Tear-down reports nothing: a table left behind is the emulator's to lose.
+            let _ = proxy.delete_token_table().await;
+        }
         drop(self.proxy);
         for path in &self.journals {
             for suffix in ["", "-wal", "-shm"] {

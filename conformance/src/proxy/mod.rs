@@ -68,7 +68,7 @@ use tokio::task::JoinHandle;
 
 pub use key_condition::{QueryView, SeqCondition};
 pub use server::HeldRequest;
-pub use tokens::{fingerprint, TOKEN_CHARS_MAX, TOKEN_TABLE, TOKEN_WINDOW_MILLIS};
+pub use tokens::{fingerprint, TOKEN_CHARS_MAX, TOKEN_TABLE_PREFIX, TOKEN_WINDOW_MILLIS};
 pub use wire::{Answer, Item, ItemKey, PreImage, ReasonCode, TransactItemView, TransactKind};
 
 use server::{accept_loop, Intake, Reply, Route};
@@ -458,6 +458,13 @@ impl Proxy {
             raw,
             reply,
         })
+    }
+
+    /// Deletes the token table's side table on the upstream, if this proxy created one (the
+    /// proxy cannot on drop: that needs a request). Call it when done with the proxy.
+    pub async fn delete_token_table(&self) -> Result<(), ProxyError> {
+        let turn = self.upstream.turn().await?;
+        self.tokens.delete_table(&self.upstream, &turn).await
     }
 
     /// The environment damages the creation time of `token`'s record (the token model's

@@ -13,8 +13,9 @@
 //! own token clock, which only the trace (or test) moves ([`super::Proxy::set_token_clock`]), so
 //! "ten minutes later" is a step, not a wait.
 //!
-//! **Where the record lives, and why.** The token record is an item of a side table
-//! ([`TOKEN_TABLE`]) committed by the upstream in the SAME TransactWriteItems as the effects: the
+//! **Where the record lives, and why.** The token record is an item of a side table of the
+//! proxy's own ([`TOKEN_TABLE_PREFIX`], one per proxy: emulators copy a whole table per
+//! transaction, and moto's copy races a concurrent writer of the same table) committed by the upstream in the SAME TransactWriteItems as the effects: the
 //! proxy appends a conditional Put of the record to the transaction it forwards, conditional on
 //! the record being as the proxy read it (absent, or the expired record it replaces). The
 //! alternatives each reopen the hazard this table exists to close: a record kept in the proxy's
@@ -54,8 +55,9 @@ use super::upstream::{Turn, Upstream};
 use super::wire::Answer;
 use super::ProxyError;
 
-/// The side table holding the token records (created on the upstream when first needed).
-pub const TOKEN_TABLE: &str = "oncecheck-proxy-tokens";
+/// The side table holding one proxy's token records is named this, then the proxy's instance
+/// (created on the upstream when first needed, deleted by [`super::Proxy::delete_token_table`]).
+pub const TOKEN_TABLE_PREFIX: &str = "oncecheck-proxy-tokens-";
 /// DynamoDB's idempotency window.
 pub const TOKEN_WINDOW_MILLIS: u64 = 10 * 60 * 1000;
 /// DynamoDB's longest ClientRequestToken.
@@ -94,6 +96,7 @@ pub(super) struct Tokens {
     enabled: AtomicBool,
     now_millis: AtomicU64,
     instance: String,
+    table: String,
     table_ready: tokio::sync::Mutex<bool>,
     running: Mutex<BTreeMap<u64, Running>>,
     /// Key attribute names per table (DescribeTable), for the locks of a Put.
@@ -140,10 +143,12 @@ impl Tokens {
         // Proxies of one process (parallel tests) are told apart by the counter.
         static STARTED: AtomicU64 = AtomicU64::new(0);
         let started = STARTED.fetch_add(1, Ordering::Relaxed);
+        let instance = format!("{}-{nanos:x}-{started}", std::process::id());
         Tokens {
             enabled: AtomicBool::new(true),
             now_millis: AtomicU64::new(0),
-            instance: format!("{}-{nanos:x}-{started}", std::process::id()),
+            table: format!("{TOKEN_TABLE_PREFIX}{instance}"),
+            instance,
             table_ready: tokio::sync::Mutex::new(false),
             running: Mutex::new(BTreeMap::new()),
             key_names: Mutex::new(BTreeMap::new()),
@@ -322,7 +327,7 @@ impl Tokens {
                 turn,
                 "GetItem",
                 &json!({
-                    "TableName": TOKEN_TABLE,
+                    "TableName": self.table,
                     "Key": { ATTRIBUTE_KEY: { "S": record_key } },
                     "ConsistentRead": true,
                 }),
@@ -392,7 +397,7 @@ impl Tokens {
             )));
         }
         let mut put = Map::new();
-        put.insert("TableName".into(), json!(TOKEN_TABLE));
+        put.insert("TableName".into(), json!(self.table));
         put.insert(
             "Item".into(),
             json!({
@@ -421,7 +426,7 @@ impl Tokens {
                 turn,
                 "UpdateItem",
                 &json!({
-                    "TableName": TOKEN_TABLE,
+                    "TableName": self.table,
                     "Key": { ATTRIBUTE_KEY: { "S": format!("{}#{token}", self.instance) } },
                     "UpdateExpression": "SET #c = :damaged",
                     "ConditionExpression": "attribute_exists(#c)",
@@ -474,7 +479,7 @@ impl Tokens {
         if *ready {
             return Ok(());
         }
-        let describe = json!({ "TableName": TOKEN_TABLE });
+        let describe = json!({ "TableName": self.table });
         let described = upstream
             .own_request(turn, "DescribeTable", &describe)
             .await?;
@@ -484,7 +489,7 @@ impl Tokens {
                     turn,
                     "CreateTable",
                     &json!({
-                        "TableName": TOKEN_TABLE,
+                        "TableName": self.table,
                         "BillingMode": "PAY_PER_REQUEST",
                         "AttributeDefinitions": [{ "AttributeName": ATTRIBUTE_KEY, "AttributeType": "S" }],
                         "KeySchema": [{ "AttributeName": ATTRIBUTE_KEY, "KeyType": "HASH" }],
@@ -496,8 +501,8 @@ impl Tokens {
                 && created.error_type().as_deref() != Some("ResourceInUseException")
             {
                 return Err(ProxyError::Upstream(format!(
-                    "creating {TOKEN_TABLE}: HTTP {} {}",
-                    created.status, created.body
+                    "creating {}: HTTP {} {}",
+                    self.table, created.status, created.body
                 )));
             }
         }
@@ -516,8 +521,33 @@ impl Tokens {
             tokio::time::sleep(Duration::from_millis(500)).await;
         }
         Err(ProxyError::Upstream(format!(
-            "{TOKEN_TABLE} did not become active"
+            "{} did not become active",
+            self.table
         )))
+    }
+
+    /// Deletes the side table if this proxy created it.
+    pub(super) async fn delete_table(
+        &self,
+        upstream: &Upstream,
+        turn: &Turn<'_>,
+    ) -> Result<(), ProxyError> {
+        let mut ready = self.table_ready.lock().await;
+        if !*ready {
+            return Ok(());
+        }
+        let answer = upstream
+            .own_request(turn, "DeleteTable", &json!({ "TableName": self.table }))
+            .await?;
+        *ready = false;
+        if answer.is_success() {
+            Ok(())
+        } else {
+            Err(ProxyError::Upstream(format!(
+                "deleting {}: HTTP {} {}",
+                self.table, answer.status, answer.body
+            )))
+        }
     }
 
     /// The items a write touches, schema-free.
