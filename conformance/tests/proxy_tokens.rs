@@ -355,12 +355,18 @@ async fn a_cancelled_transaction_leaves_no_token_record_and_its_reasons_stay_the
 //= specs/tokened-writes.md#T5
 //# A request whose token is over 36 characters, or whose token record has no valid timestamp, is refused and applies nothing.
 #[tokio::test]
-async fn an_over_long_token_is_a_validation_error_and_applies_nothing() {
+async fn an_over_long_or_empty_token_is_a_validation_error_and_applies_nothing() {
     let setup = setup().await;
     let long = "x".repeat(37);
     assert_eq!(
         code(&through(&setup, vec![add(&setup.table, "v", 5)], Some(&long)).await).as_deref(),
         Some("ValidationException")
+    );
+    assert_eq!(counter(&setup, "v").await, None);
+    assert_eq!(
+        code(&through(&setup, vec![add(&setup.table, "v", 5)], Some("")).await).as_deref(),
+        Some("ValidationException"),
+        "an empty token"
     );
     assert_eq!(counter(&setup, "v").await, None);
     let longest = "y".repeat(36);
@@ -380,4 +386,61 @@ async fn with_the_token_table_off_the_identical_request_executes_again() {
     assert_eq!(code(&through(&setup, items(), Some("t-off")).await), None);
     assert_eq!(code(&through(&setup, items(), Some("t-off")).await), None);
     assert_eq!(counter(&setup, "off").await, Some(10), "moto re-executed");
+}
+
+/// A record whose creation time is damaged fails closed: the identical request is refused with
+/// InternalServerError and applies nothing, and the clock never expires the record.
+//= specs/tokened-writes.md#T5
+//# Bad input and damaged records fail closed.
+#[tokio::test]
+async fn a_damaged_token_record_fails_closed_and_never_expires() {
+    let setup = setup().await;
+    let items = || vec![add(&setup.table, "d", 5)];
+    assert_eq!(
+        code(&through(&setup, items(), Some("t-damaged")).await),
+        None
+    );
+    setup
+        .proxy
+        .damage_token_record("t-damaged")
+        .await
+        .expect("damaged");
+    assert_eq!(
+        code(&through(&setup, items(), Some("t-damaged")).await).as_deref(),
+        Some("InternalServerError")
+    );
+    setup
+        .proxy
+        .set_token_clock(Duration::from_millis(10 * TOKEN_WINDOW_MILLIS));
+    assert_eq!(
+        code(&through(&setup, items(), Some("t-damaged")).await).as_deref(),
+        Some("InternalServerError"),
+        "no expiry can be decided for it"
+    );
+    assert_eq!(counter(&setup, "d").await, Some(5));
+    setup.proxy.delete_token_table().await.expect("deleted");
+}
+
+/// Only a write transaction can be held begun; anything else is refused, nothing held.
+#[tokio::test]
+async fn only_a_transaction_can_be_begun() {
+    let setup = setup().await;
+    let (read, ()) = tokio::join!(
+        setup
+            .client
+            .get_item()
+            .table_name(&setup.table)
+            .set_key(Some(key("x")))
+            .send(),
+        async {
+            let request = take(&setup.proxy).await;
+            assert!(matches!(
+                setup.proxy.begin(&request).await,
+                Err(oncecheck_conformance::proxy::ProxyError::Unsupported(_))
+            ));
+            let answer = setup.proxy.forward(&request).await.unwrap();
+            setup.proxy.deliver(request, answer).unwrap();
+        }
+    );
+    assert!(read.is_ok(), "{read:?}");
 }
