@@ -788,11 +788,10 @@ impl ReplayTarget for TokenTarget {
         for client in 0..self.clients.len() {
             applications.push(self.applications(client).await?);
         }
-        let holder = |value: Option<u8>| value;
         Ok(TokenView {
             applications,
-            profile_holder: holder(self.read_number("profile", "holder").await?),
-            order_owner: holder(self.read_number("order", "owner").await?),
+            profile_holder: self.read_number("profile", "holder").await?,
+            order_owner: self.read_number("order", "owner").await?,
         })
     }
 
