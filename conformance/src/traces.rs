@@ -187,9 +187,10 @@ where
     label
 }
 
-/// One path per coverage label ([`coverage_label`]): the shortest path whose last step has that
-/// label, found breadth-first over the whole reachable state space, then continued by a seeded
-/// walk until nothing is enabled, so every client in it finishes. Ordered by label.
+/// One path per coverage label ([`coverage_label`], with the model's coverage context): the
+/// shortest path whose last step has that label, found breadth-first over the whole reachable
+/// state space by the checker's fingerprint search, then continued by a seeded walk until
+/// nothing is enabled, so every client in it finishes. Ordered by label.
 pub fn covering_paths<M>(
     model: &M,
     seed: u64,
@@ -198,48 +199,24 @@ pub fn covering_paths<M>(
 where
     M: TraceEncoding,
     M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
-    M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + std::fmt::Debug + PartialEq + Eq + std::hash::Hash + Send + Sync + 'static,
 {
-    use std::collections::{BTreeMap, HashMap, VecDeque};
-    type Parents<S, A> = HashMap<S, Option<(S, A)>>;
-    let mut parents: Parents<M::State, M::Action> = HashMap::new();
-    let mut frontier = VecDeque::new();
-    for state in model.init_states() {
-        if !parents.contains_key(&state) {
-            parents.insert(state.clone(), None);
-            frontier.push_back(state);
-        }
-    }
-    let rebuild = |parents: &Parents<M::State, M::Action>, last: &M::State| {
-        let mut path = vec![(last.clone(), None)];
-        let mut cursor = last.clone();
-        while let Some(Some((parent, action))) = parents.get(&cursor) {
-            path.push((parent.clone(), Some(action.clone())));
-            cursor = parent.clone();
-        }
-        path.reverse();
-        path
-    };
+    use std::collections::BTreeMap;
+    // Keyed by the action itself (cheap to compare) and its context; labels, which drop the
+    // actor, are made once per key. The first path per label is the shortest: keys come in
+    // the order the search met them.
+    let firsts = model.covering_steps();
     let mut found: BTreeMap<String, oncecheck_model::check::ModelPath<M>> = BTreeMap::new();
-    let mut actions = Vec::new();
-    while let Some(state) = frontier.pop_front() {
-        actions.clear();
-        model.actions(&state, &mut actions);
-        for action in actions.drain(..) {
-            let Some(next) = model.next_state(&state, action.clone()) else {
-                continue;
-            };
-            let label = coverage_label(model, &action);
-            if let std::collections::btree_map::Entry::Vacant(entry) = found.entry(label) {
-                let mut path = rebuild(&parents, &state);
-                path.last_mut().expect("a path has a state").1 = Some(action.clone());
-                path.push((next.clone(), None));
-                entry.insert(path);
-            }
-            if !parents.contains_key(&next) {
-                parents.insert(next.clone(), Some((state.clone(), action)));
-                frontier.push_back(next);
-            }
+    for ((action, context), path) in firsts {
+        let mut label = coverage_label(model, &action);
+        if let Some(context) = context {
+            label.push_str(&format!(" ({context})"));
+        }
+        let shorter = found
+            .get(&label)
+            .is_none_or(|known| path.len() < known.len());
+        if shorter {
+            found.insert(label, path);
         }
     }
     let mut generator = oncecheck_model::trace::SplitMix64::new(seed);
@@ -273,7 +250,7 @@ pub fn export<M>(model: &M, out: &Path, options: &ExportOptions) -> std::io::Res
 where
     M: TraceEncoding,
     M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
-    M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + std::fmt::Debug + PartialEq + Eq + std::hash::Hash + Send + Sync + 'static,
 {
     let mut documents = property_documents(model, &[Kind::Always, Kind::Sometimes]);
     documents.extend(covering_documents(
@@ -299,7 +276,7 @@ pub fn covering_documents<M>(
 where
     M: TraceEncoding,
     M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
-    M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + std::fmt::Debug + PartialEq + Eq + std::hash::Hash + Send + Sync + 'static,
 {
     let variant = model.variant();
     covering_paths(model, seed, path_steps_max)
@@ -380,9 +357,10 @@ pub fn load(file: &Path) -> Result<Loaded, LoadError> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The regression corpus (conformance/traces/relay/): counterexamples and examples kept as files,
-// covering walks kept as a manifest (variant, seed, count, a digest of their actions) and
-// regenerated on demand, and promoted traces (any other file name) kept forever as they are.
+// The regression corpus (conformance/traces/relay/): counterexamples, examples and covering
+// paths kept as files, covering walks kept as a manifest (variant, seed, count, a digest of
+// their actions) and regenerated on demand, and promoted traces (any other file name) kept
+// forever as they are.
 
 /// Where the corpus lives, relative to the repository root.
 pub const CORPUS_DIR: &str = "conformance/traces/relay";
@@ -429,9 +407,13 @@ fn relay_model(variant: &str) -> Result<RelayModel, String> {
     RelayModel::build(variant, &bounds).map_err(|error| error.to_string())
 }
 
+/// The seed of the walks that finish the corpus's covering paths.
+const CORPUS_COVER_SEED: u64 = 1;
+
 /// The files the corpus keeps, as the model writes them today: the counterexample of every
-/// violated `always` of every relay variant, and the example of every reached `sometimes` of
-/// `fixed` (the design's interesting states, replayed against the real store).
+/// violated `always` of every relay variant, and for `fixed` (the design, replayed against the
+/// real store) the example of every reached `sometimes` and the covering set: one path per
+/// action kind and per (lost-response position x next outcome) pair its CI bounds reach.
 pub fn corpus_documents() -> Result<Vec<(String, serde_json::Value)>, String> {
     use oncecheck_model::check::ModelSpec;
     let mut documents = Vec::new();
@@ -440,6 +422,11 @@ pub fn corpus_documents() -> Result<Vec<(String, serde_json::Value)>, String> {
         documents.extend(property_documents(&model, &[Kind::Always]));
         if *variant == "fixed" {
             documents.extend(property_documents(&model, &[Kind::Sometimes]));
+            documents.extend(covering_documents(
+                &model,
+                CORPUS_COVER_SEED,
+                ExportOptions::default().path_steps_max,
+            ));
         }
     }
     Ok(documents)
@@ -477,6 +464,7 @@ fn generated_name(name: &str) -> bool {
     name.starts_with("relay-")
         && (name.contains("-counterexample-")
             || name.contains("-example-")
+            || name.contains("-cover-")
             || name.contains("-path-"))
 }
 
@@ -488,8 +476,9 @@ pub fn read_manifest(directory: &Path) -> Result<Manifest, String> {
         .map_err(|error| format!("{}: not a walk manifest: {error}", file.display()))
 }
 
-/// Regenerates the corpus in `directory`: the kept counterexamples and examples, and the
-/// manifest's digests (seeds and counts from the manifest there, or the defaults). Stale
+/// Regenerates the corpus in `directory`: the kept counterexamples, examples and covering
+/// paths, and the manifest's digests (seeds and counts from the manifest there, or the
+/// defaults). Stale
 /// generated files are removed; promoted traces are left alone. Answers what it wrote.
 pub fn write_corpus(directory: &Path) -> Result<Vec<String>, String> {
     let mut manifest = read_manifest(directory).unwrap_or_default();
@@ -512,7 +501,10 @@ pub fn write_corpus(directory: &Path) -> Result<Vec<String>, String> {
         }
     }
     write_documents(directory, &documents).map_err(failure)?;
-    let mut summary = vec![format!("{} counterexamples and examples", documents.len())];
+    let mut summary = vec![format!(
+        "{} counterexamples, examples and covering paths",
+        documents.len()
+    )];
     for set in &mut manifest.walks {
         let walks = walk_documents(set)?;
         set.digest = walks_digest(&walks);

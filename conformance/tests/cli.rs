@@ -171,6 +171,63 @@ fn the_fixed_corpus_replays_on_memory_without_divergence() {
     assert!(text(&output).contains(" 0 diverged"));
 }
 
+//= specs/relay-append.md#R3
+//# A lost response is a lost round without a hint: the writer retries the same op in place, and a retry of a committed round answers the seq the op was stored at.
+#[test]
+fn the_kept_corpus_covers_every_lost_response_position_and_retry_outcome_the_bounds_reach() {
+    // The covering paths are the model's (`oncecheck corpus` checks the files equal what it
+    // generates): one per (position of the lost op in its push x outcome of the retry) pair
+    // the breadth-first search over fixed's CI bounds meets. A deadline while op 1 is retried
+    // is out of reach there: two lost rounds in a row spend the contention budget first.
+    let mut covered: Vec<String> = corpus_files()
+        .iter()
+        .filter(|file| file.to_string_lossy().contains("-cover-"))
+        .filter_map(|file| {
+            let document: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(file).unwrap()).unwrap();
+            let description = document["#meta"]["description"].as_str()?.to_string();
+            let start = description.find("(retrying after a lost response at ")?;
+            let end = description[start..].find(')')? + start;
+            Some(description[start + 1..end].to_string())
+        })
+        .filter(|context| context.contains(": "))
+        .collect();
+    covered.sort();
+    let outcomes = [
+        "a lost round",
+        "the op is answered with the seq it was stored at",
+        "the push fails: ContentionExhausted",
+    ];
+    let mut expected: Vec<String> = ["op 1", "op 2"]
+        .iter()
+        .flat_map(|position| {
+            outcomes.iter().map(move |outcome| {
+                format!("retrying after a lost response at {position} of the push: {outcome}")
+            })
+        })
+        .collect();
+    expected.push(
+        "retrying after a lost response at op 2 of the push: the push fails: DeadlineExceeded"
+            .to_string(),
+    );
+    expected.sort();
+    assert_eq!(covered, expected);
+    // Every one of them loses its response on the way.
+    let losing = corpus_files()
+        .iter()
+        .filter(|file| file.to_string_lossy().contains("-cover-"))
+        .filter(|file| {
+            std::fs::read_to_string(file)
+                .unwrap()
+                .contains("\"ResponseLost\"")
+        })
+        .count();
+    assert!(
+        losing >= expected.len(),
+        "{losing} covering paths lose a response"
+    );
+}
+
 #[test]
 fn every_corpus_trace_is_itf_that_the_itf_crate_reads() {
     let files: Vec<PathBuf> = corpus_files()

@@ -1,7 +1,8 @@
 //! State-space growth of the relay model: unique states first reached at each depth, one line
-//! per variant, at the CI bounds and at one larger bound (`lost_responses_max=1`). Prints the
-//! numbers and writes one SVG picture per bound to `bench-out/` (gitignored). A benchmark, not
-//! a test: it asserts nothing about time or size.
+//! per variant, at the CI bounds and with one lost response for every variant
+//! (`lost_responses_max=1`, which `fixed`'s CI bounds already have). Prints the numbers and
+//! writes one SVG picture per bound to `bench-out/` (gitignored). A benchmark, not a test: it
+//! asserts nothing about time or size.
 //!
 //! Run: `cargo bench -p oncecheck-model --bench growth` (`ONCECHECK_BENCH_LARGE=0` skips the
 //! larger bound, which takes minutes).

@@ -9,9 +9,10 @@
 //!   table: one exhaustive BFS (`fixed-3-all-tables`: every initial table);
 //! - `ONCECHECK_BENCH=counter-only-3 cargo bench ...` — `counter-only` with 3 writers until R1
 //!   is found;
-//! - `ONCECHECK_BENCH=fixed-ci cargo bench ...` — `fixed` at its CI bounds, the verdict BFS only;
-//! - `ONCECHECK_BENCH=fixed-lost cargo bench ...` — `fixed` at its CI bounds with a lost response;
-//! - `ONCECHECK_BENCH=unreduced cargo bench ...` — `fixed` at its CI bounds without reductions.
+//! - `ONCECHECK_BENCH=fixed-ci cargo bench ...` — `fixed` at its CI bounds (one lost response),
+//!   the verdict BFS only;
+//! - `ONCECHECK_BENCH=fixed-no-loss cargo bench ...` — the same with `lost_responses_max=0`;
+//! - `ONCECHECK_BENCH=unreduced cargo bench ...` — `fixed-no-loss` without reductions.
 
 use oncecheck_model::check::{self, CheckOptions, ModelSpec};
 use oncecheck_model::relay::RelayModel;
@@ -135,17 +136,32 @@ fn main() {
     match std::env::var("ONCECHECK_BENCH").as_deref().unwrap_or("ci") {
         // The legacy-gap table (the bound table's default); `fixed-3-all-tables` adds the empty
         // table and the run above the counter, as fixed's CI bounds do.
+        // The legacy-gap table (the bound table's default); `fixed-3-all-tables` adds the empty
+        // table and the run above the counter, as fixed's CI bounds do. No lost response and no
+        // deadline: the configuration the 3-writer target names.
         "fixed-3" => run_bfs(
             "fixed 3 writers",
             model(
                 "fixed",
-                &[("new_writers", 3), ("push_rounds_max", 0), ("legacy", 1)],
+                &[
+                    ("new_writers", 3),
+                    ("push_rounds_max", 0),
+                    ("lost_responses_max", 0),
+                    ("legacy", 1),
+                ],
             ),
             false,
         ),
         "fixed-3-all-tables" => run_bfs(
             "fixed 3 writers, every table",
-            model("fixed", &[("new_writers", 3), ("push_rounds_max", 0)]),
+            model(
+                "fixed",
+                &[
+                    ("new_writers", 3),
+                    ("push_rounds_max", 0),
+                    ("lost_responses_max", 0),
+                ],
+            ),
             false,
         ),
         "counter-only-3" => run_bfs(
@@ -153,15 +169,15 @@ fn main() {
             model("counter-only", &[("new_writers", 3)]),
             true,
         ),
-        "fixed-lost" => run_bfs(
-            "fixed lost_responses_max=1",
-            model("fixed", &[("lost_responses_max", 1)]),
+        "fixed-ci" => run_bfs("fixed CI bounds", model("fixed", &[]), false),
+        "fixed-no-loss" => run_bfs(
+            "fixed CI bounds, lost_responses_max=0",
+            model("fixed", &[("lost_responses_max", 0)]),
             false,
         ),
-        "fixed-ci" => run_bfs("fixed CI bounds", model("fixed", &[]), false),
         "unreduced" => run_bfs(
-            "fixed unreduced",
-            model("fixed", &[]).without_reductions(),
+            "fixed unreduced, lost_responses_max=0",
+            model("fixed", &[("lost_responses_max", 0)]).without_reductions(),
             false,
         ),
         _ => {

@@ -526,6 +526,23 @@ where
         .collect()
 }
 
+/// For every distinct key of a step (`key(state before, action)`), the shortest path ending
+/// with a step of that key, in the order the keys were first met: the covering set's search
+/// (`oncecheck traces`), one breadth-first pass over the whole reachable state space that keeps
+/// fingerprints only, as the checker's search does.
+pub fn first_steps_by_key<M, K>(
+    model: &M,
+    key: impl FnMut(&M::State, &M::Action) -> K,
+) -> Vec<(K, ModelPath<M>)>
+where
+    M: Model,
+    M::State: Clone + Hash,
+    M::Action: Clone,
+    K: Hash + Eq + Clone,
+{
+    search::first_steps_by_key(model, key)
+}
+
 /// Turns a path of (state, action taken from it) pairs into printable steps.
 pub fn steps_of<M>(model: &M, pairs: &[(M::State, Option<M::Action>)]) -> Vec<TraceStep>
 where

@@ -39,6 +39,39 @@ where
     /// The inverse of `encode_action` (given the picked parameters only); the error names the
     /// offending parameter.
     fn decode_action(&self, name: &str, picks: &Map<String, Json>) -> Result<Self::Action, String>;
+    /// What tells a step apart for coverage beyond its action's name and parameters, read from
+    /// the state the step leaves (the relay's retry after a lost response: at which position of
+    /// the push, and with which outcome). `None` for most steps; the covering set
+    /// (`oncecheck traces`) holds one path per (action kind, context) pair.
+    fn coverage_context(&self, _before: &Self::State, _action: &Self::Action) -> Option<String> {
+        None
+    }
+    /// Per (action, coverage context) met, the shortest path ending with such a step, in the
+    /// order met ([`covering_steps_of`]). A model with a large state space overrides it with a
+    /// body that calls `covering_steps_of(self)`: the override is compiled in this crate, with
+    /// its optimisation, where the default is compiled in the caller's.
+    fn covering_steps(&self) -> Vec<(CoverageKey<Self>, ModelPath<Self>)>
+    where
+        Self::Action: Hash + Eq,
+    {
+        covering_steps_of(self)
+    }
+}
+
+/// A step's coverage key: its action and its [`TraceEncoding::coverage_context`].
+pub type CoverageKey<M> = (<M as stateright::Model>::Action, Option<String>);
+
+/// The search behind [`TraceEncoding::covering_steps`]: one breadth-first pass over the whole
+/// reachable state space ([`crate::check::first_steps_by_key`], fingerprints only).
+pub fn covering_steps_of<M>(model: &M) -> Vec<(CoverageKey<M>, ModelPath<M>)>
+where
+    M: TraceEncoding,
+    M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Eq + Hash + Send + Sync + 'static,
+{
+    crate::check::first_steps_by_key(model, |state, action| {
+        (action.clone(), model.coverage_context(state, action))
+    })
 }
 
 /// Why a trace file was rejected. `step` is the index of the state (0 = initial).

@@ -24,7 +24,7 @@ Examples:
   oncecheck check                                     every model and variant at the CI bounds
   oncecheck check relay --variant add-era             the seed's bug: R1 violated, shortest trace printed
   oncecheck check relay --variant counter-only --bound window=0
-  oncecheck check relay --variant fixed --bound lost_responses_max=1 --threads 2
+  oncecheck check relay --variant fixed --bound lost_responses_max=2 --threads 2
   oncecheck check idempotency --html /tmp/report      an HTML report per (model, variant)
   oncecheck check token --diagrams /tmp/diagrams      every counterexample as an SVG sequence diagram";
 

@@ -41,6 +41,9 @@
 //! - **Writes never reach past the window**: [`Proxy::forward`] refuses a write that touches a
 //!   pending item ([`ProxyError::WritesPending`]); the model answers it with a conflict, which
 //!   the replayer synthesises.
+//! - **Signed for the upstream when signing is on** (`signing`, used by `upstream`): every
+//!   forwarded request is SigV4-signed afresh for the upstream's host (AWS itself; see
+//!   docs/aws.md), since the client's own signature fits neither the host nor a rewritten body.
 //!
 //! # Limits
 //!
@@ -56,6 +59,8 @@ mod tokens;
 mod upstream;
 mod window;
 mod wire;
+
+pub mod signing;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;

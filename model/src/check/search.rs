@@ -170,39 +170,140 @@ where
     /// The path from an initial state to the state with this fingerprint, rebuilt by
     /// re-executing the recorded action indices.
     pub fn path_to(&self, model: &M, last: u64) -> Vec<(M::State, Option<M::Action>)> {
-        let mut steps = Vec::new();
-        let mut cursor = last;
-        let root = loop {
-            let parent = self.visited[&cursor];
-            if parent.action == ROOT {
-                break parent.from as usize;
-            }
-            steps.push((parent.action as usize, cursor));
-            cursor = parent.from;
-        };
-        steps.reverse();
-        let mut state = self.initial[root].clone();
-        let mut path = Vec::with_capacity(steps.len() + 1);
-        let mut actions = Vec::new();
-        for (index, expected) in steps {
-            actions.clear();
-            model.actions(&state, &mut actions);
-            assert!(index < actions.len(), "re-executing a path: action {index} is no longer enabled (a nondeterministic model)");
-            let action = actions.swap_remove(index);
-            let next = model
-                .next_state(&state, action.clone())
-                .expect("re-executing a path: an action that produced a state now produces none");
-            assert_eq!(
-                fingerprint(&next),
-                expected,
-                "re-executing a path reached another state: the model is nondeterministic or two states share a fingerprint"
-            );
-            path.push((state, Some(action)));
-            state = next;
-        }
-        path.push((state, None));
-        path
+        rebuild_path(model, &self.initial, &self.visited, last)
     }
+}
+
+/// The path from an initial state to the visited state with fingerprint `last`, rebuilt by
+/// re-executing the recorded action indices; every step is checked against its fingerprint.
+fn rebuild_path<M>(
+    model: &M,
+    initial: &[M::State],
+    visited: &FingerprintMap<Parent>,
+    last: u64,
+) -> Vec<(M::State, Option<M::Action>)>
+where
+    M: Model,
+    M::State: Clone + Hash,
+    M::Action: Clone,
+{
+    let mut steps = Vec::new();
+    let mut cursor = last;
+    let root = loop {
+        let parent = visited[&cursor];
+        if parent.action == ROOT {
+            break parent.from as usize;
+        }
+        steps.push((parent.action as usize, cursor));
+        cursor = parent.from;
+    };
+    steps.reverse();
+    let mut state = initial[root].clone();
+    let mut path = Vec::with_capacity(steps.len() + 1);
+    let mut actions = Vec::new();
+    for (index, expected) in steps {
+        actions.clear();
+        model.actions(&state, &mut actions);
+        assert!(
+            index < actions.len(),
+            "re-executing a path: action {index} is no longer enabled (a nondeterministic model)"
+        );
+        let action = actions.swap_remove(index);
+        let next = model
+            .next_state(&state, action.clone())
+            .expect("re-executing a path: an action that produced a state now produces none");
+        assert_eq!(
+            fingerprint(&next),
+            expected,
+            "re-executing a path reached another state: the model is nondeterministic or two states share a fingerprint"
+        );
+        path.push((state, Some(action)));
+        state = next;
+    }
+    path.push((state, None));
+    path
+}
+
+/// For every distinct key of a step (`key(before, action)`), the shortest path whose last step
+/// has that key, in the order the keys were first met. One single-threaded breadth-first pass
+/// over the whole reachable state space, keeping fingerprints only (the visited map and path
+/// rebuilding of [`search`]), so its memory is that of a verdict run, not of full states.
+/// The first step met with a key is at the smallest depth; among those, the first a FIFO search
+/// generates.
+pub(crate) fn first_steps_by_key<M, K>(
+    model: &M,
+    mut key: impl FnMut(&M::State, &M::Action) -> K,
+) -> Vec<(K, super::ModelPath<M>)>
+where
+    M: Model,
+    M::State: Clone + Hash,
+    M::Action: Clone,
+    K: Hash + Eq + Clone,
+{
+    let initial: Vec<M::State> = model
+        .init_states()
+        .into_iter()
+        .filter(|state| model.within_boundary(state))
+        .collect();
+    let mut visited: FingerprintMap<Parent> = FingerprintMap::default();
+    let mut level: VecDeque<(M::State, u64)> = VecDeque::new();
+    for (index, state) in initial.iter().enumerate() {
+        let state_fingerprint = fingerprint(state);
+        if let std::collections::hash_map::Entry::Vacant(entry) = visited.entry(state_fingerprint) {
+            entry.insert(Parent {
+                from: index as u64,
+                action: ROOT,
+            });
+            level.push_back((state.clone(), state_fingerprint));
+        }
+    }
+    // Per key in the order met: the fingerprint of the step's state and the action's index.
+    let mut met: HashMap<K, usize> = HashMap::new();
+    let mut firsts: Vec<(K, u64, usize)> = Vec::new();
+    let mut actions = Vec::new();
+    while let Some((state, state_fingerprint)) = level.pop_front() {
+        actions.clear();
+        model.actions(&state, &mut actions);
+        for (action_index, action) in actions.drain(..).enumerate() {
+            let step_key = key(&state, &action);
+            let Some(next) = model.next_state(&state, action) else {
+                continue;
+            };
+            if !model.within_boundary(&next) {
+                continue;
+            }
+            if !met.contains_key(&step_key) {
+                met.insert(step_key.clone(), firsts.len());
+                firsts.push((step_key, state_fingerprint, action_index));
+            }
+            let next_fingerprint = fingerprint(&next);
+            if let std::collections::hash_map::Entry::Vacant(entry) =
+                visited.entry(next_fingerprint)
+            {
+                entry.insert(Parent {
+                    from: state_fingerprint,
+                    action: action_index as u32,
+                });
+                level.push_back((next, next_fingerprint));
+            }
+        }
+    }
+    firsts
+        .into_iter()
+        .map(|(step_key, from, action_index)| {
+            let mut path = rebuild_path(model, &initial, &visited, from);
+            let before = path.last().expect("a path has a state").0.clone();
+            actions.clear();
+            model.actions(&before, &mut actions);
+            let action = actions.swap_remove(action_index);
+            let next = model
+                .next_state(&before, action.clone())
+                .expect("re-executing a step: an action that produced a state now produces none");
+            path.last_mut().expect("a path has a state").1 = Some(action);
+            path.push((next, None));
+            (step_key, path)
+        })
+        .collect()
 }
 
 /// What one thread made of its slice of a chunk.

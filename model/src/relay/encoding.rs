@@ -6,8 +6,9 @@
 //! the strings the real store uses (`a`, `legacy-1`); no value is a Debug string.
 
 use super::{Action, Counter, Phase, RelayModel, RelayState, LEGACY_OP_BASE};
+use crate::check::ModelPath;
 use crate::ddb::{op_name, Key, OpId, Value};
-use crate::trace::{int, map, set, unit, variant, TraceEncoding};
+use crate::trace::{covering_steps_of, int, map, set, unit, variant, CoverageKey, TraceEncoding};
 use serde_json::{json, Map, Value as Json};
 
 /// The op id as traces and the real store spell it: `a`, `b`, ... or `legacy-N`.
@@ -261,6 +262,55 @@ impl TraceEncoding for RelayModel {
             }
             "PullerQueries" => Action::PullerQueries { puller: read_index(picks, "puller", self.bounds.pullers as usize)? },
             other => return Err(format!("unknown action `{other}` (valid: WriterReadsCounter, WriterAddsToCounter, WriterSendsRound, WriterReceivesResponse, ResponseLost, WriterReadsClaim, WriterReadsClaims, WriterQueriesTop, PushDeadlinePasses, ItemApplied, PullerQueries, FolderReceivesRecord, TruncatorDeletes)")),
+        })
+    }
+
+    fn covering_steps(&self) -> Vec<(CoverageKey<Self>, ModelPath<Self>)> {
+        covering_steps_of(self)
+    }
+
+    /// A writer's steps while it retries an op whose response was lost: the position of the op
+    /// in its push, and for the steps that decide the retry, their outcome. The covering set
+    /// then holds every (lost-response position x next outcome) pair the bounds reach.
+    fn coverage_context(&self, before: &RelayState, action: &Action) -> Option<String> {
+        let writer = match *action {
+            Action::WriterReadsCounter { writer }
+            | Action::WriterSendsRound { writer }
+            | Action::WriterReceivesResponse { writer }
+            | Action::WriterReadsClaim { writer }
+            | Action::WriterReadsClaims { writer }
+            | Action::WriterQueriesTop { writer }
+            | Action::PushDeadlinePasses { writer } => writer as usize,
+            _ => return None,
+        };
+        let state = &before.writers[writer];
+        if !state.retrying_lost_response {
+            return None;
+        }
+        let position = state.next_op as usize;
+        let after = stateright::Model::next_state(self, before, *action)?;
+        let outcome = match (action, &after.writers[writer].phase) {
+            (Action::WriterReadsCounter { .. } | Action::WriterSendsRound { .. }, _) => None,
+            (_, _) if after.writers[writer].next_op > state.next_op => {
+                Some("the op is answered with the seq it was stored at".to_string())
+            }
+            (_, Phase::Ready) => Some("a lost round".to_string()),
+            (_, Phase::ReadingClaim { .. }) => Some("the claim is read back".to_string()),
+            (_, Phase::ReadingClaims) => {
+                Some("the push's claims are read in one batch".to_string())
+            }
+            (_, Phase::QueryingTop) => Some("the top is queried".to_string()),
+            (_, Phase::Done) => Some("the push is done".to_string()),
+            (_, Phase::Failed(error)) => Some(format!("the push fails: {error:?}")),
+            (_, phase) => Some(format!("{phase:?}")),
+        };
+        let at = format!(
+            "retrying after a lost response at op {} of the push",
+            position + 1
+        );
+        Some(match outcome {
+            Some(outcome) => format!("{at}: {outcome}"),
+            None => at,
         })
     }
 }
