@@ -23,5 +23,7 @@ pub mod replay_log;
 pub mod replay_middleware;
 #[cfg(feature = "replay")]
 pub mod replay_session;
+#[cfg(feature = "replay")]
+pub mod replay_token;
 pub mod report;
 pub mod traces;

@@ -419,9 +419,14 @@ pub fn export_traces(
             let model = IdempotencyModel::build(job.variant, &bounds)?;
             Ok(crate::traces::export(&model, out, options))
         }
+        "token" => {
+            let bounds = TokenModel::resolve_bounds(job.variant, &job.overrides)?;
+            let model = TokenModel::build(job.variant, &bounds)?;
+            Ok(crate::traces::export(&model, out, options))
+        }
         other => Err(SpecError::UnknownModel {
             name: other.to_string(),
-            valid: vec!["relay, idempotency (the models with a trace encoding)".to_string()],
+            valid: vec!["relay, idempotency, token (the models with a trace encoding)".to_string()],
         }),
     }
 }

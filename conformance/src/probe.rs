@@ -9,15 +9,24 @@
 //! never shows it). Every row carries its evidence: what was sent and what came back,
 //! abbreviated.
 //!
+//! Through the conformance proxy (`--proxy`, [`probe_through_proxy`]) the probe has the hold a
+//! client alone lacks: the proxy parks a transaction begun and running ([`Proxy::begin`]) while
+//! the row sends its second request, so the in-progress and TransactionConflict rows become real
+//! requests with real answers there. The proxy also carries DynamoDB's token table in front of
+//! the endpoint; `--token-table off` shows the endpoint's own token handling through the same
+//! proxy (the token rows turn red again: the probe can fail).
+//!
 //! Invariants: the probe only touches the table it created (a fresh name per run) and deletes it
 //! afterwards, whatever the rows found; a row's request failing is that row's evidence, never
 //! the end of the run; only a target that cannot be reached or set up ends the run. Any endpoint
-//! speaking DynamoDB's API works, so the conformance proxy's address can be probed the same way
-//! once it carries a token table.
+//! speaking DynamoDB's API works. A held transaction is always released (forwarded) before its
+//! row ends, and a hold that never catches its transaction is disarmed.
 
 use std::collections::HashMap;
 use std::io::Write;
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use aws_sdk_dynamodb::config::http::HttpResponse;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
@@ -27,11 +36,19 @@ use aws_sdk_dynamodb::types::{
     Update,
 };
 use aws_sdk_dynamodb::Client;
+use tokio::sync::oneshot;
+
+use crate::proxy::{HeldRequest, Proxy};
 
 const PARTITION: &str = "pk";
 const SORT: &str = "sk";
 /// Concurrent pairs raced to provoke TransactionInProgress / TransactionConflict without a hold.
 pub const RACE_ROUNDS_MAX: usize = 8;
+/// How long a row waits for its transaction to reach the proxy's hold (the SDK's own attempt
+/// timeout, 5 s, bounds the held client anyway).
+pub const HOLD_WAIT_MILLIS_MAX: u64 = 3_000;
+/// How long the proxy's driver waits for the probe's next request before it stops.
+const DRIVER_IDLE_SECS_MAX: u64 = 600;
 /// Evidence text is cut to this many characters.
 const EVIDENCE_CHARS_MAX: usize = 90;
 
@@ -169,6 +186,126 @@ fn key(partition: &str, sort: i64) -> HashMap<String, AttributeValue> {
 
 /// Runs every row against `endpoint` on a fresh table, and deletes the table.
 pub async fn probe(endpoint: &str) -> Result<ProbeReport, ProbeError> {
+    probe_with(endpoint, endpoint, None).await
+}
+
+/// The proxy's hold, shared by the probe's rows and the proxy's driver: armed, the driver begins
+/// the next TransactWriteItems and parks it here instead of forwarding it.
+struct Hold {
+    proxy: Arc<Proxy>,
+    slot: Arc<Mutex<Option<oneshot::Sender<HeldRequest>>>>,
+}
+
+impl Hold {
+    fn arm(&self) -> oneshot::Receiver<HeldRequest> {
+        let (sender, receiver) = oneshot::channel();
+        *self.slot.lock().unwrap_or_else(PoisonError::into_inner) = Some(sender);
+        receiver
+    }
+
+    fn disarm(&self) {
+        self.slot
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+    }
+
+    /// Waits for the armed hold to catch its transaction.
+    async fn caught(&self, parked: oneshot::Receiver<HeldRequest>) -> Option<HeldRequest> {
+        let caught =
+            tokio::time::timeout(Duration::from_millis(HOLD_WAIT_MILLIS_MAX), parked).await;
+        self.disarm();
+        caught.ok().and_then(Result::ok)
+    }
+
+    /// The parked transaction commits: forwarded and answered as any other request.
+    async fn release(&self, request: HeldRequest) {
+        let answer = self
+            .proxy
+            .forward(&request)
+            .await
+            .unwrap_or_else(|error| Proxy::fault(&error.to_string()));
+        // A client gone is its own evidence (the row reads its error).
+        let _ = self.proxy.deliver(request, answer);
+    }
+}
+
+/// Serves the probe's client through the proxy: every request forwarded and answered, except a
+/// TransactWriteItems the armed hold asks for, which is begun and parked.
+async fn drive_proxy(proxy: Arc<Proxy>, slot: Arc<Mutex<Option<oneshot::Sender<HeldRequest>>>>) {
+    let idle = Duration::from_secs(DRIVER_IDLE_SECS_MAX);
+    while let Ok(request) = proxy.next_request(0, idle).await {
+        if request.operation == "TransactWriteItems" {
+            let armed = slot.lock().unwrap_or_else(PoisonError::into_inner).take();
+            if let Some(parked) = armed {
+                match proxy.begin(&request).await {
+                    Ok(()) => {
+                        if let Err(unclaimed) = parked.send(request) {
+                            // The row stopped waiting: commit it so its client is answered.
+                            let answer = proxy
+                                .forward(&unclaimed)
+                                .await
+                                .unwrap_or_else(|error| Proxy::fault(&error.to_string()));
+                            let _ = proxy.deliver(unclaimed, answer);
+                        }
+                        continue;
+                    }
+                    Err(error) => {
+                        let _ = proxy.deliver(request, Proxy::fault(&error.to_string()));
+                        continue;
+                    }
+                }
+            }
+        }
+        let answer = proxy
+            .forward(&request)
+            .await
+            .unwrap_or_else(|error| Proxy::fault(&error.to_string()));
+        let _ = proxy.deliver(request, answer);
+    }
+}
+
+/// Runs every row against `upstream` through a conformance proxy (with its token table on or
+/// off), with the proxy's hold for the rows that need a running transaction.
+pub async fn probe_through_proxy(
+    upstream: &str,
+    token_table: bool,
+) -> Result<ProbeReport, ProbeError> {
+    let unreachable = |detail: String| ProbeError::Unreachable {
+        endpoint: upstream.to_owned(),
+        detail,
+    };
+    let proxy = Arc::new(
+        Proxy::start(upstream, 1)
+            .await
+            .map_err(|error| unreachable(error.to_string()))?,
+    );
+    proxy
+        .check_upstream()
+        .await
+        .map_err(|error| unreachable(error.to_string()))?;
+    proxy.set_token_table(token_table);
+    let slot = Arc::new(Mutex::new(None));
+    let driver = tokio::spawn(drive_proxy(proxy.clone(), slot.clone()));
+    let hold = Hold {
+        proxy: proxy.clone(),
+        slot,
+    };
+    let label = format!(
+        "{upstream} through the conformance proxy (token table {})",
+        if token_table { "on" } else { "off" }
+    );
+    let report = probe_with(&proxy.endpoint(0), &label, Some(&hold)).await;
+    driver.abort();
+    let _ = proxy.delete_token_table().await;
+    report
+}
+
+async fn probe_with(
+    endpoint: &str,
+    label: &str,
+    hold: Option<&Hold>,
+) -> Result<ProbeReport, ProbeError> {
     let client = oncecheck_store::dynamodb::client_for(Some(endpoint)).await;
     let nanos = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -186,13 +323,23 @@ pub async fn probe(endpoint: &str) -> Result<ProbeReport, ProbeError> {
         run: format!("{nanos:x}"),
     };
     let (replay, mismatch) = probe.token_replay_and_mismatch().await;
+    let (in_progress, conflict) = match hold {
+        Some(hold) => (
+            probe.token_in_progress_held(hold).await,
+            probe.transaction_conflict_held(hold).await,
+        ),
+        None => (
+            probe.token_in_progress().await,
+            probe.transaction_conflict().await,
+        ),
+    };
     let rows = vec![
         replay,
         mismatch,
-        probe.token_in_progress().await,
+        in_progress,
         probe.cancellation_reasons().await,
         probe.all_old_image().await,
-        probe.transaction_conflict().await,
+        conflict,
         probe.query_reverse_limit().await,
         probe.add_missing().await,
     ];
@@ -203,7 +350,7 @@ pub async fn probe(endpoint: &str) -> Result<ProbeReport, ProbeError> {
         .await
         .is_ok();
     Ok(ProbeReport {
-        endpoint: endpoint.to_owned(),
+        endpoint: label.to_owned(),
         table,
         rows,
         table_deleted,
@@ -436,6 +583,88 @@ impl Probe<'_> {
             sent,
             format!("never in progress: {}", seen.join(", ")),
         )
+    }
+
+    /// A tokened transaction held running in the proxy, and the identical request sent meanwhile.
+    async fn token_in_progress_held(&self, hold: &Hold) -> Row {
+        let token = self.token("held");
+        let sent = format!(
+            "TransactWriteItems{{ADD n 1}} token {token} held running; the same request meanwhile"
+        );
+        let parked = hold.arm();
+        let (first, meanwhile) = tokio::join!(self.send_tokened("held", 1, &token), async {
+            let request = hold.caught(parked).await?;
+            let second = self.send_tokened("held", 1, &token).await;
+            hold.release(request).await;
+            Some(second)
+        });
+        let Some(second) = meanwhile else {
+            return row(
+                TOKEN_IN_PROGRESS,
+                Verdict::Differs,
+                sent,
+                format!("the transaction never reached the hold; it answered {first:?}"),
+            );
+        };
+        let after = self.counter("held").await.ok().flatten();
+        match second {
+            Err((Some(code), _)) if code == "TransactionInProgressException" => row(
+                TOKEN_IN_PROGRESS,
+                Verdict::Supported,
+                sent,
+                format!(
+                    "{code}; the first then {}; n = {after:?}",
+                    answer_word(&first)
+                ),
+            ),
+            Ok(()) => row(
+                TOKEN_IN_PROGRESS,
+                Verdict::NotSupported,
+                sent,
+                format!("the second succeeded while the first ran; n = {after:?}"),
+            ),
+            Err((_, text)) => row(TOKEN_IN_PROGRESS, Verdict::Differs, sent, text),
+        }
+    }
+
+    /// A transaction held running in the proxy, and a PutItem of one of its items meanwhile.
+    async fn transaction_conflict_held(&self, hold: &Hold) -> Row {
+        let sent = "TransactWriteItems{ADD n 1} held running; PutItem of its item meanwhile";
+        let parked = hold.arm();
+        let transaction = self
+            .client
+            .transact_write_items()
+            .transact_items(self.add("heldconflict", 1))
+            .send();
+        let (first, meanwhile) = tokio::join!(transaction, async {
+            let request = hold.caught(parked).await?;
+            let put = self.put_plain("heldconflict", 0, "single").await;
+            hold.release(request).await;
+            Some(put)
+        });
+        let Some(put) = meanwhile else {
+            return row(
+                TRANSACTION_CONFLICT,
+                Verdict::Differs,
+                sent,
+                format!(
+                    "the transaction never reached the hold; it answered {}",
+                    first.map_or_else(|error| error_text(&error), |_| "success".into())
+                ),
+            );
+        };
+        match put {
+            Err(text) if text.contains("TransactionConflict") => {
+                row(TRANSACTION_CONFLICT, Verdict::Supported, sent, text)
+            }
+            Ok(()) => row(
+                TRANSACTION_CONFLICT,
+                Verdict::NotSupported,
+                sent,
+                "the PutItem succeeded while the transaction ran",
+            ),
+            Err(text) => row(TRANSACTION_CONFLICT, Verdict::Differs, sent, text),
+        }
     }
 
     async fn put_plain(&self, partition: &str, sort: i64, marker: &str) -> Result<(), String> {
@@ -725,6 +954,14 @@ impl Probe<'_> {
     }
 }
 
+fn answer_word(answer: &Result<(), (Option<String>, String)>) -> String {
+    match answer {
+        Ok(()) => "succeeded".to_owned(),
+        Err((Some(code), _)) => code.clone(),
+        Err((None, text)) => text.clone(),
+    }
+}
+
 /// Writes the table as Markdown.
 pub fn write_table(report: &ProbeReport, out: &mut impl Write) -> std::io::Result<()> {
     writeln!(
@@ -751,7 +988,7 @@ pub fn write_table(report: &ProbeReport, out: &mut impl Write) -> std::io::Resul
 
 /// `oncecheck probe TARGET`: exit 0 when the probe ran (whatever it found), 2 on a bad target or
 /// an endpoint that cannot be reached or set up.
-pub fn run_command(target: &str) -> ExitCode {
+pub fn run_command(target: &str, through_proxy: bool, token_table: bool) -> ExitCode {
     let endpoint = match parse_target(target) {
         Ok(endpoint) => endpoint,
         Err(error) => {
@@ -769,7 +1006,12 @@ pub fn run_command(target: &str) -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(probe(&endpoint)) {
+    let probed = if through_proxy {
+        runtime.block_on(probe_through_proxy(&endpoint, token_table))
+    } else {
+        runtime.block_on(probe(&endpoint))
+    };
+    match probed {
         Ok(report) => match write_table(&report, &mut std::io::stdout().lock()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(error) => {

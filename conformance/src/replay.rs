@@ -33,6 +33,9 @@ pub enum Target {
     Sqlite,
     /// The DynamoDB endpoint behind the proxy; `None` means ONCECHECK_DDB_ENDPOINT.
     Dynamodb(Option<String>),
+    /// Token-model traces on the reliable-write client, through the proxy's token table, on this
+    /// endpoint (`crate::replay_token`); `None` means ONCECHECK_DDB_ENDPOINT.
+    TokenedDynamodb(Option<String>),
 }
 
 /// Checks that an endpoint is an http(s) URL with a host, so a typo is bad input (exit 2)
@@ -64,12 +67,17 @@ impl std::str::FromStr for Target {
             None if text == "memory" => Ok(Target::Memory),
             None if text == "sqlite" => Ok(Target::Sqlite),
             None if text == "dynamodb" => Ok(Target::Dynamodb(None)),
+            None if text == "tokened-dynamodb" => Ok(Target::TokenedDynamodb(None)),
             Some(("dynamodb", url)) => {
                 check_endpoint(url).map_err(|reason| format!("target `{text}`: {reason}"))?;
                 Ok(Target::Dynamodb(Some(url.to_string())))
             }
+            Some(("tokened-dynamodb", url)) => {
+                check_endpoint(url).map_err(|reason| format!("target `{text}`: {reason}"))?;
+                Ok(Target::TokenedDynamodb(Some(url.to_string())))
+            }
             _ => Err(format!(
-                "unknown target `{text}`; valid targets: memory, sqlite, dynamodb, dynamodb=URL"
+                "unknown target `{text}`; valid targets: memory, sqlite, dynamodb, dynamodb=URL, tokened-dynamodb, tokened-dynamodb=URL"
             )),
         }
     }
@@ -82,6 +90,8 @@ impl std::fmt::Display for Target {
             Target::Sqlite => write!(f, "sqlite"),
             Target::Dynamodb(None) => write!(f, "dynamodb"),
             Target::Dynamodb(Some(url)) => write!(f, "dynamodb={url}"),
+            Target::TokenedDynamodb(None) => write!(f, "tokened-dynamodb"),
+            Target::TokenedDynamodb(Some(url)) => write!(f, "tokened-dynamodb={url}"),
         }
     }
 }

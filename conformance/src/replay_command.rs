@@ -174,16 +174,24 @@ async fn run_all(
         close(session).await;
         return ExitCode::from(2);
     }
+    let reproductions: BTreeMap<PathBuf, String> = traces
+        .iter()
+        .filter_map(|(file, trace)| Some((file.clone(), trace.reproduction()?)))
+        .collect();
     let mut totals = ReplayStats::default();
     let (mut replayed, mut refused, mut diverged, mut not_applicable, mut environment) =
         (0usize, 0usize, 0usize, 0usize, 0usize);
     let outcomes = replay_all(session.clone(), traces, jobs, |file, result| match result {
         Ok(stats) => println!(
-            "ok   {} ({} steps, {} requests, {} lost responses)",
+            "ok   {} ({} steps, {} requests, {} lost responses){}",
             file.display(),
             stats.steps,
             stats.requests,
-            stats.lost_responses
+            stats.lost_responses,
+            reproductions
+                .get(file)
+                .map(|note| format!(": {note} on the real table, as expected"))
+                .unwrap_or_default()
         ),
         Err(error @ ReplayError::NotApplicable { .. }) if only_replayable => {
             println!("n/a  {error}")

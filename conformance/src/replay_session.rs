@@ -1,6 +1,7 @@
 //! What one `oncecheck replay` run keeps across its traces, and which target replays a trace:
-//! the store of a logical target (memory, SQLite), or the DynamoDB server and the store
-//! configuration.
+//! the store of a logical target (memory, SQLite), the DynamoDB server and the store
+//! configuration, or (token-model traces) the DynamoDB server the reliable-write client writes
+//! to through the proxy's token table.
 //!
 //! Invariants: every trace replays on a stream of its own (`replay::fresh_stream`), and on
 //! DynamoDB on a table and a proxy of its own, so traces never see each other's items and can
@@ -11,14 +12,31 @@ use crate::proxy::Proxy;
 use crate::replay::{drive, fresh_stream, load_for, ReplayError, ReplayStats, Target};
 use crate::replay_dynamodb::{DynamoContext, DynamoTarget, StoreConfig};
 use crate::replay_log::LogTarget;
+use crate::replay_token::{TokenContext, TokenTarget};
 use oncecheck_model::relay::RelayModel;
+use oncecheck_model::token::TokenModel;
 use oncecheck_model::trace::LoadedTrace;
 use oncecheck_store::{DynamoDbStore, MemoryStore, OpStore, SqliteStore};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-/// A trace loaded for this session's target.
-pub type SessionTrace = LoadedTrace<RelayModel>;
+/// A trace loaded for this session's target: a relay trace, or a token trace for
+/// `tokened-dynamodb`.
+pub enum SessionTrace {
+    Relay(LoadedTrace<RelayModel>),
+    Token(LoadedTrace<TokenModel>),
+}
+
+impl SessionTrace {
+    /// What a successful replay of this trace shows beyond "no divergence": a counterexample of
+    /// the token model reproduced on the real table.
+    pub fn reproduction(&self) -> Option<String> {
+        match self {
+            SessionTrace::Relay(_) => None,
+            SessionTrace::Token(trace) => crate::replay_token::reproduces(trace),
+        }
+    }
+}
 
 pub enum Session {
     /// A locked log shared by every trace of the run: `memory` or `sqlite`.
@@ -28,6 +46,7 @@ pub enum Session {
         sqlite_file: Option<PathBuf>,
     },
     Dynamodb(Arc<DynamoContext>),
+    Token(Arc<TokenContext>),
 }
 
 impl Session {
@@ -62,30 +81,19 @@ impl Session {
                     sqlite_file: Some(file),
                 })
             }
+            Target::TokenedDynamodb(url) => {
+                let upstream = endpoint_of("tokened-dynamodb", url)?;
+                let template = checked_template(&upstream).await?;
+                Ok(Session::Token(Arc::new(TokenContext {
+                    upstream,
+                    target: target.to_string(),
+                    token_table: true,
+                    template,
+                })))
+            }
             Target::Dynamodb(url) => {
-                let upstream = match url {
-                    Some(url) => url.clone(),
-                    None => std::env::var("ONCECHECK_DDB_ENDPOINT").map_err(|_| {
-                        "no endpoint: pass --target dynamodb=URL or set ONCECHECK_DDB_ENDPOINT"
-                            .to_string()
-                    })?,
-                };
-                crate::replay::check_endpoint(&upstream)?;
-                // Fail early, with the endpoint named, when the server is not there; through a
-                // proxy, as every request of a replay.
-                let proxy = Proxy::start(&upstream, 1)
-                    .await
-                    .map_err(|error| format!("DynamoDB at {upstream}: {error}"))?;
-                proxy
-                    .check_upstream()
-                    .await
-                    .map_err(|error| format!("DynamoDB at {upstream} does not answer: {error}"))?;
-                // The template every actor's client is derived from; its endpoint is replaced by
-                // a proxy listener's for each actor.
-                let template = DynamoDbStore::connect("template", Some(&proxy.set_up_endpoint()))
-                    .await
-                    .client()
-                    .clone();
+                let upstream = endpoint_of("dynamodb", url)?;
+                let template = checked_template(&upstream).await?;
                 Ok(Session::Dynamodb(Arc::new(DynamoContext {
                     upstream,
                     template,
@@ -100,12 +108,18 @@ impl Session {
         match self {
             Session::Log { name, .. } => name,
             Session::Dynamodb(context) => &context.target,
+            Session::Token(context) => &context.target,
         }
     }
 
     /// Reads a trace of the model this session's target serves.
     pub fn load(&self, file: &Path) -> Result<SessionTrace, ReplayError> {
-        load_for::<RelayModel>(file, self.target_name())
+        match self {
+            Session::Token(_) => {
+                load_for::<TokenModel>(file, self.target_name()).map(SessionTrace::Token)
+            }
+            _ => load_for::<RelayModel>(file, self.target_name()).map(SessionTrace::Relay),
+        }
     }
 
     /// Replays one loaded trace on a stream (and, on DynamoDB, a table and proxy) of its own.
@@ -114,8 +128,8 @@ impl Session {
         file: &Path,
         trace: &SessionTrace,
     ) -> Result<ReplayStats, ReplayError> {
-        match self {
-            Session::Log { store, name, .. } => {
+        match (self, trace) {
+            (Session::Log { store, name, .. }, SessionTrace::Relay(trace)) => {
                 drive(
                     file,
                     trace,
@@ -123,9 +137,14 @@ impl Session {
                 )
                 .await
             }
-            Session::Dynamodb(context) => {
+            (Session::Dynamodb(context), SessionTrace::Relay(trace)) => {
                 drive(file, trace, DynamoTarget::new(context.clone(), file)).await
             }
+            (Session::Token(context), SessionTrace::Token(trace)) => {
+                drive(file, trace, TokenTarget::new(context.clone())).await
+            }
+            // `load` answers the trace of the session's own model.
+            _ => unreachable!("a trace loaded by another session"),
         }
     }
 
@@ -148,4 +167,35 @@ impl Session {
             }
         }
     }
+}
+
+/// The endpoint of a DynamoDB target: the URL given, or ONCECHECK_DDB_ENDPOINT.
+fn endpoint_of(kind: &str, url: &Option<String>) -> Result<String, String> {
+    let upstream = match url {
+        Some(url) => url.clone(),
+        None => std::env::var("ONCECHECK_DDB_ENDPOINT").map_err(|_| {
+            format!("no endpoint: pass --target {kind}=URL or set ONCECHECK_DDB_ENDPOINT")
+        })?,
+    };
+    crate::replay::check_endpoint(&upstream)?;
+    Ok(upstream)
+}
+
+/// Fails early, with the endpoint named, when the server is not there (through a proxy, as every
+/// request of a replay); answers the template every actor's client is derived from, its
+/// endpoint replaced by a proxy listener's for each actor.
+async fn checked_template(upstream: &str) -> Result<aws_sdk_dynamodb::Client, String> {
+    let proxy = Proxy::start(upstream, 1)
+        .await
+        .map_err(|error| format!("DynamoDB at {upstream}: {error}"))?;
+    proxy
+        .check_upstream()
+        .await
+        .map_err(|error| format!("DynamoDB at {upstream} does not answer: {error}"))?;
+    Ok(
+        DynamoDbStore::connect("template", Some(&proxy.set_up_endpoint()))
+            .await
+            .client()
+            .clone(),
+    )
 }

@@ -57,6 +57,8 @@
 //! passed). [`Mutation`]s break one server or network rule each, so that every property is seen
 //! to fail somewhere.
 
+mod encoding;
+
 use crate::check::{BoundSpec, Bounds, Kind, ModelSpec, PropertyDef, SpecError, Verdict};
 use stateright::{Model, Property};
 use std::collections::BTreeMap;

@@ -118,7 +118,7 @@ enum Command {
     },
     /// Write counterexamples, examples and seeded covering paths as ITF trace files.
     Traces {
-        /// The model: relay (the one model whose traces can be replayed).
+        /// The model: relay, idempotency or token (relay and token traces can be replayed).
         model: String,
         /// One variant (every variant when omitted): add-era, counter-only, fixed, mixed.
         #[arg(long)]
@@ -156,7 +156,9 @@ enum Command {
         /// ITF trace files written by `oncecheck traces` (or kept in conformance/traces/).
         #[arg(required = true, value_name = "TRACE")]
         traces: Vec<PathBuf>,
-        /// Where to replay: memory | sqlite | dynamodb (ONCECHECK_DDB_ENDPOINT) | dynamodb=URL.
+        /// Where to replay: memory | sqlite | dynamodb (ONCECHECK_DDB_ENDPOINT) | dynamodb=URL
+        /// (relay traces); tokened-dynamodb | tokened-dynamodb=URL (token traces, on the
+        /// reliable-write client through the proxy's token table).
         #[arg(long, default_value = "dynamodb")]
         target: String,
         /// Run the writers as this store build instead of the trace's own variant
@@ -184,6 +186,14 @@ enum Command {
     Probe {
         /// The endpoint: dynamodb=URL (any DynamoDB-compatible endpoint, moto included).
         target: String,
+        /// Probe through the conformance proxy in front of the endpoint: its token table, and
+        /// the hold that the in-progress and TransactionConflict rows need.
+        #[arg(long)]
+        proxy: bool,
+        /// With --proxy: the proxy's token table on (DynamoDB's token rules) or off (the
+        /// endpoint's own).
+        #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
+        token_table: String,
     },
     /// Serve the stateright Explorer for one model variant on 127.0.0.1 (blocks until ctrl-c).
     Explore {
@@ -355,7 +365,11 @@ fn main() -> ExitCode {
             jobs,
             lose_by.as_deref(),
         ),
-        Command::Probe { target } => probe(&target),
+        Command::Probe {
+            target,
+            proxy,
+            token_table,
+        } => probe(&target, proxy, token_table == "on"),
         Command::Explore {
             model,
             variant,
@@ -462,13 +476,13 @@ fn replay(
 }
 
 #[cfg(feature = "replay")]
-fn probe(target: &str) -> ExitCode {
-    oncecheck_conformance::probe::run_command(target)
+fn probe(target: &str, through_proxy: bool, token_table: bool) -> ExitCode {
+    oncecheck_conformance::probe::run_command(target, through_proxy, token_table)
 }
 
 /// The probe talks to DynamoDB through the SDK, which only the `replay` build carries.
 #[cfg(not(feature = "replay"))]
-fn probe(_: &str) -> ExitCode {
+fn probe(_: &str, _: bool, _: bool) -> ExitCode {
     bad_input(
         "this oncecheck was built without replay (the probe needs the AWS SDK); build one with it: \
          cargo run --release -p oncecheck-conformance --features replay --bin oncecheck -- probe ...",

@@ -18,11 +18,17 @@
 //!   a write touching a pending item with;
 //! - **lost responses**: [`Proxy::lose`] closes the client's connection after the commit, without
 //!   an HTTP response, so the SDK sees an I/O (dispatch) error: an unknown outcome;
-//!   [`Proxy::stall`] answers nothing until the client's own timeout gives up (a timeout error).
+//!   [`Proxy::stall`] answers nothing until the client's own timeout gives up (a timeout error);
+//! - **client request tokens** (`tokens`): DynamoDB's ClientRequestToken rules for
+//!   TransactWriteItems, with the token record committed in the same transaction as the effects,
+//!   a token clock only the trace moves ([`Proxy::set_token_clock`]), a switch
+//!   ([`Proxy::set_token_table`]), and [`Proxy::begin`], the hold that makes a running
+//!   transaction observable (TransactionInProgress, TransactionConflict).
 //!
 //! One file per job: `wire` (DynamoDB JSON views and answer shapes), `key_condition` (the Query
 //! key-condition parser), `window` (the pending items and the rewrites of reads over them),
-//! `upstream` (forwarding, one exchange at a time), `server` (the listeners and held requests).
+//! `upstream` (forwarding, one exchange at a time), `server` (the listeners and held requests),
+//! `tokens` (the token table and the locks of begun transactions).
 //! This file joins them.
 //!
 //! # Invariants
@@ -49,6 +55,7 @@
 
 mod key_condition;
 mod server;
+mod tokens;
 mod upstream;
 mod window;
 mod wire;
@@ -66,9 +73,11 @@ use tokio::task::JoinHandle;
 
 pub use key_condition::{QueryView, SeqCondition};
 pub use server::HeldRequest;
+pub use tokens::{fingerprint, TOKEN_CHARS_MAX, TOKEN_TABLE_PREFIX, TOKEN_WINDOW_MILLIS};
 pub use wire::{Answer, Item, ItemKey, PreImage, ReasonCode, TransactItemView, TransactKind};
 
 use server::{accept_loop, Intake, Reply, Route};
+use tokens::{Screen, Tokens};
 use upstream::{Turn, Upstream};
 use window::Window;
 
@@ -144,6 +153,7 @@ struct Port {
 pub struct Proxy {
     upstream: Arc<Upstream>,
     window: Window,
+    tokens: Tokens,
     ports: Vec<Port>,
     set_up_address: SocketAddr,
     servers: Vec<JoinHandle<()>>,
@@ -210,6 +220,7 @@ impl Proxy {
         Ok(Proxy {
             upstream,
             window: Window::default(),
+            tokens: Tokens::new(),
             ports,
             set_up_address,
             servers,
@@ -369,7 +380,33 @@ impl Proxy {
             .conflict_answer(&request.operation, &request.touched_keys()?))
     }
 
+    /// Turns DynamoDB's token rules on (the default) or off: off, a tokened TransactWriteItems
+    /// passes through as sent, and the endpoint's own token handling shows (see `tokens`).
+    pub fn set_token_table(&self, on: bool) {
+        self.tokens.set_enabled(on);
+    }
+
+    /// The token clock: the time every token's window is decided on. It starts at 0 and moves
+    /// only here, so a trace's "the window passes" is one call.
+    pub fn set_token_clock(&self, now: Duration) {
+        self.tokens.set_clock(now);
+    }
+
+    pub fn token_clock(&self) -> Duration {
+        self.tokens.clock()
+    }
+
+    /// The trace's "server starts" step for a held TransactWriteItems: its token is running and
+    /// the items it touches are locked until it is forwarded or answered. Meanwhile the same
+    /// token is answered TransactionInProgress (or IdempotentParameterMismatch with other
+    /// parameters), and a write touching its items TransactionConflict.
+    pub async fn begin(&self, request: &HeldRequest) -> Result<(), ProxyError> {
+        let turn = self.upstream.turn().await?;
+        self.tokens.begin(&self.upstream, &turn, request).await
+    }
+
     fn reply(&self, request: HeldRequest, reply: Reply) -> Result<(), ProxyError> {
+        self.tokens.finish(request.id);
         request
             .reply
             .send(reply)
@@ -390,6 +427,55 @@ impl Proxy {
         self.reply(request, Reply::Lose)
     }
 
+    /// Loses the response before the request is processed (the trace's client gives up on a
+    /// request still pending or running): the client sees its connection closed now, and the
+    /// request stays with the replayer, to be processed later or dropped; its answer then goes
+    /// nowhere (a later `deliver` or `lose` reports [`ProxyError::ClientGone`]). A begun
+    /// transaction stays running.
+    pub fn lose_early(&self, request: HeldRequest) -> Result<HeldRequest, ProxyError> {
+        let HeldRequest {
+            id,
+            actor,
+            operation,
+            body,
+            path,
+            headers,
+            raw,
+            reply,
+        } = request;
+        reply
+            .send(Reply::Lose)
+            .map_err(|_| ProxyError::ClientGone {
+                actor,
+                operation: operation.clone(),
+            })?;
+        let (reply, _nobody) = tokio::sync::oneshot::channel();
+        Ok(HeldRequest {
+            id,
+            actor,
+            operation,
+            body,
+            path,
+            headers,
+            raw,
+            reply,
+        })
+    }
+
+    /// Deletes the token table's side table on the upstream, if this proxy created one (the
+    /// proxy cannot on drop: that needs a request). Call it when done with the proxy.
+    pub async fn delete_token_table(&self) -> Result<(), ProxyError> {
+        let turn = self.upstream.turn().await?;
+        self.tokens.delete_table(&self.upstream, &turn).await
+    }
+
+    /// The environment damages the creation time of `token`'s record (the token model's
+    /// RecordLosesTimestamp): the record stays, and every later request meeting it fails closed.
+    pub async fn damage_token_record(&self, token: &str) -> Result<(), ProxyError> {
+        let turn = self.upstream.turn().await?;
+        self.tokens.damage(&self.upstream, &turn, token).await
+    }
+
     /// Loses the response by silence: the connection stays open without an answer until the
     /// client's own attempt timeout gives up on it (the proxy closes it after
     /// `request_wait_millis_max` at the latest), so the SDK sees a timeout: an unknown outcome
@@ -408,6 +494,16 @@ impl Proxy {
         Answer::conflict()
     }
 
+    /// The answer for a request the proxy could not serve (a [`ProxyError`] met while forwarding
+    /// it): a 400 of the proxy's own type, which no client retries.
+    pub fn fault(message: &str) -> Answer {
+        Answer::error(
+            400,
+            "oncecheck.proxy#ProxyFault",
+            &format!("oncecheck proxy: {message}"),
+        )
+    }
+
     /// See [`Answer::throttled`].
     pub fn throttled() -> Answer {
         Answer::throttled()
@@ -420,11 +516,71 @@ impl Proxy {
         self.upstream.scan(&turn, table).await
     }
 
+    /// The token table's rules first (`tokens`), then the request as the window shows it.
     async fn forward_in_turn(
         &self,
         turn: &Turn<'_>,
         request: &HeldRequest,
     ) -> Result<Answer, ProxyError> {
+        let screened = self.tokens.screen(&self.upstream, turn, request).await;
+        let answer = match screened {
+            Ok(Screen::Answer(answer)) => Ok(answer),
+            Ok(Screen::Forward) => self.forward_visible(turn, request).await,
+            Ok(Screen::Record { body, client_items }) => {
+                match self.refuse_pending_writes(request) {
+                    Ok(()) => self
+                        .upstream
+                        .exchange(
+                            turn,
+                            &request.path,
+                            &request.headers,
+                            &request.operation,
+                            &body,
+                        )
+                        .await
+                        .map(|answer| self.tokens.settle(answer, client_items)),
+                    Err(error) => Err(error),
+                }
+            }
+            Err(error) => Err(error),
+        };
+        // A begun request has run once it went upstream or was answered here.
+        self.tokens.finish(request.id);
+        answer
+    }
+
+    /// A write touching a pending item is refused: the model answers it with a conflict.
+    fn refuse_pending_writes(&self, request: &HeldRequest) -> Result<(), ProxyError> {
+        // Nothing pending, nothing to refuse: and the keys of tables outside the relay's
+        // schema (the token traces', the probe's) are never parsed.
+        if self.window.keys().is_empty() {
+            return Ok(());
+        }
+        let touched = request.touched_keys()?;
+        let held = self.window.held_among(&touched);
+        if let Some((_, key)) = touched
+            .into_iter()
+            .zip(held)
+            .find_map(|(touched, held)| held.then_some(touched))
+        {
+            return Err(ProxyError::WritesPending {
+                operation: request.operation.clone(),
+                key,
+            });
+        }
+        Ok(())
+    }
+
+    async fn forward_visible(
+        &self,
+        turn: &Turn<'_>,
+        request: &HeldRequest,
+    ) -> Result<Answer, ProxyError> {
+        // Nothing pending: every read already shows the visible state, so it goes as sent, and
+        // tables outside the relay's key schema (the probe's, the token traces') work too.
+        if self.window.keys().is_empty() {
+            return self.pass_through(turn, request).await;
+        }
         match request.operation.as_str() {
             "Query" => self.forward_query(turn, request).await,
             "GetItem" => self.forward_get(turn, request).await,
@@ -439,18 +595,7 @@ impl Proxy {
                 self.pass_through(turn, request).await
             }
             _ => {
-                let touched = request.touched_keys()?;
-                let held = self.window.held_among(&touched);
-                if let Some((_, key)) = touched
-                    .into_iter()
-                    .zip(held)
-                    .find_map(|(touched, held)| held.then_some(touched))
-                {
-                    return Err(ProxyError::WritesPending {
-                        operation: request.operation.clone(),
-                        key,
-                    });
-                }
+                self.refuse_pending_writes(request)?;
                 self.pass_through(turn, request).await
             }
         }
