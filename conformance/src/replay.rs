@@ -33,6 +33,10 @@ pub enum Target {
     Sqlite,
     /// The DynamoDB endpoint behind the proxy; `None` means ONCECHECK_DDB_ENDPOINT.
     Dynamodb(Option<String>),
+    /// The idempotency layer on SQLite (`crate::replay_middleware::target`).
+    MiddlewareSqlite,
+    /// The idempotency layer on PostgreSQL; `None` means ONCECHECK_PG_URL.
+    MiddlewarePostgres(Option<String>),
 }
 
 /// Checks that an endpoint is an http(s) URL with a host, so a typo is bad input (exit 2)
@@ -68,8 +72,18 @@ impl std::str::FromStr for Target {
                 check_endpoint(url).map_err(|reason| format!("target `{text}`: {reason}"))?;
                 Ok(Target::Dynamodb(Some(url.to_string())))
             }
+            None if text == "middleware-sqlite" => Ok(Target::MiddlewareSqlite),
+            None if text == "middleware-postgres" => Ok(Target::MiddlewarePostgres(None)),
+            Some(("middleware-postgres", url))
+                if url.starts_with("postgres://") || url.starts_with("postgresql://") =>
+            {
+                Ok(Target::MiddlewarePostgres(Some(url.to_string())))
+            }
+            Some(("middleware-postgres", url)) => Err(format!(
+                "target `{text}`: `{url}` is not a PostgreSQL URL; expected postgres://USER@HOST:PORT/DATABASE"
+            )),
             _ => Err(format!(
-                "unknown target `{text}`; valid targets: memory, sqlite, dynamodb, dynamodb=URL"
+                "unknown target `{text}`; valid targets: memory, sqlite, dynamodb, dynamodb=URL, middleware-sqlite, middleware-postgres, middleware-postgres=URL"
             )),
         }
     }
@@ -82,6 +96,9 @@ impl std::fmt::Display for Target {
             Target::Sqlite => write!(f, "sqlite"),
             Target::Dynamodb(None) => write!(f, "dynamodb"),
             Target::Dynamodb(Some(url)) => write!(f, "dynamodb={url}"),
+            Target::MiddlewareSqlite => write!(f, "middleware-sqlite"),
+            Target::MiddlewarePostgres(None) => write!(f, "middleware-postgres"),
+            Target::MiddlewarePostgres(Some(url)) => write!(f, "middleware-postgres={url}"),
         }
     }
 }

@@ -9,6 +9,7 @@
 
 use crate::proxy::Proxy;
 use crate::replay::{drive, fresh_stream, load_for, ReplayError, ReplayStats, Target};
+use crate::replay_command::ReplaySession;
 use crate::replay_dynamodb::{DynamoContext, DynamoTarget, StoreConfig};
 use crate::replay_log::LogTarget;
 use oncecheck_model::relay::RelayModel;
@@ -62,6 +63,9 @@ impl Session {
                     sqlite_file: Some(file),
                 })
             }
+            Target::MiddlewareSqlite | Target::MiddlewarePostgres(_) => Err(format!(
+                "target `{target}` replays idempotency traces (crate::replay_middleware::target)"
+            )),
             Target::Dynamodb(url) => {
                 let upstream = match url {
                     Some(url) => url.clone(),
@@ -147,5 +151,21 @@ impl Session {
                 let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
             }
         }
+    }
+}
+
+impl ReplaySession for Session {
+    type Trace = SessionTrace;
+
+    fn load(&self, file: &Path) -> Result<SessionTrace, ReplayError> {
+        Session::load(self, file)
+    }
+
+    async fn replay(&self, file: &Path, trace: &SessionTrace) -> Result<ReplayStats, ReplayError> {
+        Session::replay(self, file, trace).await
+    }
+
+    async fn close(self) {
+        Session::close(self).await
     }
 }

@@ -432,11 +432,24 @@ fn replay(
         Ok(target) => target,
         Err(message) => return bad_input(message),
     };
-    let config = match oncecheck_conformance::replay_command::store_config(
-        store_variant,
-        store_mutations,
-        lose_by,
-    ) {
+    use oncecheck_conformance::replay::Target;
+    use oncecheck_conformance::replay_command::TargetConfig;
+    let config = match target {
+        Target::MiddlewareSqlite | Target::MiddlewarePostgres(_) => {
+            oncecheck_conformance::replay_middleware::target::LayerConfig::parse(
+                store_variant.as_deref(),
+                store_mutations,
+            )
+            .map(TargetConfig::Layer)
+        }
+        _ => oncecheck_conformance::replay_command::store_config(
+            store_variant,
+            store_mutations,
+            lose_by,
+        )
+        .map(TargetConfig::Store),
+    };
+    let config = match config {
         Ok(config) => config,
         Err(message) => return bad_input(message),
     };
