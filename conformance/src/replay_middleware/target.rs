@@ -631,75 +631,13 @@ impl MiddlewareTarget {
             )
         })
     }
-}
 
-/// The real fingerprint of a model fingerprint's request.
-pub fn real_fingerprint(fingerprint: Fingerprint) -> RealFingerprint {
-    RealFingerprint::of(
-        &http::Method::POST,
-        server::ROUTE,
-        server::request_body(fingerprint),
-    )
-}
-
-/// A schema name no other replay uses.
-fn fresh_schema() -> String {
-    use std::sync::atomic::{AtomicU64, Ordering};
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|since| since.as_nanos())
-        .unwrap_or(0);
-    format!(
-        "oncecheck_replay_{}_{}_{nanos}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
-
-impl ReplayTarget for MiddlewareTarget {
-    type Model = IdempotencyModel;
-    type View = MiddlewareView;
-
-    fn applicable(&self, trace: &LoadedTrace<IdempotencyModel>) -> Result<(), String> {
-        applicable(&trace.model, &trace.path, self.context.database).map(|_| ())
-    }
-
-    fn expected_view(
-        &self,
-        _trace: &LoadedTrace<IdempotencyModel>,
-        _state: &oncecheck_model::idempotency::IdempotencyState,
-    ) -> MiddlewareView {
-        self.views[self.index].clone()
-    }
-
-    async fn set_up(&mut self, trace: &LoadedTrace<IdempotencyModel>) -> Result<(), Fault> {
-        self.views = expected_views(&trace.path);
-        self.clients = trace.path[0].0.clients.len();
-        let variant = applicable(&trace.model, &trace.path, self.context.database)
-            .map_err(Fault::Environment)?;
-        self.behaviour = self.context.behaviour.unwrap_or(variant);
-        self.open_database().await.map_err(Fault::Environment)?;
-        let started = match &self.database {
-            Some(TraceDatabase::Sqlite(store)) => {
-                Server::start(self.layer(store.clone()), self.hub.clone()).await
-            }
-            Some(TraceDatabase::Postgres { store, .. }) => {
-                Server::start(self.layer(store.clone()), self.hub.clone()).await
-            }
-            None => unreachable!("the database was just opened"),
-        };
-        self.server =
-            Some(started.map_err(|error| Fault::Environment(format!("server: {error}")))?);
-        Ok(())
-    }
-
-    async fn perform(
+    /// Makes the real code take one step and waits for its effect.
+    async fn perform_step(
         &mut self,
         trace: &LoadedTrace<IdempotencyModel>,
         step: Step<'_, IdempotencyModel>,
     ) -> Result<(), Fault> {
-        self.index = step.index + 1;
         let pre_fix = self.behaviour == LayerBehaviour::PreFix;
         let client = match *step.action {
             Action::ClientSends {
@@ -839,7 +777,7 @@ impl ReplayTarget for MiddlewareTarget {
         Ok(())
     }
 
-    async fn observe(&mut self) -> Result<MiddlewareView, Fault> {
+    async fn observe_now(&mut self) -> Result<MiddlewareView, Fault> {
         let row = self.read_row().await?;
         let (handler_runs, waiting) = self.hub.read(|state| {
             let waiting = (0..self.clients)
@@ -852,6 +790,100 @@ impl ReplayTarget for MiddlewareTarget {
             handler_runs,
             waiting,
         })
+    }
+}
+
+/// The real fingerprint of a model fingerprint's request.
+pub fn real_fingerprint(fingerprint: Fingerprint) -> RealFingerprint {
+    RealFingerprint::of(
+        &http::Method::POST,
+        server::ROUTE,
+        server::request_body(fingerprint),
+    )
+}
+
+/// A schema name no other replay uses.
+fn fresh_schema() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|since| since.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "oncecheck_replay_{}_{}_{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+impl ReplayTarget for MiddlewareTarget {
+    type Model = IdempotencyModel;
+    type View = MiddlewareView;
+
+    fn applicable(&self, trace: &LoadedTrace<IdempotencyModel>) -> Result<(), String> {
+        applicable(&trace.model, &trace.path, self.context.database).map(|_| ())
+    }
+
+    fn expected_view(
+        &self,
+        _trace: &LoadedTrace<IdempotencyModel>,
+        _state: &oncecheck_model::idempotency::IdempotencyState,
+    ) -> MiddlewareView {
+        self.views[self.index].clone()
+    }
+
+    async fn set_up(&mut self, trace: &LoadedTrace<IdempotencyModel>) -> Result<(), Fault> {
+        self.views = expected_views(&trace.path);
+        self.clients = trace.path[0].0.clients.len();
+        let variant = applicable(&trace.model, &trace.path, self.context.database)
+            .map_err(Fault::Environment)?;
+        self.behaviour = self.context.behaviour.unwrap_or(variant);
+        self.open_database().await.map_err(Fault::Environment)?;
+        let started = match &self.database {
+            Some(TraceDatabase::Sqlite(store)) => {
+                Server::start(self.layer(store.clone()), self.hub.clone()).await
+            }
+            Some(TraceDatabase::Postgres { store, .. }) => {
+                Server::start(self.layer(store.clone()), self.hub.clone()).await
+            }
+            None => unreachable!("the database was just opened"),
+        };
+        self.server =
+            Some(started.map_err(|error| Fault::Environment(format!("server: {error}")))?);
+        Ok(())
+    }
+
+    async fn perform(
+        &mut self,
+        trace: &LoadedTrace<IdempotencyModel>,
+        step: Step<'_, IdempotencyModel>,
+    ) -> Result<(), Fault> {
+        self.index = step.index + 1;
+        match self.perform_step(trace, step).await {
+            // What the client received differs: show the state beside it, where the cause
+            // usually is (the row the finalize wrote).
+            Err(Fault::Diverged {
+                action,
+                expected,
+                actual,
+            }) => {
+                let observed = match self.observe_now().await {
+                    Ok(view) => format!("{view:?}"),
+                    Err(fault) => format!("{fault:?}"),
+                };
+                Err(Fault::Diverged {
+                    action,
+                    expected: format!("{expected}; state {:?}", self.views[self.index]),
+                    actual: format!("{actual}; state {observed}"),
+                })
+            }
+            other => other,
+        }
+    }
+
+    async fn observe(&mut self) -> Result<MiddlewareView, Fault> {
+        self.observe_now().await
     }
 
     async fn finish(&mut self, _trace: &LoadedTrace<IdempotencyModel>) -> Result<(), Fault> {
