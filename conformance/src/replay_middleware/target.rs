@@ -54,6 +54,50 @@ pub struct LayerConfig {
     /// Replay against this behaviour instead of the trace's variant's (`pre-fix`, `fixed`,
     /// `fenced`), to show where the two part.
     pub behaviour: Option<LayerBehaviour>,
+    /// Deliberate defects switched on in the real layer and store (test seams).
+    pub mutations: Vec<LayerMutation>,
+}
+
+/// A deliberate defect of the real layer or its store, as `--store-mutation` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerMutation {
+    /// The claim takes a processing row over while its lease is live (the store's claim).
+    ClaimOverLiveLease,
+    /// The finalize is conditional on the key only.
+    FinalizeKeyOnly,
+    /// No drop guard.
+    NoDropGuard,
+    /// A replay without the replay marker.
+    ReplayUnmarked,
+}
+
+impl LayerMutation {
+    pub const ALL: [LayerMutation; 4] = [
+        LayerMutation::ClaimOverLiveLease,
+        LayerMutation::FinalizeKeyOnly,
+        LayerMutation::NoDropGuard,
+        LayerMutation::ReplayUnmarked,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LayerMutation::ClaimOverLiveLease => "claim-over-live-lease",
+            LayerMutation::FinalizeKeyOnly => "finalize-key-only",
+            LayerMutation::NoDropGuard => "no-drop-guard",
+            LayerMutation::ReplayUnmarked => "replay-unmarked",
+        }
+    }
+
+    /// The layer's own test seam, for the mutations that live in the layer.
+    fn layer_seam(self) -> Option<oncecheck_idempotency::Mutation> {
+        use oncecheck_idempotency::Mutation;
+        match self {
+            LayerMutation::ClaimOverLiveLease => None,
+            LayerMutation::FinalizeKeyOnly => Some(Mutation::FinalizeKeyOnly),
+            LayerMutation::NoDropGuard => Some(Mutation::NoDropGuard),
+            LayerMutation::ReplayUnmarked => Some(Mutation::ReplayUnmarked),
+        }
+    }
 }
 
 impl LayerConfig {
@@ -70,22 +114,42 @@ impl LayerConfig {
                 ))
             }
         };
-        if let Some(mutation) = mutations.first() {
-            return Err(format!(
-                "unknown layer mutation `{mutation}`; valid: none yet"
-            ));
-        }
-        Ok(LayerConfig { behaviour })
+        let mutations = mutations
+            .iter()
+            .map(|name| {
+                LayerMutation::ALL
+                    .into_iter()
+                    .find(|mutation| mutation.name() == name)
+                    .ok_or_else(|| {
+                        let valid: Vec<&str> = LayerMutation::ALL
+                            .iter()
+                            .map(|mutation| mutation.name())
+                            .collect();
+                        format!(
+                            "unknown layer mutation `{name}`; valid: {}",
+                            valid.join(", ")
+                        )
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(LayerConfig {
+            behaviour,
+            mutations,
+        })
     }
 
     /// The flags that select this configuration.
     pub fn flags(&self) -> String {
-        match self.behaviour {
+        let mut flags = match self.behaviour {
             None => String::new(),
             Some(LayerBehaviour::PreFix) => " --store-variant pre-fix".into(),
             Some(LayerBehaviour::Fixed) => " --store-variant fixed".into(),
             Some(LayerBehaviour::Fenced) => " --store-variant fenced".into(),
+        };
+        for mutation in &self.mutations {
+            flags.push_str(&format!(" --store-mutation {}", mutation.name()));
         }
+        flags
     }
 }
 
@@ -100,7 +164,7 @@ impl MiddlewareSession {
             other => return Err(format!("target `{other}` replays relay traces")),
         };
         let flags = format!("{target}{}", config.flags());
-        let context = MiddlewareContext::open(database, url, config.behaviour, flags).await?;
+        let context = MiddlewareContext::open(database, url, config, flags).await?;
         Ok(MiddlewareSession(Arc::new(context)))
     }
 }
@@ -139,8 +203,8 @@ pub struct MiddlewareContext {
     pub database: Database,
     /// PostgreSQL: the URL and a pool that creates and drops each trace's schema.
     pub postgres: Option<(String, sqlx::PgPool)>,
-    /// The layer behaviour to replay against instead of the trace's variant's.
-    pub behaviour: Option<LayerBehaviour>,
+    /// The layer behaviour to replay against instead of the trace's variant's, and defects.
+    pub config: LayerConfig,
     /// `--target` and further flags that reproduce a replay.
     pub flags: String,
 }
@@ -150,7 +214,7 @@ impl MiddlewareContext {
     pub async fn open(
         database: Database,
         url: Option<String>,
-        behaviour: Option<LayerBehaviour>,
+        config: LayerConfig,
         flags: String,
     ) -> Result<MiddlewareContext, String> {
         let postgres = match database {
@@ -175,7 +239,7 @@ impl MiddlewareContext {
         Ok(MiddlewareContext {
             database,
             postgres,
-            behaviour,
+            config,
             flags,
         })
     }
@@ -240,7 +304,18 @@ impl MiddlewareTarget {
             LayerBehaviour::Fixed => Behaviour::Fixed,
             LayerBehaviour::Fenced => Behaviour::Fenced,
         };
-        IdempotencyLayer::builder(HeldStore::new(store, self.hub.clone(), self.clock.clone()))
+        let mut builder =
+            IdempotencyLayer::builder(HeldStore::new(store, self.hub.clone(), self.clock.clone()));
+        for seam in self
+            .context
+            .config
+            .mutations
+            .iter()
+            .filter_map(|mutation| mutation.layer_seam())
+        {
+            builder = builder.mutation(seam);
+        }
+        builder
             .body_bytes_max(server::BODY_BYTES_MAX)
             .lease_secs(LEASE_SECS)
             .row_ttl_secs(ROW_TTL_SECS)
@@ -251,6 +326,13 @@ impl MiddlewareTarget {
             .clock(self.clock.clone())
             .behaviour(behaviour)
             .build()
+    }
+
+    fn claims_over_live_leases(&self) -> bool {
+        self.context
+            .config
+            .mutations
+            .contains(&LayerMutation::ClaimOverLiveLease)
     }
 
     async fn open_database(&mut self) -> Result<(), String> {
@@ -266,7 +348,10 @@ impl MiddlewareTarget {
                     .map_err(|error| {
                         format!("cannot open an in-memory SQLite database: {error}")
                     })?;
-                let store = SqliteStore::new(pool);
+                let mut store = SqliteStore::new(pool);
+                if self.claims_over_live_leases() {
+                    store = store.claiming_over_live_leases();
+                }
                 store.migrate().await.map_err(|error| error.to_string())?;
                 self.database = Some(TraceDatabase::Sqlite(store));
             }
@@ -289,7 +374,10 @@ impl MiddlewareTarget {
                     .connect(url)
                     .await
                     .map_err(|error| format!("PostgreSQL at {url}: {error}"))?;
-                let store = PostgresStore::new(pool);
+                let mut store = PostgresStore::new(pool);
+                if self.claims_over_live_leases() {
+                    store = store.claiming_over_live_leases();
+                }
                 // Recorded before the migration so a failed one is dropped too.
                 self.database = Some(TraceDatabase::Postgres {
                     store: store.clone(),
@@ -838,7 +926,7 @@ impl ReplayTarget for MiddlewareTarget {
         self.clients = trace.path[0].0.clients.len();
         let variant = applicable(&trace.model, &trace.path, self.context.database)
             .map_err(Fault::Environment)?;
-        self.behaviour = self.context.behaviour.unwrap_or(variant);
+        self.behaviour = self.context.config.behaviour.unwrap_or(variant);
         self.open_database().await.map_err(Fault::Environment)?;
         let started = match &self.database {
             Some(TraceDatabase::Sqlite(store)) => {
