@@ -11,7 +11,8 @@
 //!
 //! Targets today: `memory` and `sqlite` (`crate::replay_log`, the logical level a locked log can
 //! show) and `dynamodb[=URL]` (`crate::replay_dynamodb`, the real DynamoDB store through the
-//! conformance proxy, request by request).
+//! conformance proxy, request by request); `middleware-sqlite` and `middleware-postgres[=URL]`
+//! (`crate::replay_middleware::target`, the idempotency layer over HTTP on a real database).
 //!
 //! Invariants: a replay never passes a step it did not compare (the driver compares after every
 //! step, a target cannot skip it); a trace the target cannot show is refused before anything
