@@ -196,8 +196,8 @@ impl Hub {
                 (CallKind::Finalize, Some(generation)) => state.owners.get(&generation).copied(),
                 (CallKind::Finalize, None) => None,
             };
-            // A call no client can own is shown as client 0's surplus: the replay then fails
-            // on a waiting call the model does not have.
+            // A call no client can own is held for no client (usize::MAX): the replay then
+            // fails at the end on a waiting call the model does not have.
             state.held.insert(
                 id,
                 HeldCall {

@@ -28,8 +28,8 @@ use tokio::sync::mpsc;
 pub const BODY_BYTES_MAX: usize = 8;
 /// The route the layer covers.
 pub const ROUTE: &str = "/op";
-/// The request header naming the model client (1-based on the wire as in reports: no, 0-based:
-/// the harness's index). Not part of the fingerprint, which is method, path and body.
+/// The request header naming the model client (its 0-based index), so the scripted handler
+/// knows whose outcome to wait for. Not part of the fingerprint (method, path and body).
 pub const CLIENT_HEADER: &str = "x-replay-client";
 /// The status of a non-2xx outcome and of a handler error (the error mapper's).
 pub const FAILURE_STATUS: u16 = 502;

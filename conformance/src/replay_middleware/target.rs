@@ -446,7 +446,6 @@ impl MiddlewareTarget {
         &mut self,
         client: usize,
         stage: Stage,
-        trace: &LoadedTrace<IdempotencyModel>,
         after: &oncecheck_model::idempotency::IdempotencyState,
     ) -> Result<(), Fault> {
         let reached = match stage {
@@ -494,7 +493,7 @@ impl MiddlewareTarget {
                     .wait_for(|state| state.clients.get(&client)?.finished.clone())
                     .await;
                 return match finished {
-                    Ok(received) => self.compare_answer(client, answer, received, trace, after),
+                    Ok(received) => self.compare_answer(client, answer, received, after),
                     Err(()) => Err(Fault::diverged(
                         format!("client {} received {answer:?}", client + 1),
                         self.hub.read(|state| state.describe(client)),
@@ -515,7 +514,6 @@ impl MiddlewareTarget {
         client: usize,
         answer: Answer,
         received: Result<Received, String>,
-        _trace: &LoadedTrace<IdempotencyModel>,
         after: &oncecheck_model::idempotency::IdempotencyState,
     ) -> Result<(), Fault> {
         let expected = |status: u16, marker: Option<&str>, body: Option<(Vec<u8>, bool)>| {
@@ -721,11 +719,7 @@ impl MiddlewareTarget {
     }
 
     /// Makes the real code take one step and waits for its effect.
-    async fn perform_step(
-        &mut self,
-        trace: &LoadedTrace<IdempotencyModel>,
-        step: Step<'_, IdempotencyModel>,
-    ) -> Result<(), Fault> {
+    async fn perform_step(&mut self, step: Step<'_, IdempotencyModel>) -> Result<(), Fault> {
         let pre_fix = self.behaviour == LayerBehaviour::PreFix;
         let client = match *step.action {
             Action::ClientSends {
@@ -860,7 +854,7 @@ impl MiddlewareTarget {
         };
         if let Some(client) = client {
             let stage = step.after.clients[client].stage;
-            self.settle(client, stage, trace, step.after).await?;
+            self.settle(client, stage, step.after).await?;
         }
         Ok(())
     }
@@ -944,11 +938,11 @@ impl ReplayTarget for MiddlewareTarget {
 
     async fn perform(
         &mut self,
-        trace: &LoadedTrace<IdempotencyModel>,
+        _trace: &LoadedTrace<IdempotencyModel>,
         step: Step<'_, IdempotencyModel>,
     ) -> Result<(), Fault> {
         self.index = step.index + 1;
-        match self.perform_step(trace, step).await {
+        match self.perform_step(step).await {
             // What the client received differs: show the state beside it, where the cause
             // usually is (the row the finalize wrote).
             Err(Fault::Diverged {
