@@ -352,3 +352,32 @@ fn every_layer_mutation_is_caught_by_corpus_traces_on_both_databases() {
     }
     println!("{}", table.join("\n"));
 }
+
+#[test]
+fn the_fenced_export_writes_at_least_a_hundred_replayable_traces() {
+    let out = scratch("fenced-export");
+    let _ = std::fs::remove_dir_all(&out);
+    let output = oncecheck(&[
+        "traces",
+        "idempotency",
+        "--variant",
+        "fenced",
+        "--out",
+        &out.to_string_lossy(),
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    let files: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|entry| entry.unwrap().path().to_string_lossy().into_owned())
+        .collect();
+    assert!(files.len() >= 100, "{} traces written", files.len());
+    // Written for PostgreSQL's claim (the CI bounds): every one replays there.
+    let mut arguments = vec!["replay"];
+    arguments.extend(files.iter().map(String::as_str));
+    let target = postgres_target();
+    arguments.extend(["--target", target.as_str(), "--jobs", "4"]);
+    assert_eq!(
+        replayed_without_divergence(&oncecheck(&arguments)),
+        files.len()
+    );
+}
