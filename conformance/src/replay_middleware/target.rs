@@ -362,8 +362,10 @@ impl MiddlewareTarget {
                     .await
                     .map_err(|error| format!("cannot create schema {schema}: {error}"))?;
                 let search_path = format!("SET search_path TO {schema}");
+                // One connection: the trace releases one store call at a time and reads the row
+                // between steps, so 64 concurrent traces stay within PostgreSQL's default 100.
                 let pool = sqlx::postgres::PgPoolOptions::new()
-                    .max_connections(2)
+                    .max_connections(1)
                     .after_connect(move |connection, _| {
                         let search_path = search_path.clone();
                         Box::pin(async move {
