@@ -381,3 +381,34 @@ fn the_fenced_export_writes_at_least_a_hundred_replayable_traces() {
         files.len()
     );
 }
+
+#[test]
+fn an_unknown_layer_variant_or_mutation_exits_2_naming_the_valid_ones() {
+    let trace = kept("idempotency-fenced-sqlite-counterexample-m1-at-most-once.itf.json");
+    let output = oncecheck(&[
+        "replay",
+        &trace,
+        "--target",
+        "middleware-sqlite",
+        "--store-mutation",
+        "no-predecessor-check",
+    ]);
+    let line = one_clear_line(&output);
+    assert!(
+        line.contains("unknown layer mutation `no-predecessor-check`; valid: claim-over-live-lease, finalize-key-only, no-drop-guard, replay-unmarked"),
+        "{line}"
+    );
+    let output = oncecheck(&[
+        "replay",
+        &trace,
+        "--target",
+        "middleware-sqlite",
+        "--store-variant",
+        "renewed",
+    ]);
+    let line = one_clear_line(&output);
+    assert!(
+        line.contains("unknown layer variant `renewed`; valid: pre-fix, fixed, fenced"),
+        "{line}"
+    );
+}
