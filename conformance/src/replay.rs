@@ -11,7 +11,8 @@
 //!
 //! Targets today: `memory` and `sqlite` (`crate::replay_log`, the logical level a locked log can
 //! show) and `dynamodb[=URL]` (`crate::replay_dynamodb`, the real DynamoDB store through the
-//! conformance proxy, request by request).
+//! conformance proxy, request by request); `middleware-sqlite` and `middleware-postgres[=URL]`
+//! (`crate::replay_middleware::target`, the idempotency layer over HTTP on a real database).
 //!
 //! Invariants: a replay never passes a step it did not compare (the driver compares after every
 //! step, a target cannot skip it); a trace the target cannot show is refused before anything
@@ -36,6 +37,10 @@ pub enum Target {
     /// Token-model traces on the reliable-write client, through the proxy's token table, on this
     /// endpoint (`crate::replay_token`); `None` means ONCECHECK_DDB_ENDPOINT.
     TokenedDynamodb(Option<String>),
+    /// The idempotency layer on SQLite (`crate::replay_middleware::target`).
+    MiddlewareSqlite,
+    /// The idempotency layer on PostgreSQL; `None` means ONCECHECK_PG_URL.
+    MiddlewarePostgres(Option<String>),
 }
 
 /// Checks that an endpoint is an http(s) URL with a host, so a typo is bad input (exit 2)
@@ -76,8 +81,18 @@ impl std::str::FromStr for Target {
                 check_endpoint(url).map_err(|reason| format!("target `{text}`: {reason}"))?;
                 Ok(Target::TokenedDynamodb(Some(url.to_string())))
             }
+            None if text == "middleware-sqlite" => Ok(Target::MiddlewareSqlite),
+            None if text == "middleware-postgres" => Ok(Target::MiddlewarePostgres(None)),
+            Some(("middleware-postgres", url))
+                if url.starts_with("postgres://") || url.starts_with("postgresql://") =>
+            {
+                Ok(Target::MiddlewarePostgres(Some(url.to_string())))
+            }
+            Some(("middleware-postgres", url)) => Err(format!(
+                "target `{text}`: `{url}` is not a PostgreSQL URL; expected postgres://USER@HOST:PORT/DATABASE"
+            )),
             _ => Err(format!(
-                "unknown target `{text}`; valid targets: memory, sqlite, dynamodb, dynamodb=URL, tokened-dynamodb, tokened-dynamodb=URL"
+                "unknown target `{text}`; valid targets: memory, sqlite, dynamodb, dynamodb=URL, tokened-dynamodb, tokened-dynamodb=URL, middleware-sqlite, middleware-postgres, middleware-postgres=URL"
             )),
         }
     }
@@ -92,6 +107,9 @@ impl std::fmt::Display for Target {
             Target::Dynamodb(Some(url)) => write!(f, "dynamodb={url}"),
             Target::TokenedDynamodb(None) => write!(f, "tokened-dynamodb"),
             Target::TokenedDynamodb(Some(url)) => write!(f, "tokened-dynamodb={url}"),
+            Target::MiddlewareSqlite => write!(f, "middleware-sqlite"),
+            Target::MiddlewarePostgres(None) => write!(f, "middleware-postgres"),
+            Target::MiddlewarePostgres(Some(url)) => write!(f, "middleware-postgres={url}"),
         }
     }
 }

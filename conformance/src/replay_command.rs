@@ -7,10 +7,12 @@
 
 use crate::replay::{ReplayError, ReplayStats, Target};
 use crate::replay_dynamodb::StoreConfig;
-use crate::replay_session::{Session, SessionTrace};
+use crate::replay_middleware::target::{LayerConfig, MiddlewareSession};
+use crate::replay_session::Session;
 use oncecheck_store::dynamodb::Mutation;
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::future::Future;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
@@ -52,6 +54,35 @@ pub fn store_config(
     })
 }
 
+/// How the real side of a target is configured: the relay store's build, or the idempotency
+/// layer's behaviour and mutations.
+#[derive(Debug, Clone)]
+pub enum TargetConfig {
+    Store(StoreConfig),
+    Layer(LayerConfig),
+}
+
+/// What a run keeps across its traces, for one model's targets: how a file is loaded as a trace
+/// of the target's model, and how one trace is replayed on a database (table, stream) of its own.
+pub trait ReplaySession: Send + Sync + 'static {
+    type Trace: Send + Sync + 'static;
+    /// Reads a trace of the model this session's target serves.
+    fn load(&self, file: &Path) -> Result<Self::Trace, ReplayError>;
+    /// Replays one loaded trace.
+    fn replay(
+        &self,
+        file: &Path,
+        trace: &Self::Trace,
+    ) -> impl Future<Output = Result<ReplayStats, ReplayError>> + Send;
+    /// Releases what the session holds (files, pools).
+    fn close(self) -> impl Future<Output = ()> + Send;
+    /// What a successful replay of `trace` shows beyond "no divergence" (a counterexample
+    /// reproduced on the real system), printed on its `ok` line.
+    fn reproduction(&self, _trace: &Self::Trace) -> Option<String> {
+        None
+    }
+}
+
 /// Checks `--jobs`: 1..=JOBS_MAX.
 pub fn check_jobs(jobs: usize) -> Result<usize, String> {
     if (1..=JOBS_MAX).contains(&jobs) {
@@ -64,7 +95,7 @@ pub fn check_jobs(jobs: usize) -> Result<usize, String> {
 pub fn run(
     files: &[PathBuf],
     target: &Target,
-    config: StoreConfig,
+    config: TargetConfig,
     only_replayable: bool,
     jobs: usize,
 ) -> ExitCode {
@@ -93,9 +124,9 @@ pub type Outcomes = Vec<(PathBuf, Result<ReplayStats, ReplayError>)>;
 
 /// Replays loaded traces `jobs` at a time; `report` sees each outcome in the order given, as
 /// soon as it and every earlier one are done.
-pub async fn replay_all(
-    session: Arc<Session>,
-    traces: Vec<(PathBuf, SessionTrace)>,
+pub async fn replay_all<S: ReplaySession>(
+    session: Arc<S>,
+    traces: Vec<(PathBuf, S::Trace)>,
     jobs: usize,
     mut report: impl FnMut(&PathBuf, &Result<ReplayStats, ReplayError>),
 ) -> Outcomes {
@@ -142,18 +173,55 @@ pub async fn replay_all(
 async fn run_all(
     files: &[PathBuf],
     target: &Target,
-    config: StoreConfig,
+    config: TargetConfig,
     only_replayable: bool,
     jobs: usize,
 ) -> ExitCode {
     let started = Instant::now();
-    let session = match Session::open_with(target, config).await {
-        Ok(session) => Arc::new(session),
-        Err(detail) => {
-            eprintln!("oncecheck: cannot reach the {target} target: {detail}");
-            return ExitCode::from(2);
-        }
+    let unreachable = |detail: String| {
+        eprintln!("oncecheck: cannot reach the {target} target: {detail}");
+        ExitCode::from(2)
     };
+    match config {
+        TargetConfig::Layer(config) => match MiddlewareSession::open(target, config).await {
+            Ok(session) => {
+                run_session(
+                    Arc::new(session),
+                    files,
+                    target,
+                    only_replayable,
+                    jobs,
+                    started,
+                )
+                .await
+            }
+            Err(detail) => unreachable(detail),
+        },
+        TargetConfig::Store(config) => match Session::open_with(target, config).await {
+            Ok(session) => {
+                run_session(
+                    Arc::new(session),
+                    files,
+                    target,
+                    only_replayable,
+                    jobs,
+                    started,
+                )
+                .await
+            }
+            Err(detail) => unreachable(detail),
+        },
+    }
+}
+
+async fn run_session<S: ReplaySession>(
+    session: Arc<S>,
+    files: &[PathBuf],
+    target: &Target,
+    only_replayable: bool,
+    jobs: usize,
+    started: Instant,
+) -> ExitCode {
     // Every file first: bad input stops the run before anything is replayed.
     let mut traces = Vec::with_capacity(files.len());
     let mut unusable = 0usize;
@@ -176,7 +244,7 @@ async fn run_all(
     }
     let reproductions: BTreeMap<PathBuf, String> = traces
         .iter()
-        .filter_map(|(file, trace)| Some((file.clone(), trace.reproduction()?)))
+        .filter_map(|(file, trace)| Some((file.clone(), session.reproduction(trace)?)))
         .collect();
     let mut totals = ReplayStats::default();
     let (mut replayed, mut refused, mut diverged, mut not_applicable, mut environment) =
@@ -235,7 +303,7 @@ async fn run_all(
     }
 }
 
-async fn close(session: Arc<Session>) {
+async fn close<S: ReplaySession>(session: Arc<S>) {
     if let Ok(session) = Arc::try_unwrap(session) {
         session.close().await;
     }

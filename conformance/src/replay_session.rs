@@ -10,6 +10,7 @@
 
 use crate::proxy::Proxy;
 use crate::replay::{drive, fresh_stream, load_for, ReplayError, ReplayStats, Target};
+use crate::replay_command::ReplaySession;
 use crate::replay_dynamodb::{DynamoContext, DynamoTarget, StoreConfig};
 use crate::replay_log::LogTarget;
 use crate::replay_token::{TokenContext, TokenTarget};
@@ -91,6 +92,9 @@ impl Session {
                     template,
                 })))
             }
+            Target::MiddlewareSqlite | Target::MiddlewarePostgres(_) => Err(format!(
+                "target `{target}` replays idempotency traces (crate::replay_middleware::target)"
+            )),
             Target::Dynamodb(url) => {
                 let upstream = endpoint_of("dynamodb", url)?;
                 let template = checked_template(&upstream).await?;
@@ -198,4 +202,24 @@ async fn checked_template(upstream: &str) -> Result<aws_sdk_dynamodb::Client, St
             .client()
             .clone(),
     )
+}
+
+impl ReplaySession for Session {
+    type Trace = SessionTrace;
+
+    fn load(&self, file: &Path) -> Result<SessionTrace, ReplayError> {
+        Session::load(self, file)
+    }
+
+    async fn replay(&self, file: &Path, trace: &SessionTrace) -> Result<ReplayStats, ReplayError> {
+        Session::replay(self, file, trace).await
+    }
+
+    async fn close(self) {
+        Session::close(self).await
+    }
+
+    fn reproduction(&self, trace: &SessionTrace) -> Option<String> {
+        trace.reproduction()
+    }
 }

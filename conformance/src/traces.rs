@@ -357,13 +357,17 @@ pub fn load(file: &Path) -> Result<Loaded, LoadError> {
 }
 
 // ---------------------------------------------------------------------------------------------
-// The regression corpus (conformance/traces/relay/): counterexamples, examples and covering
-// paths kept as files, covering walks kept as a manifest (variant, seed, count, a digest of
-// their actions) and regenerated on demand, and promoted traces (any other file name) kept
-// forever as they are.
+// The regression corpora (conformance/traces/relay/, conformance/traces/middleware/):
+// counterexamples, examples and covering paths kept as files, covering walks kept as a manifest
+// (model, variant, bounds, seed, count, a digest of their actions) and regenerated on demand, and
+// promoted traces (any other file name) kept forever as they are. The manifest's `model` says
+// which model the directory holds.
 
 /// Where the corpus lives, relative to the repository root.
 pub const CORPUS_DIR: &str = "conformance/traces/relay";
+/// The middleware corpus: idempotency traces of the `fenced` and `fixed` layers on both
+/// databases, and the pre-fix counterexamples the layer's fixes are replayed against.
+pub const MIDDLEWARE_CORPUS_DIR: &str = "conformance/traces/middleware";
 /// The manifest of the covering walks, inside the corpus directory.
 pub const MANIFEST_FILE: &str = "walks.manifest.json";
 
@@ -372,6 +376,9 @@ pub const MANIFEST_FILE: &str = "walks.manifest.json";
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct WalkSet {
     pub variant: String,
+    /// Bounds other than the variant's CI bounds (the middleware corpus: `sqlite`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub bounds: std::collections::BTreeMap<String, u32>,
     pub seed: u64,
     pub count: usize,
     pub steps_max: usize,
@@ -389,6 +396,7 @@ impl Default for Manifest {
     fn default() -> Self {
         let walks = vec![WalkSet {
             variant: "fixed".to_string(),
+            bounds: Default::default(),
             seed: 1,
             count: 200,
             steps_max: 200,
@@ -432,10 +440,98 @@ pub fn corpus_documents() -> Result<Vec<(String, serde_json::Value)>, String> {
     Ok(documents)
 }
 
-/// The walks of one manifest entry.
-pub fn walk_documents(set: &WalkSet) -> Result<Vec<(String, serde_json::Value)>, String> {
-    let model = relay_model(&set.variant)?;
-    Ok(path_documents(&model, set.count, set.seed, set.steps_max))
+/// The idempotency model of `variant` with `bounds` over its CI bounds.
+fn idempotency_model(
+    variant: &str,
+    bounds: &std::collections::BTreeMap<String, u32>,
+) -> Result<IdempotencyModel, String> {
+    use oncecheck_model::check::ModelSpec;
+    let overrides: Vec<(String, u32)> = bounds
+        .iter()
+        .map(|(key, value)| (key.clone(), *value))
+        .collect();
+    let bounds =
+        IdempotencyModel::resolve_bounds(variant, &overrides).map_err(|error| error.to_string())?;
+    IdempotencyModel::build(variant, &bounds).map_err(|error| error.to_string())
+}
+
+/// The file name of an idempotency document on SQLite's claim (bound `sqlite=1`): the variant
+/// is followed by `-sqlite`, so both databases' traces live side by side.
+fn on_sqlite(name: &str, variant: &str) -> String {
+    let prefix = format!("idempotency-{variant}-");
+    match name.strip_prefix(&prefix) {
+        Some(rest) => format!("{prefix}sqlite-{rest}"),
+        None => name.to_string(),
+    }
+}
+
+/// The middleware corpus's kept files: on each database's claim, the counterexamples of
+/// `fenced` and `fixed` and the examples of `fenced`; on PostgreSQL's, the pre-fix
+/// counterexamples of M2 and M3, which the layer's fixes are replayed against.
+pub fn middleware_corpus_documents() -> Result<Vec<(String, serde_json::Value)>, String> {
+    let mut documents = Vec::new();
+    for sqlite in [0, 1] {
+        let bounds: std::collections::BTreeMap<String, u32> =
+            [("sqlite".to_string(), sqlite)].into_iter().collect();
+        for (variant, kinds) in [
+            ("fenced", &[Kind::Always, Kind::Sometimes][..]),
+            ("fixed", &[Kind::Always][..]),
+        ] {
+            let model = idempotency_model(variant, &bounds)?;
+            documents.extend(property_documents(&model, kinds).into_iter().map(
+                |(name, document)| match sqlite {
+                    1 => (on_sqlite(&name, variant), document),
+                    _ => (name, document),
+                },
+            ));
+        }
+    }
+    let pre_fix = idempotency_model("pre-fix", &Default::default())?;
+    documents.extend(
+        property_documents(&pre_fix, &[Kind::Always])
+            .into_iter()
+            .filter(|(name, _)| name.contains("-m2-") || name.contains("-m3-")),
+    );
+    Ok(documents)
+}
+
+/// The kept files of the corpus of `model`.
+fn kept_documents(model: &str) -> Result<Vec<(String, serde_json::Value)>, String> {
+    match model {
+        "relay" => corpus_documents(),
+        "idempotency" => middleware_corpus_documents(),
+        other => Err(format!(
+            "no corpus of model `{other}`; corpora: relay, idempotency"
+        )),
+    }
+}
+
+/// The walks of one manifest entry of a corpus of `model`.
+pub fn walk_documents(
+    model: &str,
+    set: &WalkSet,
+) -> Result<Vec<(String, serde_json::Value)>, String> {
+    match model {
+        "idempotency" => {
+            let documents = path_documents(
+                &idempotency_model(&set.variant, &set.bounds)?,
+                set.count,
+                set.seed,
+                set.steps_max,
+            );
+            Ok(match set.bounds.get("sqlite") {
+                Some(1) => documents
+                    .into_iter()
+                    .map(|(name, document)| (on_sqlite(&name, &set.variant), document))
+                    .collect(),
+                _ => documents,
+            })
+        }
+        _ => {
+            let model = relay_model(&set.variant)?;
+            Ok(path_documents(&model, set.count, set.seed, set.steps_max))
+        }
+    }
 }
 
 /// FNV-1a 64 over the actions (`mbt::actionTaken`, `mbt::nondetPicks`) of every document, in
@@ -461,7 +557,7 @@ pub fn walks_digest(documents: &[(String, serde_json::Value)]) -> String {
 
 /// Whether a file name is one the corpus generates (the rest are promoted traces, kept as is).
 fn generated_name(name: &str) -> bool {
-    name.starts_with("relay-")
+    (name.starts_with("relay-") || name.starts_with("idempotency-"))
         && (name.contains("-counterexample-")
             || name.contains("-example-")
             || name.contains("-cover-")
@@ -482,7 +578,7 @@ pub fn read_manifest(directory: &Path) -> Result<Manifest, String> {
 /// generated files are removed; promoted traces are left alone. Answers what it wrote.
 pub fn write_corpus(directory: &Path) -> Result<Vec<String>, String> {
     let mut manifest = read_manifest(directory).unwrap_or_default();
-    let documents = corpus_documents()?;
+    let documents = kept_documents(&manifest.model)?;
     let failure = |error: std::io::Error| {
         format!(
             "cannot write the corpus to {}: {error}",
@@ -506,7 +602,7 @@ pub fn write_corpus(directory: &Path) -> Result<Vec<String>, String> {
         documents.len()
     )];
     for set in &mut manifest.walks {
-        let walks = walk_documents(set)?;
+        let walks = walk_documents(&manifest.model, set)?;
         set.digest = walks_digest(&walks);
         summary.push(format!(
             "{} walks of {} (seed {}): {}",
@@ -527,7 +623,7 @@ pub fn write_corpus(directory: &Path) -> Result<Vec<String>, String> {
 pub fn check_corpus(directory: &Path) -> Result<String, Vec<String>> {
     let mut problems = Vec::new();
     let manifest = read_manifest(directory).map_err(|error| vec![error])?;
-    let documents = corpus_documents().map_err(|error| vec![error])?;
+    let documents = kept_documents(&manifest.model).map_err(|error| vec![error])?;
     for (name, document) in &documents {
         match std::fs::read_to_string(directory.join(name)) {
             Ok(text) if text == canonical_text(document) => {}
@@ -555,7 +651,7 @@ pub fn check_corpus(directory: &Path) -> Result<String, Vec<String>> {
         }
     }
     for set in &manifest.walks {
-        match walk_documents(set) {
+        match walk_documents(&manifest.model, set) {
             Ok(walks) if walks_digest(&walks) == set.digest => {}
             Ok(walks) => problems.push(format!(
                 "{MANIFEST_FILE}: the {} walks of {} (seed {}) now digest to {}, the manifest says {}",
@@ -581,7 +677,7 @@ pub fn write_walks(directory: &Path, out: &Path) -> Result<Vec<PathBuf>, String>
     let manifest = read_manifest(directory)?;
     let mut written = Vec::new();
     for set in &manifest.walks {
-        let walks = walk_documents(set)?;
+        let walks = walk_documents(&manifest.model, set)?;
         if walks_digest(&walks) != set.digest {
             return Err(format!("{MANIFEST_FILE}: the walks of {} no longer match their digest; run `oncecheck corpus --write`", set.variant));
         }

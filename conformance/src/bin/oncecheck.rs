@@ -39,7 +39,10 @@ Examples:
   oncecheck replay conformance/traces/relay/*.itf.json --target dynamodb=http://127.0.0.1:5000
   oncecheck replay conformance/traces/relay/*.itf.json --target memory --only-replayable
   oncecheck replay conformance/traces/relay/relay-counter-only-counterexample-r1-no-skip.itf.json \\
-      --target dynamodb --store-variant fixed     diverges at the predecessor check";
+      --target dynamodb --store-variant fixed     diverges at the predecessor check
+  oncecheck replay /tmp/walks/*.itf.json --target middleware-sqlite --only-replayable --jobs 4
+  oncecheck replay conformance/traces/middleware/idempotency-pre-fix-counterexample-m2-no-poison.itf.json \\
+      --target middleware-postgres --store-variant fenced   diverges at the finalize (step 5)";
 
 const CORPUS_HELP: &str = "\
 Exit codes:
@@ -118,7 +121,7 @@ enum Command {
     },
     /// Write counterexamples, examples and seeded covering paths as ITF trace files.
     Traces {
-        /// The model: relay, idempotency or token (relay and token traces can be replayed).
+        /// The model: relay, idempotency or token (each replayed: `oncecheck replay --target ...`).
         model: String,
         /// One variant (every variant when omitted): add-era, counter-only, fixed, mixed.
         #[arg(long)]
@@ -158,15 +161,18 @@ enum Command {
         traces: Vec<PathBuf>,
         /// Where to replay: memory | sqlite | dynamodb (ONCECHECK_DDB_ENDPOINT) | dynamodb=URL
         /// (relay traces); tokened-dynamodb | tokened-dynamodb=URL (token traces, on the
-        /// reliable-write client through the proxy's token table).
+        /// reliable-write client through the proxy's token table); middleware-sqlite |
+        /// middleware-postgres (ONCECHECK_PG_URL) | middleware-postgres=URL (idempotency traces).
         #[arg(long, default_value = "dynamodb")]
         target: String,
         /// Run the writers as this store build instead of the trace's own variant
-        /// (add-era | counter-only | fixed | mixed), to show where the two part.
+        /// (add-era | counter-only | fixed | mixed; middleware targets: the layer, pre-fix |
+        /// fixed | fenced), to show where the two part.
         #[arg(long)]
         store_variant: Option<String>,
         /// Switch on a deliberate defect in the real store (repeatable):
-        /// no-predecessor-check | unconditional-counter-set | read-counter-every-op.
+        /// no-predecessor-check | unconditional-counter-set | read-counter-every-op; middleware
+        /// targets: claim-over-live-lease | finalize-key-only | no-drop-guard | replay-unmarked.
         #[arg(long = "store-mutation", value_name = "MUTATION")]
         store_mutations: Vec<String>,
         /// Traces a logical target cannot show are listed as not applicable instead of failing
@@ -446,11 +452,24 @@ fn replay(
         Ok(target) => target,
         Err(message) => return bad_input(message),
     };
-    let config = match oncecheck_conformance::replay_command::store_config(
-        store_variant,
-        store_mutations,
-        lose_by,
-    ) {
+    use oncecheck_conformance::replay::Target;
+    use oncecheck_conformance::replay_command::TargetConfig;
+    let config = match target {
+        Target::MiddlewareSqlite | Target::MiddlewarePostgres(_) => {
+            oncecheck_conformance::replay_middleware::target::LayerConfig::parse(
+                store_variant.as_deref(),
+                store_mutations,
+            )
+            .map(TargetConfig::Layer)
+        }
+        _ => oncecheck_conformance::replay_command::store_config(
+            store_variant,
+            store_mutations,
+            lose_by,
+        )
+        .map(TargetConfig::Store),
+    };
+    let config = match config {
         Ok(config) => config,
         Err(message) => return bad_input(message),
     };

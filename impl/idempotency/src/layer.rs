@@ -65,6 +65,19 @@ pub enum Behaviour {
     Fenced,
 }
 
+/// Test-only: one deliberate defect in one step of the layer, for conformance replays that must
+/// catch it (conformance/tests/replay_middleware.rs). Never enabled outside `test-seams`.
+#[cfg(feature = "test-seams")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mutation {
+    /// The finalize is conditional on the key only, whatever the behaviour (M8 unfenced).
+    FinalizeKeyOnly,
+    /// The drop guard is never armed: a client gone after a 2xx leaves the row processing (M3).
+    NoDropGuard,
+    /// A replay is served without the replay marker (M4).
+    ReplayUnmarked,
+}
+
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Largest response body cached; longer bodies store the sentinel.
@@ -92,6 +105,17 @@ pub struct Config {
     /// The methods the layer covers; others pass through.
     pub methods: Vec<Method>,
     pub behaviour: Behaviour,
+    /// Test-only defects (see [`Mutation`]).
+    #[cfg(feature = "test-seams")]
+    pub mutations: Vec<Mutation>,
+}
+
+impl Config {
+    /// Whether the test-only defect `mutation` is switched on; always false in a shipped build.
+    #[cfg(feature = "test-seams")]
+    fn mutated(&self, mutation: Mutation) -> bool {
+        self.mutations.contains(&mutation)
+    }
 }
 
 impl Default for Config {
@@ -108,6 +132,8 @@ impl Default for Config {
             finalize_backoff_ms: 25,
             methods: vec![Method::POST, Method::PATCH],
             behaviour: Behaviour::Fenced,
+            #[cfg(feature = "test-seams")]
+            mutations: Vec::new(),
         }
     }
 }
@@ -291,6 +317,13 @@ impl<St: CacheStore> IdempotencyLayerBuilder<St> {
     #[cfg(feature = "test-seams")]
     pub fn behaviour(mut self, behaviour: Behaviour) -> Self {
         self.config.behaviour = behaviour;
+        self
+    }
+
+    /// Test-only: switch on a deliberate defect (repeatable).
+    #[cfg(feature = "test-seams")]
+    pub fn mutation(mut self, mutation: Mutation) -> Self {
+        self.config.mutations.push(mutation);
         self
     }
 
@@ -489,7 +522,11 @@ where
         Ok(ClaimOutcome::FingerprintMismatch) => return Ok(problem_response(mismatch_problem())),
         Ok(ClaimOutcome::Replay(stored)) => {
             shared.stats.replays.fetch_add(1, Ordering::SeqCst);
-            return Ok(replay_response(stored, config.body_bytes_max));
+            #[cfg(feature = "test-seams")]
+            let marked = !config.mutated(Mutation::ReplayUnmarked);
+            #[cfg(not(feature = "test-seams"))]
+            let marked = true;
+            return Ok(replay_response(stored, config.body_bytes_max, marked));
         }
         Err(error) => {
             // Without a claim the handler must not run: a retry later is safe, a run now is not.
@@ -711,7 +748,11 @@ fn unavailable_problem() -> Problem {
 /// Rebuilds a stored success, marked as a replay.
 //= specs/idempotency-middleware.md#M4
 //# A replay returns the stored status and body, or the sentinel response, marked as a replay.
-fn replay_response(stored: StoredResponse, body_bytes_max: usize) -> Response<LiveBody> {
+fn replay_response(
+    stored: StoredResponse,
+    body_bytes_max: usize,
+    marked: bool,
+) -> Response<LiveBody> {
     let status = StatusCode::from_u16(stored.status).unwrap_or(StatusCode::OK);
     let mut response = match stored.body {
         StoredBody::Full(body) => {
@@ -733,9 +774,11 @@ fn replay_response(stored: StoredResponse, body_bytes_max: usize) -> Response<Li
         }),
     };
     *response.status_mut() = status;
-    response
-        .headers_mut()
-        .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+    if marked {
+        response
+            .headers_mut()
+            .insert(REPLAYED_HEADER, HeaderValue::from_static("true"));
+    }
     response
 }
 
@@ -768,8 +811,12 @@ enum Finalized {
     Unknown,
 }
 
-fn fencing_of(behaviour: Behaviour) -> Fencing {
-    match behaviour {
+fn fencing_of(config: &Config) -> Fencing {
+    #[cfg(feature = "test-seams")]
+    if config.mutated(Mutation::FinalizeKeyOnly) {
+        return Fencing::KeyOnly;
+    }
+    match config.behaviour {
         Behaviour::Fenced => Fencing::Generation,
         #[cfg(feature = "test-seams")]
         Behaviour::Fixed | Behaviour::PreFix => Fencing::KeyOnly,
@@ -802,7 +849,7 @@ async fn finalize<St: CacheStore>(
     generation: i64,
     write: Write<'_>,
 ) -> Finalized {
-    let fencing = fencing_of(shared.config.behaviour);
+    let fencing = fencing_of(&shared.config);
     let attempts_max = attempts_max_of(&shared.config);
     let budget = Duration::from_millis(shared.config.finalize_budget_ms);
     let started = std::time::Instant::now();
@@ -1039,6 +1086,10 @@ struct ArmedGuard<St> {
 
 impl<St: CacheStore> FinalizeGuard<St> {
     fn arm(owner: &ClaimOwner<St>, status: u16, headers: Vec<(String, String)>) -> Self {
+        #[cfg(feature = "test-seams")]
+        if owner.shared.config.mutated(Mutation::NoDropGuard) {
+            return FinalizeGuard { armed: None };
+        }
         FinalizeGuard {
             armed: Some(ArmedGuard {
                 shared: owner.shared.clone(),
@@ -1109,7 +1160,7 @@ mod tests {
             headers: vec![("x-a".into(), "1".into())],
             body: StoredBody::TooLarge,
         };
-        let response = replay_response(stored, 1024);
+        let response = replay_response(stored, 1024, true);
         assert_eq!(response.status(), StatusCode::CREATED);
         assert_eq!(response.headers()[REPLAYED_HEADER], "true");
         assert_eq!(

@@ -32,6 +32,8 @@ pub mod sync;
 
 pub use capture::{capture_up_to_cap, BoxBody, BoxError, Capture, LiveBody};
 pub use clock::{Clock, ManualClock, SystemClock};
+#[cfg(feature = "test-seams")]
+pub use layer::Mutation;
 pub use layer::{
     Behaviour, Config, IdempotencyLayer, IdempotencyLayerBuilder, IdempotencyService, Principal,
     StatsSnapshot, BODY_BYTES_MAX_DEFAULT, REPLAYED_HEADER,

@@ -7,12 +7,8 @@
 //! names nothing the model has is an error naming the parameter.
 
 use super::*;
-use crate::trace::{int, map, read_int, TraceEncoding};
+use crate::trace::{int, map, read_int, unit, variant, TraceEncoding};
 use serde_json::{json, Map, Value as Json};
-
-fn tag(name: &str, value: Json) -> Json {
-    json!({ "tag": name, "value": value })
-}
 
 fn word<T: std::fmt::Debug>(value: T) -> Json {
     Json::String(format!("{value:?}"))
@@ -25,42 +21,48 @@ fn stored_json(stored: Stored) -> Json {
 fn answer_json(answer: Answer) -> Json {
     match answer {
         Answer::Fresh { success, live } => {
-            tag("Fresh", json!({ "success": success, "live": word(live) }))
+            variant("Fresh", json!({ "success": success, "live": word(live) }))
         }
         Answer::Replay {
             stored,
             marked,
             origin,
             row_expired,
-        } => tag(
+        } => variant(
             "Replay",
             json!({ "stored": stored_json(stored), "marked": marked, "origin": int(origin.into()), "row_expired": row_expired }),
         ),
-        Answer::Conflict { row_expired } => tag("Conflict", json!({ "row_expired": row_expired })),
-        Answer::Mismatch { row_expired } => tag("Mismatch", json!({ "row_expired": row_expired })),
-        Answer::Unavailable => tag("Unavailable", json!({})),
+        Answer::Conflict { row_expired } => {
+            variant("Conflict", json!({ "row_expired": row_expired }))
+        }
+        Answer::Mismatch { row_expired } => {
+            variant("Mismatch", json!({ "row_expired": row_expired }))
+        }
+        Answer::Unavailable => variant("Unavailable", unit()),
     }
 }
 
 fn write_json(write: Write) -> Json {
     match write {
-        Write::Succeeded(stored) => tag("Succeeded", stored_json(stored)),
-        Write::Failed => tag("Failed", json!({})),
+        Write::Succeeded(stored) => variant("Succeeded", stored_json(stored)),
+        Write::Failed => variant("Failed", unit()),
     }
 }
 
 fn stage_json(stage: Stage) -> Json {
     match stage {
-        Stage::Ready => tag("Ready", json!({})),
-        Stage::Claiming { attempt } => tag("Claiming", json!({ "attempt": int(attempt.into()) })),
-        Stage::Reading { attempt } => tag("Reading", json!({ "attempt": int(attempt.into()) })),
+        Stage::Ready => variant("Ready", unit()),
+        Stage::Claiming { attempt } => {
+            variant("Claiming", json!({ "attempt": int(attempt.into()) }))
+        }
+        Stage::Reading { attempt } => variant("Reading", json!({ "attempt": int(attempt.into()) })),
         Stage::Running { generation } => {
-            tag("Running", json!({ "generation": int(generation.into()) }))
+            variant("Running", json!({ "generation": int(generation.into()) }))
         }
         Stage::Capturing {
             generation,
             outcome,
-        } => tag(
+        } => variant(
             "Capturing",
             json!({ "generation": int(generation.into()), "outcome": word(outcome) }),
         ),
@@ -70,7 +72,7 @@ fn stage_json(stage: Stage) -> Json {
             write,
             live,
             attempts,
-        } => tag(
+        } => variant(
             "Finalizing",
             json!({
                 "generation": int(generation.into()),
@@ -80,16 +82,16 @@ fn stage_json(stage: Stage) -> Json {
                 "attempts": int(attempts.into()),
             }),
         ),
-        Stage::Streaming => tag("Streaming", json!({})),
+        Stage::Streaming => variant("Streaming", unit()),
         Stage::Guarding {
             generation,
             attempts,
-        } => tag(
+        } => variant(
             "Guarding",
             json!({ "generation": int(generation.into()), "attempts": int(attempts.into()) }),
         ),
-        Stage::Done(answer) => tag("Done", answer_json(answer)),
-        Stage::Gone => tag("Gone", json!({})),
+        Stage::Done(answer) => variant("Done", answer_json(answer)),
+        Stage::Gone => variant("Gone", unit()),
     }
 }
 
@@ -97,17 +99,17 @@ fn stage_json(stage: Stage) -> Json {
 /// the kind of stored body, plus the model's times.
 pub fn row_json(row: Option<&Row>) -> Json {
     let Some(row) = row else {
-        return tag("None", json!({}));
+        return variant("None", unit());
     };
     let status = match row.status {
-        RowStatus::Processing => tag("Processing", json!({})),
-        RowStatus::Succeeded { stored, origin } => tag(
+        RowStatus::Processing => variant("Processing", unit()),
+        RowStatus::Succeeded { stored, origin } => variant(
             "Succeeded",
             json!({ "stored": stored_json(stored), "origin": int(origin.into()) }),
         ),
-        RowStatus::Failed { origin } => tag("Failed", json!({ "origin": int(origin.into()) })),
+        RowStatus::Failed { origin } => variant("Failed", json!({ "origin": int(origin.into()) })),
     };
-    tag(
+    variant(
         "Some",
         json!({
             "fingerprint": word(row.fingerprint),
@@ -488,7 +490,7 @@ mod tests {
         );
 
         let mut drifted = document.clone();
-        drifted["states"][last]["row"] = tag("None", json!({}));
+        drifted["states"][last]["row"] = variant("None", unit());
         let error = from_itf::<IdempotencyModel>(&drifted).unwrap_err();
         assert_eq!((error.step, error.field.as_str()), (Some(last), "row"));
 

@@ -113,7 +113,7 @@ impl Outcome {
     }
 
     /// Whether the fixed capture streams a tail after the finalize (the body passed the cap).
-    fn overflows(self) -> bool {
+    pub fn overflows(self) -> bool {
         matches!(
             self,
             Outcome::OkOneOver | Outcome::OkFarOver | Outcome::OkErrorAfterCap

@@ -16,7 +16,12 @@ use std::sync::Arc;
 /// only ever grows, so every claim of a key is distinguishable from every other (M8).
 macro_rules! claim_sql {
     () => {
-        "
+        claim_sql!("existing.lease_expires_at <= $8")
+    };
+    // `$lapsed`: when a processing row's lease no longer holds the key.
+    ($lapsed:literal) => {
+        concat!(
+            "
 INSERT INTO idempotency_keys AS existing
     (scope, method, path, idempotency_key, fingerprint, status, generation,
      lease_expires_at, expires_at, created_at, updated_at)
@@ -35,20 +40,29 @@ ON CONFLICT (scope, method, path, idempotency_key) DO UPDATE SET
     body_too_large = FALSE
 WHERE existing.expires_at <= $8
    OR (existing.fingerprint = excluded.fingerprint
-       AND ((existing.status = 'processing' AND existing.lease_expires_at <= $8)
+       AND ((existing.status = 'processing' AND ",
+            $lapsed,
+            ")
             OR existing.status = 'failed'))
 RETURNING generation"
+        )
     };
 }
 const CLAIM_SQL: &str = claim_sql!();
 
+/// The claim that takes a processing row over while its lease is live (M6 broken). Tests only.
+#[cfg(feature = "test-seams")]
+const CLAIM_OVER_LIVE_LEASE_SQL: &str = claim_sql!("TRUE");
+
 /// PostgreSQL: the claim and the read of the row as it was before it, in one round trip. A
 /// data-modifying CTE runs against the statement's snapshot, so `stored` is the row the claim
 /// found (absent if another transaction created it after the snapshot: then it is read again).
-const CLAIM_AND_READ_SQL: &str = concat!(
-    "WITH claimed AS (",
-    claim_sql!(),
-    ")
+macro_rules! claim_and_read_sql {
+    ($claim:expr) => {
+        concat!(
+            "WITH claimed AS (",
+            $claim,
+            ")
 SELECT claimed.generation AS claimed_generation, stored.fingerprint, stored.status,
        stored.lease_expires_at, stored.expires_at, stored.response_status,
        stored.response_headers, stored.response_body, stored.body_too_large
@@ -56,7 +70,12 @@ FROM (SELECT 1) AS one
 LEFT JOIN claimed ON TRUE
 LEFT JOIN idempotency_keys AS stored
   ON stored.scope = $1 AND stored.method = $2 AND stored.path = $3 AND stored.idempotency_key = $4"
-);
+        )
+    };
+}
+const CLAIM_AND_READ_SQL: &str = claim_and_read_sql!(claim_sql!());
+#[cfg(feature = "test-seams")]
+const CLAIM_OVER_LIVE_LEASE_AND_READ_SQL: &str = claim_and_read_sql!(claim_sql!("TRUE"));
 
 const READ_SQL: &str = "
 SELECT fingerprint, status, lease_expires_at, expires_at, response_status, response_headers,
@@ -110,12 +129,37 @@ macro_rules! sql_store {
         pub struct $store {
             pool: $pool,
             round_trips: Arc<AtomicU64>,
+            /// Test-only defect: the claim takes a processing row over under a live lease.
+            #[cfg(feature = "test-seams")]
+            claim_over_live_lease: bool,
         }
 
         impl $store {
             /// Wraps a pool; call [`Self::migrate`] once before use.
             pub fn new(pool: $pool) -> Self {
-                $store { pool, round_trips: Arc::new(AtomicU64::new(0)) }
+                $store {
+                    pool,
+                    round_trips: Arc::new(AtomicU64::new(0)),
+                    #[cfg(feature = "test-seams")]
+                    claim_over_live_lease: false,
+                }
+            }
+
+            /// Test-only: claims take a processing row over while its lease is live (M6
+            /// broken), for the conformance replays that must catch it.
+            #[cfg(feature = "test-seams")]
+            pub fn claiming_over_live_leases(mut self) -> Self {
+                self.claim_over_live_lease = true;
+                self
+            }
+
+            /// The claim statement: with the read of the row when `combined`.
+            fn claim_statement(&self, combined: bool) -> &'static str {
+                #[cfg(feature = "test-seams")]
+                if self.claim_over_live_lease {
+                    return if combined { CLAIM_OVER_LIVE_LEASE_AND_READ_SQL } else { CLAIM_OVER_LIVE_LEASE_SQL };
+                }
+                if combined { CLAIM_AND_READ_SQL } else { CLAIM_SQL }
             }
 
             pub fn pool(&self) -> &$pool {
@@ -167,7 +211,7 @@ macro_rules! sql_store {
                 for _ in 0..CLAIM_ATTEMPTS_MAX {
                     self.round_trips.fetch_add(1, Ordering::Relaxed);
                     if $combined {
-                        let row = sqlx::query(CLAIM_AND_READ_SQL)
+                        let row = sqlx::query(self.claim_statement(true))
                             .bind(&key.scope)
                             .bind(&key.method)
                             .bind(&key.path)
@@ -201,7 +245,7 @@ macro_rules! sql_store {
                             Classified::Retry => continue,
                         }
                     }
-                    let claimed = sqlx::query(CLAIM_SQL)
+                    let claimed = sqlx::query(self.claim_statement(false))
                         .bind(&key.scope)
                         .bind(&key.method)
                         .bind(&key.path)

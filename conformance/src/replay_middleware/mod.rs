@@ -3,14 +3,25 @@
 //! replay observes of the real system (the cache row as the database holds it, and how many
 //! times the handler was entered).
 //!
-//! The real half — the layer on an axum server over loopback TCP, the held store calls and the
-//! scripted handler — is not written yet; `oncecheck replay` does not offer these targets.
+//! The real half, behind the `replay` feature: `target` (the `ReplayTarget` of the driver),
+//! `server` (the layer on an axum server over loopback TCP, the scripted handler, the clients),
+//! `held_store` (every store call held until the trace releases it, faults injected there) and
+//! `hub` (what the real side did, recorded for the target to wait on and compare).
 //!
 //! Invariants: a trace is applicable only when every step it takes has a real counterpart in the
 //! layer as configured for its variant; otherwise the answer names the first step that has none
 //! (never "conforms"). The expected row's generation is the one the real store numbers: the
 //! store continues a key's generation when it takes a row over in place, and starts at 1 again
 //! only when the row was deleted (the pre-fix cleanup), where the model keeps counting.
+
+#[cfg(feature = "replay")]
+pub mod held_store;
+#[cfg(feature = "replay")]
+pub mod hub;
+#[cfg(feature = "replay")]
+pub mod server;
+#[cfg(feature = "replay")]
+pub mod target;
 
 use oncecheck_model::check::ModelSpec;
 use oncecheck_model::idempotency::{

@@ -1,0 +1,178 @@
+//! The cache store as a middleware replay runs it: the real SQLite or PostgreSQL store behind a
+//! wrapper that holds every call of the layer (claim, finalize, the drop guard's finalize; the
+//! replay read is inside the claim call) until the trace releases it, and injects the trace's
+//! faults there: an error with the statement committed, an error with nothing written, an
+//! answer lost because the client went away while it was in flight.
+//!
+//! Time: the layer stamps a call with its clock when it makes it; the model decides a statement
+//! at the time it runs (a tick is longer than a round trip). A held call is the time before the
+//! statement is sent, so the wrapper stamps it again with the layer's clock when the trace
+//! releases it — the time the model's statement runs at.
+//!
+//! Invariants: the wrapper never changes what the real store answers, only when it answers and
+//! whether the layer hears it; a call dropped before it was released never reaches the database;
+//! the lease heartbeat is off in every replay (no model variant it replays has one), so a
+//! renewal is a bug of the set-up and is refused.
+
+use super::hub::{CallKind, CallTracker, Hub, Release};
+use oncecheck_idempotency::store::{
+    CacheKey, CacheStore, ClaimOutcome, ClaimRequest, Fencing, FinalizeOutcome, RenewOutcome,
+    StoreError, SuccessRecord,
+};
+use oncecheck_idempotency::{Clock, ManualClock};
+use std::future::Future;
+use std::sync::Arc;
+
+#[derive(Clone)]
+pub struct HeldStore<S> {
+    inner: S,
+    hub: Arc<Hub>,
+    /// The layer's own clock.
+    clock: ManualClock,
+}
+
+impl<S: CacheStore> HeldStore<S> {
+    pub fn new(inner: S, hub: Arc<Hub>, clock: ManualClock) -> Self {
+        HeldStore { inner, hub, clock }
+    }
+
+    fn now_millis(&self) -> i64 {
+        self.clock.now_millis()
+    }
+
+    /// Holds one finalize until it is released, then answers as the trace says.
+    async fn held_finalize<F>(
+        &self,
+        generation: i64,
+        statement: impl Fn(i64) -> F,
+    ) -> Result<FinalizeOutcome, StoreError>
+    where
+        F: Future<Output = Result<FinalizeOutcome, StoreError>>,
+    {
+        let (id, release) = self.hub.hold(CallKind::Finalize, Some(generation));
+        let mut tracker = CallTracker {
+            hub: &self.hub,
+            id,
+            returned: false,
+        };
+        let release = release.await.unwrap_or(Release::Run);
+        let answer = match release {
+            Release::Run => statement(self.now_millis()).await,
+            Release::Fail { committed } => {
+                if committed {
+                    let committed = statement(self.now_millis()).await;
+                    self.hub
+                        .returned(id, format!("committed: {}", words(&committed)));
+                }
+                Err(StoreError::Injected(
+                    "finalize answered with an error by the replay",
+                ))
+            }
+            Release::CommitThenHang => {
+                let committed = statement(self.now_millis()).await;
+                self.hub.returned(id, words(&committed));
+                std::future::pending::<()>().await;
+                unreachable!("a pending future never completes")
+            }
+        };
+        self.hub.returned(id, words(&answer));
+        tracker.returned = true;
+        answer
+    }
+}
+
+fn words(answer: &Result<FinalizeOutcome, StoreError>) -> String {
+    match answer {
+        Ok(FinalizeOutcome::Applied) => "applied".into(),
+        Ok(FinalizeOutcome::Lost) => "lost".into(),
+        Err(error) => format!("error: {error}"),
+    }
+}
+
+impl<S: CacheStore> CacheStore for HeldStore<S> {
+    async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
+        let (id, release) = self.hub.hold(CallKind::Claim, None);
+        let client = self
+            .hub
+            .read(|state| state.held.get(&id).map(|call| call.client));
+        let mut tracker = CallTracker {
+            hub: &self.hub,
+            id,
+            returned: false,
+        };
+        let release = release.await.unwrap_or(Release::Run);
+        let request = ClaimRequest {
+            now_millis: self.now_millis(),
+            ..request
+        };
+        let claimed = match release {
+            Release::Run | Release::CommitThenHang => self.inner.claim(request).await,
+            Release::Fail { committed: true } => {
+                let claimed = self.inner.claim(request).await;
+                if let (Ok(ClaimOutcome::Claimed { generation }), Some(client)) = (&claimed, client)
+                {
+                    self.hub.owns(*generation, client);
+                }
+                self.hub.returned(id, format!("committed: {claimed:?}"));
+                Err(StoreError::Injected(
+                    "claim answered with an error by the replay",
+                ))
+            }
+            Release::Fail { committed: false } => Err(StoreError::Injected(
+                "claim answered with an error by the replay",
+            )),
+        };
+        if let (Ok(ClaimOutcome::Claimed { generation }), Some(client)) = (&claimed, client) {
+            self.hub.owns(*generation, client);
+        }
+        self.hub.returned(id, format!("{claimed:?}"));
+        tracker.returned = true;
+        claimed
+    }
+
+    async fn finalize_succeeded(
+        &self,
+        key: &CacheKey,
+        generation: i64,
+        fencing: Fencing,
+        record: SuccessRecord<'_>,
+        _now_millis: i64,
+    ) -> Result<FinalizeOutcome, StoreError> {
+        self.held_finalize(generation, |now_millis| {
+            self.inner
+                .finalize_succeeded(key, generation, fencing, record, now_millis)
+        })
+        .await
+    }
+
+    async fn finalize_failed(
+        &self,
+        key: &CacheKey,
+        generation: i64,
+        fencing: Fencing,
+        status: u16,
+        _now_millis: i64,
+    ) -> Result<FinalizeOutcome, StoreError> {
+        self.held_finalize(generation, |now_millis| {
+            self.inner
+                .finalize_failed(key, generation, fencing, status, now_millis)
+        })
+        .await
+    }
+
+    async fn renew_lease(
+        &self,
+        _key: &CacheKey,
+        _generation: i64,
+        _lease_expires_at: i64,
+        _now_millis: i64,
+    ) -> Result<RenewOutcome, StoreError> {
+        Err(StoreError::Injected(
+            "a lease renewal in a replay without a heartbeat",
+        ))
+    }
+
+    fn round_trips(&self) -> u64 {
+        self.inner.round_trips()
+    }
+}

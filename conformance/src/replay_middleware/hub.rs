@@ -1,0 +1,308 @@
+//! What the replay knows of the real system while a middleware trace runs: the store calls the
+//! layer has waiting (held until the trace releases them), the scripted handler's and body's
+//! progress per client, and what each client has received. Everything the layer, the handler
+//! and the clients do is recorded here by the component that did it; the target only reads it
+//! and waits on it.
+//!
+//! Invariants: a store call belongs to the client whose request made it (a claim to the client
+//! whose request was sent last; a finalize to the client whose claim won its generation); a call
+//! is either held, returned (with its result), or dropped before returning — never two of them;
+//! every change wakes every waiter, and a wait is bounded (`WAIT_MILLIS_MAX`).
+
+use oncecheck_model::idempotency::Outcome;
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Mutex;
+use std::time::Duration;
+use tokio::sync::{oneshot, Notify};
+
+/// The longest a replay waits for the real system to reach the state a step leads to. A step
+/// that needs longer did not happen: the layer took another path. Generous, since a loopback
+/// round trip takes milliseconds but CI machines are shared; only a divergence ever waits it out.
+pub const WAIT_MILLIS_MAX: u64 = 5_000;
+
+/// Which store call the layer made.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CallKind {
+    /// `claim` (on SQLite with the read of the row it did not take, in the same call).
+    Claim,
+    /// `finalize_succeeded` or `finalize_failed`, inline or the drop guard's.
+    Finalize,
+}
+
+impl CallKind {
+    pub fn word(self) -> &'static str {
+        match self {
+            CallKind::Claim => "claim",
+            CallKind::Finalize => "finalize",
+        }
+    }
+}
+
+/// How the trace releases a held store call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Release {
+    /// Run it against the real database and return its answer.
+    Run,
+    /// Answer a database error; with `committed` the real statement runs first (the write
+    /// happened, the answer was lost), without it nothing is written.
+    Fail { committed: bool },
+    /// Run it, then never return: the client goes away while the committed statement's answer
+    /// is in flight.
+    CommitThenHang,
+}
+
+#[derive(Debug, Clone, Copy)]
+pub struct HeldCall {
+    pub client: usize,
+    pub kind: CallKind,
+}
+
+/// The scripted handler of one client.
+#[derive(Debug, Default)]
+pub struct HandlerProgress {
+    pub entered: bool,
+    /// The outcome the trace told it to answer.
+    pub outcome: Option<Outcome>,
+    /// It returned its response (or its error) to the layer.
+    pub returned: bool,
+    /// Its future was dropped before it returned.
+    pub dropped: bool,
+    /// The response body was polled (the layer is capturing it) / dropped.
+    pub body_polled: bool,
+    pub body_dropped: bool,
+}
+
+/// What one client received.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Received {
+    pub status: u16,
+    /// The `idempotency-replayed` header, if any.
+    pub marker: Option<String>,
+    pub body: Vec<u8>,
+    /// The body ended with an error (the handler's body failed) rather than its end.
+    pub body_failed: bool,
+}
+
+#[derive(Debug, Default)]
+pub struct ClientProgress {
+    /// The response head arrived: status and marker.
+    pub head: Option<(u16, Option<String>)>,
+    /// The whole exchange ended: what was received, or the transport error.
+    pub finished: Option<Result<Received, String>>,
+}
+
+#[derive(Default)]
+pub struct HubState {
+    next_call: u64,
+    /// The client whose request was sent last: the next claim call is its.
+    pub claimant: Option<usize>,
+    pub held: BTreeMap<u64, HeldCall>,
+    releases: BTreeMap<u64, oneshot::Sender<Release>>,
+    /// Calls that returned, with what they answered.
+    pub returned: BTreeMap<u64, String>,
+    pub dropped: BTreeSet<u64>,
+    /// Which client's claim won each generation.
+    pub owners: BTreeMap<i64, usize>,
+    pub handler_runs: usize,
+    pub handlers: BTreeMap<usize, HandlerProgress>,
+    directives: BTreeMap<usize, oneshot::Sender<Outcome>>,
+    capture_gates: BTreeMap<usize, oneshot::Sender<()>>,
+    pub clients: BTreeMap<usize, ClientProgress>,
+}
+
+impl HubState {
+    /// The call `client` has held, if any.
+    pub fn held_of(&self, client: usize) -> Option<(u64, CallKind)> {
+        self.held
+            .iter()
+            .find(|(_, call)| call.client == client)
+            .map(|(id, call)| (*id, call.kind))
+    }
+
+    /// Whether the scripted handler of `client` waits for the trace's outcome.
+    pub fn awaits_outcome(&self, client: usize) -> bool {
+        self.directives.contains_key(&client)
+    }
+
+    /// Whether a non-2xx handler of `client` waits to hand its response over.
+    pub fn awaits_capture(&self, client: usize) -> bool {
+        self.capture_gates.contains_key(&client)
+    }
+
+    /// One line per client of what is going on, for a divergence report.
+    pub fn describe(&self, client: usize) -> String {
+        let handler = self.handlers.get(&client);
+        let progress = self.clients.get(&client);
+        format!(
+            "client {}: held store call {:?}; handler {:?}; head {:?}; finished {:?}",
+            client + 1,
+            self.held_of(client).map(|(_, kind)| kind.word()),
+            handler,
+            progress.and_then(|progress| progress.head.clone()),
+            progress.and_then(|progress| progress.finished.clone()),
+        )
+    }
+}
+
+/// The shared record, and the wake-up of every waiter on every change.
+#[derive(Default)]
+pub struct Hub {
+    state: Mutex<HubState>,
+    changed: Notify,
+}
+
+impl Hub {
+    /// Changes the state and wakes every waiter.
+    pub fn update<T>(&self, change: impl FnOnce(&mut HubState) -> T) -> T {
+        let result = change(&mut self.state.lock().expect("the hub lock is never poisoned"));
+        self.changed.notify_waiters();
+        result
+    }
+
+    pub fn read<T>(&self, look: impl FnOnce(&HubState) -> T) -> T {
+        look(&self.state.lock().expect("the hub lock is never poisoned"))
+    }
+
+    /// Waits until `check` answers `Some`, at most `WAIT_MILLIS_MAX`; `Err` after that.
+    pub async fn wait_for<T>(
+        &self,
+        mut check: impl FnMut(&HubState) -> Option<T>,
+    ) -> Result<T, ()> {
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(WAIT_MILLIS_MAX);
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            if let Some(found) = self.read(&mut check) {
+                return Ok(found);
+            }
+            if tokio::time::timeout_at(deadline, notified).await.is_err() {
+                return self.read(&mut check).ok_or(());
+            }
+        }
+    }
+
+    /// Registers a store call of the layer; it waits on the answer until the trace releases it.
+    pub fn hold(
+        &self,
+        kind: CallKind,
+        generation: Option<i64>,
+    ) -> (u64, oneshot::Receiver<Release>) {
+        let (sender, receiver) = oneshot::channel();
+        let id = self.update(|state| {
+            let id = state.next_call;
+            state.next_call += 1;
+            let client = match (kind, generation) {
+                (CallKind::Claim, _) => state.claimant.take(),
+                (CallKind::Finalize, Some(generation)) => state.owners.get(&generation).copied(),
+                (CallKind::Finalize, None) => None,
+            };
+            // A call no client can own is held for no client (usize::MAX): the replay then
+            // fails at the end on a waiting call the model does not have.
+            state.held.insert(
+                id,
+                HeldCall {
+                    client: client.unwrap_or(usize::MAX),
+                    kind,
+                },
+            );
+            state.releases.insert(id, sender);
+            id
+        });
+        (id, receiver)
+    }
+
+    /// Releases the held call `id`.
+    pub fn release(&self, id: u64, release: Release) {
+        self.update(|state| {
+            state.held.remove(&id);
+            if let Some(sender) = state.releases.remove(&id) {
+                let _ = sender.send(release);
+            }
+        });
+    }
+
+    pub fn returned(&self, id: u64, answer: String) {
+        self.update(|state| {
+            state.returned.insert(id, answer);
+        });
+    }
+
+    pub fn dropped(&self, id: u64) {
+        self.update(|state| {
+            state.held.remove(&id);
+            state.releases.remove(&id);
+            state.dropped.insert(id);
+        });
+    }
+
+    pub fn owns(&self, generation: i64, client: usize) {
+        self.update(|state| {
+            state.owners.insert(generation, client);
+        });
+    }
+
+    /// The scripted handler of `client` was entered; it waits for the trace's outcome.
+    pub fn handler_entered(&self, client: usize) -> oneshot::Receiver<Outcome> {
+        let (sender, receiver) = oneshot::channel();
+        self.update(|state| {
+            state.handler_runs += 1;
+            state.handlers.entry(client).or_default().entered = true;
+            state.directives.insert(client, sender);
+        });
+        receiver
+    }
+
+    /// Tells the handler of `client` what to answer; false if it does not wait for it.
+    pub fn respond(&self, client: usize, outcome: Outcome) -> bool {
+        self.update(|state| {
+            state.handlers.entry(client).or_default().outcome = Some(outcome);
+            state
+                .directives
+                .remove(&client)
+                .is_some_and(|sender| sender.send(outcome).is_ok())
+        })
+    }
+
+    /// A non-2xx handler of `client` waits until the trace's capture step to hand over its
+    /// response (the layer reads a non-2xx body only as the client does).
+    pub fn capture_gate(&self, client: usize) -> oneshot::Receiver<()> {
+        let (sender, receiver) = oneshot::channel();
+        self.update(|state| {
+            state.capture_gates.insert(client, sender);
+        });
+        receiver
+    }
+
+    pub fn open_capture_gate(&self, client: usize) -> bool {
+        self.update(|state| {
+            state
+                .capture_gates
+                .remove(&client)
+                .is_some_and(|sender| sender.send(()).is_ok())
+        })
+    }
+
+    pub fn handler(&self, client: usize, change: impl FnOnce(&mut HandlerProgress)) {
+        self.update(|state| change(state.handlers.entry(client).or_default()));
+    }
+
+    pub fn client(&self, client: usize, change: impl FnOnce(&mut ClientProgress)) {
+        self.update(|state| change(state.clients.entry(client).or_default()));
+    }
+}
+
+/// Records the drop of a store call's future that had not returned.
+pub struct CallTracker<'a> {
+    pub hub: &'a Hub,
+    pub id: u64,
+    pub returned: bool,
+}
+
+impl Drop for CallTracker<'_> {
+    fn drop(&mut self) {
+        if !self.returned {
+            self.hub.dropped(self.id);
+        }
+    }
+}

@@ -1,0 +1,354 @@
+//! The real side of a middleware replay: the layer from impl/idempotency mounted with
+//! `route_service` on an axum server over loopback TCP, a scripted handler behind it, and one
+//! HTTP/1.1 client connection per model client.
+//!
+//! The scripted handler answers what the trace says and nothing else: it waits (registered in
+//! the [`Hub`]) until the trace names its outcome; a 2xx answers at once with a body whose
+//! frames the trace releases (the capture, then the over-cap tail); a non-2xx hands its
+//! response to the layer at the trace's capture step; a handler error is the service's `Err`.
+//!
+//! Invariants: the bodies are fixed per outcome relative to the cap (`BODY_BYTES_MAX`): under,
+//! at, one over, far over, failing before and after it; a client is cancelled by aborting its
+//! task, which closes its TCP connection — the server sees exactly one closed connection.
+
+use super::hub::{Hub, Received};
+use bytes::Bytes;
+use http::{Request, Response, StatusCode};
+use http_body::{Body, Frame};
+use oncecheck_idempotency::REPLAYED_HEADER;
+use oncecheck_model::idempotency::{Fingerprint, Outcome};
+use std::net::SocketAddr;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use tokio::sync::mpsc;
+
+/// The cache cap of every replayed layer, in bytes: small, so every outcome's body is a few
+/// frames.
+pub const BODY_BYTES_MAX: usize = 8;
+/// The route the layer covers.
+pub const ROUTE: &str = "/op";
+/// The request header naming the model client (its 0-based index), so the scripted handler
+/// knows whose outcome to wait for. Not part of the fingerprint (method, path and body).
+pub const CLIENT_HEADER: &str = "x-replay-client";
+/// The status of a non-2xx outcome and of a handler error (the error mapper's).
+pub const FAILURE_STATUS: u16 = 502;
+pub const HANDLER_ERROR_STATUS: u16 = 500;
+pub const HANDLER_ERROR_BODY: &[u8] = b"handler error";
+
+/// One frame of a scripted body: data, or the body's error.
+pub type Item = Result<&'static [u8], ()>;
+
+/// The frames of an outcome's body: those the capture reads (up to and including the frame
+/// that crosses the cap, or to the end within it) and the over-cap tail after it.
+pub fn body_of(outcome: Outcome) -> (Vec<Item>, Vec<Item>) {
+    match outcome {
+        Outcome::OkUnder => (vec![Ok(b"abc")], vec![]),
+        Outcome::OkAtCap => (vec![Ok(b"abcd"), Ok(b"efgh")], vec![]),
+        Outcome::OkOneOver => (vec![Ok(b"abcdefgh"), Ok(b"i")], vec![]),
+        Outcome::OkFarOver => (
+            vec![Ok(b"abcdefgh"), Ok(b"ijklmnop")],
+            vec![Ok(b"qrstuvwx"), Ok(b"yz012345")],
+        ),
+        Outcome::OkErrorBeforeCap => (vec![Ok(b"abc"), Err(())], vec![]),
+        Outcome::OkErrorAfterCap => (vec![Ok(b"abcdefgh"), Ok(b"ij")], vec![Err(())]),
+        Outcome::FailUnder => (vec![Ok(b"bad gateway")], vec![]),
+        Outcome::FailFarOver => (
+            vec![Ok(b"abcdefgh"), Ok(b"ijklmnop"), Ok(b"qrstuvwx")],
+            vec![],
+        ),
+        Outcome::HandlerError => (vec![], vec![]),
+    }
+}
+
+/// The data bytes of an outcome's whole body, and whether it fails.
+pub fn full_body(outcome: Outcome) -> (Vec<u8>, bool) {
+    let (capture, tail) = body_of(outcome);
+    let mut data = Vec::new();
+    let mut failed = false;
+    for item in capture.into_iter().chain(tail) {
+        match item {
+            Ok(bytes) => data.extend_from_slice(bytes),
+            Err(()) => failed = true,
+        }
+    }
+    if outcome == Outcome::HandlerError {
+        data.extend_from_slice(HANDLER_ERROR_BODY);
+    }
+    (data, failed)
+}
+
+/// The request body of a fingerprint: the fingerprint is method, path and body.
+pub fn request_body(fingerprint: Fingerprint) -> &'static [u8] {
+    match fingerprint {
+        Fingerprint::A => b"A",
+        Fingerprint::B => b"B",
+    }
+}
+
+#[derive(Debug)]
+pub struct ScriptedError;
+
+impl std::fmt::Display for ScriptedError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the scripted handler's body failed, as the trace says")
+    }
+}
+
+impl std::error::Error for ScriptedError {}
+
+/// A scripted response body: frames as the trace releases them into its channel.
+pub struct ScriptedBody {
+    frames: mpsc::UnboundedReceiver<Item>,
+    hub: Arc<Hub>,
+    client: usize,
+    polled: bool,
+}
+
+impl Body for ScriptedBody {
+    type Data = Bytes;
+    type Error = ScriptedError;
+
+    fn poll_frame(
+        mut self: Pin<&mut Self>,
+        context: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, ScriptedError>>> {
+        if !self.polled {
+            self.polled = true;
+            let client = self.client;
+            self.hub
+                .handler(client, |handler| handler.body_polled = true);
+        }
+        match self.frames.poll_recv(context) {
+            Poll::Ready(Some(Ok(data))) => {
+                Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(data)))))
+            }
+            Poll::Ready(Some(Err(()))) => Poll::Ready(Some(Err(ScriptedError))),
+            Poll::Ready(None) => Poll::Ready(None),
+            Poll::Pending => Poll::Pending,
+        }
+    }
+}
+
+impl Drop for ScriptedBody {
+    fn drop(&mut self) {
+        let client = self.client;
+        self.hub
+            .handler(client, |handler| handler.body_dropped = true);
+    }
+}
+
+/// Records a handler future dropped before it returned.
+struct HandlerGuard {
+    hub: Arc<Hub>,
+    client: usize,
+    returned: bool,
+}
+
+impl Drop for HandlerGuard {
+    fn drop(&mut self) {
+        let returned = self.returned;
+        self.hub.handler(self.client, |handler| {
+            if returned {
+                handler.returned = true;
+            } else {
+                handler.dropped = true;
+            }
+        });
+    }
+}
+
+/// The body senders of the 2xx responses, per client, for the trace's capture and tail steps.
+pub type BodySenders =
+    Arc<std::sync::Mutex<std::collections::BTreeMap<usize, mpsc::UnboundedSender<Item>>>>;
+
+/// The scripted handler.
+async fn scripted(
+    hub: Arc<Hub>,
+    senders: BodySenders,
+    request: Request<axum::body::Body>,
+) -> Result<Response<ScriptedBody>, ScriptedError> {
+    let client: usize = request
+        .headers()
+        .get(CLIENT_HEADER)
+        .and_then(|value| value.to_str().ok()?.parse().ok())
+        .unwrap_or(usize::MAX);
+    let directive = hub.handler_entered(client);
+    let mut guard = HandlerGuard {
+        hub: hub.clone(),
+        client,
+        returned: false,
+    };
+    let Ok(outcome) = directive.await else {
+        return Err(ScriptedError);
+    };
+    if outcome == Outcome::HandlerError {
+        guard.returned = true;
+        return Err(ScriptedError);
+    }
+    let (sender, frames) = mpsc::unbounded_channel();
+    let status = if outcome.is_success() {
+        senders
+            .lock()
+            .expect("the senders lock is never poisoned")
+            .insert(client, sender);
+        StatusCode::OK
+    } else {
+        // The layer hands a non-2xx through without reading it: its response is handed over at
+        // the trace's capture step, whole.
+        let gate = hub.capture_gate(client);
+        if gate.await.is_err() {
+            return Err(ScriptedError);
+        }
+        let (capture, tail) = body_of(outcome);
+        for item in capture.into_iter().chain(tail) {
+            let _ = sender.send(item);
+        }
+        StatusCode::from_u16(FAILURE_STATUS).expect("a valid status")
+    };
+    guard.returned = true;
+    let mut response = Response::new(ScriptedBody {
+        frames,
+        hub: hub.clone(),
+        client,
+        polled: false,
+    });
+    *response.status_mut() = status;
+    Ok(response)
+}
+
+/// A running server: the layer over `store` on a loopback port.
+pub struct Server {
+    pub address: SocketAddr,
+    pub senders: BodySenders,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    pub async fn start<St: oncecheck_idempotency::CacheStore>(
+        layer: oncecheck_idempotency::IdempotencyLayer<St>,
+        hub: Arc<Hub>,
+    ) -> std::io::Result<Server> {
+        use tower::Layer;
+        let senders: BodySenders = Arc::default();
+        let handler = {
+            let (hub, senders) = (hub.clone(), senders.clone());
+            tower::service_fn(move |request| scripted(hub.clone(), senders.clone(), request))
+        };
+        // The handler's error becomes the application's 500, as axum's error handling does it.
+        let service =
+            axum::error_handling::HandleError::new(layer.layer(handler), |ScriptedError| async {
+                (
+                    StatusCode::from_u16(HANDLER_ERROR_STATUS).expect("a valid status"),
+                    HANDLER_ERROR_BODY,
+                )
+            });
+        let router = axum::Router::new().route_service(ROUTE, service);
+        let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
+        let address = listener.local_addr()?;
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, router).await;
+        });
+        Ok(Server {
+            address,
+            senders,
+            task,
+        })
+    }
+
+    /// Releases frames of `client`'s body; `close` ends it after them.
+    pub fn send_frames(&self, client: usize, items: Vec<Item>, close: bool) -> bool {
+        let mut senders = self
+            .senders
+            .lock()
+            .expect("the senders lock is never poisoned");
+        let Some(sender) = senders.get(&client) else {
+            return false;
+        };
+        for item in items {
+            let _ = sender.send(item);
+        }
+        if close {
+            senders.remove(&client);
+        }
+        true
+    }
+
+    pub fn stop(self) {
+        self.task.abort();
+    }
+}
+
+/// One model client's request over its own TCP connection; what it receives is recorded in the
+/// hub. Aborting the returned task closes the connection.
+pub fn send(
+    address: SocketAddr,
+    hub: Arc<Hub>,
+    client: usize,
+    fingerprint: Fingerprint,
+) -> tokio::task::JoinHandle<()> {
+    tokio::spawn(async move {
+        let finished = exchange(address, &hub, client, fingerprint).await;
+        hub.client(client, |progress| progress.finished = Some(finished));
+    })
+}
+
+async fn exchange(
+    address: SocketAddr,
+    hub: &Hub,
+    client: usize,
+    fingerprint: Fingerprint,
+) -> Result<Received, String> {
+    use http_body_util::{BodyExt, Full};
+    let stream = tokio::net::TcpStream::connect(address)
+        .await
+        .map_err(|error| format!("connect: {error}"))?;
+    let (mut sender, connection) =
+        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+            .await
+            .map_err(|error| format!("handshake: {error}"))?;
+    let request = Request::post(ROUTE)
+        .header("host", address.to_string())
+        .header("idempotency-key", "k")
+        .header(CLIENT_HEADER, client.to_string())
+        .body(Full::new(Bytes::from_static(request_body(fingerprint))))
+        .expect("a valid request");
+    let exchange = async move {
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|error| format!("no response: {error}"))?;
+        let status = response.status().as_u16();
+        let marker = response
+            .headers()
+            .get(REPLAYED_HEADER)
+            .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
+        hub.client(client, |progress| {
+            progress.head = Some((status, marker.clone()))
+        });
+        let mut body = response.into_body();
+        let mut data = Vec::new();
+        let mut body_failed = false;
+        while let Some(frame) = body.frame().await {
+            match frame {
+                Ok(frame) => {
+                    if let Ok(bytes) = frame.into_data() {
+                        data.extend_from_slice(&bytes);
+                    }
+                }
+                Err(_) => {
+                    body_failed = true;
+                    break;
+                }
+            }
+        }
+        Ok(Received {
+            status,
+            marker,
+            body: data,
+            body_failed,
+        })
+    };
+    let (_, received) = tokio::join!(connection, exchange);
+    received
+}

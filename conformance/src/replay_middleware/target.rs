@@ -1,0 +1,1015 @@
+//! The `middleware-sqlite` and `middleware-postgres` targets: idempotency traces replayed
+//! against the layer from impl/idempotency, unchanged, on the driver of `crate::replay`.
+//!
+//! Each trace gets its own database (SQLite: an in-memory database; PostgreSQL: a schema of its
+//! own, dropped at the end), its own axum server on a loopback port, and one TCP connection per
+//! model client. The replay controls exactly what the model treats as nondeterministic: the
+//! handler's outcome and the release of its body (the scripted handler of `server`), every store
+//! call and its faults (`held_store`), time (the layer's `ManualClock`: one model tick is one
+//! lease), and cancellation (a client's connection closed at the await point the step names).
+//! After every step the driver compares the row read from the database, the handler runs and
+//! the held store calls with the model's; a step that ends a client compares what it received.
+//!
+//! Invariants: a step is performed only once the real system is where the model's previous
+//! state says (each step waits for the evidence of its own effect, bounded by
+//! `hub::WAIT_MILLIS_MAX`); a step that cannot be taken (nothing waits for it) is a divergence at
+//! that step, never skipped; the lease heartbeat is off, as in every variant replayed.
+
+use super::held_store::HeldStore;
+use super::hub::{CallKind, Hub, Received, Release};
+use super::server::{self, Server};
+use super::{
+    applicable, expected_views, BodyKind, Database, LayerBehaviour, MiddlewareView, RowView,
+};
+use crate::replay::{drive, load_for, Fault, ReplayError, ReplayStats, ReplayTarget, Step, Target};
+use crate::replay_command::ReplaySession;
+use oncecheck_idempotency::fingerprint::Fingerprint as RealFingerprint;
+use oncecheck_idempotency::store::{PostgresStore, SqliteStore};
+use oncecheck_idempotency::{Behaviour, CacheStore, IdempotencyLayer, ManualClock};
+use oncecheck_model::idempotency::{
+    Action, Answer, AwaitPoint, DbResult, Fingerprint, IdempotencyModel, Live, Outcome, Stage,
+    Stored,
+};
+use oncecheck_model::trace::LoadedTrace;
+use std::collections::BTreeMap;
+use std::sync::Arc;
+
+/// One model tick: the lease. Long enough that the finalize budget (wall time) never runs out
+/// while the trace holds a finalize.
+pub const LEASE_SECS: u64 = 3_600;
+/// The row lives two ticks (`ROW_TTL_TICKS`).
+pub const ROW_TTL_SECS: u64 = 2 * LEASE_SECS;
+/// The model's finalize attempts.
+const FINALIZE_ATTEMPTS_MAX: u32 = oncecheck_model::idempotency::FINALIZE_ATTEMPTS_MAX as u32;
+/// Wall time a finalize's attempts may take: far above any replay, below the lease.
+const FINALIZE_BUDGET_MS: u64 = 600_000;
+/// The first backoff between finalize attempts: short, a replay waits for every retry.
+const FINALIZE_BACKOFF_MS: u64 = 1;
+/// Where the layer's clock starts (milliseconds since the epoch; any value works).
+const CLOCK_START_MILLIS: i64 = 1_000_000;
+
+/// The layer as `--store-variant` and `--store-mutation` configure it for a middleware target.
+#[derive(Debug, Clone, Default)]
+pub struct LayerConfig {
+    /// Replay against this behaviour instead of the trace's variant's (`pre-fix`, `fixed`,
+    /// `fenced`), to show where the two part.
+    pub behaviour: Option<LayerBehaviour>,
+    /// Deliberate defects switched on in the real layer and store (test seams).
+    pub mutations: Vec<LayerMutation>,
+}
+
+/// A deliberate defect of the real layer or its store, as `--store-mutation` names it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LayerMutation {
+    /// The claim takes a processing row over while its lease is live (the store's claim).
+    ClaimOverLiveLease,
+    /// The finalize is conditional on the key only.
+    FinalizeKeyOnly,
+    /// No drop guard.
+    NoDropGuard,
+    /// A replay without the replay marker.
+    ReplayUnmarked,
+}
+
+impl LayerMutation {
+    pub const ALL: [LayerMutation; 4] = [
+        LayerMutation::ClaimOverLiveLease,
+        LayerMutation::FinalizeKeyOnly,
+        LayerMutation::NoDropGuard,
+        LayerMutation::ReplayUnmarked,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LayerMutation::ClaimOverLiveLease => "claim-over-live-lease",
+            LayerMutation::FinalizeKeyOnly => "finalize-key-only",
+            LayerMutation::NoDropGuard => "no-drop-guard",
+            LayerMutation::ReplayUnmarked => "replay-unmarked",
+        }
+    }
+
+    /// The layer's own test seam, for the mutations that live in the layer.
+    fn layer_seam(self) -> Option<oncecheck_idempotency::Mutation> {
+        use oncecheck_idempotency::Mutation;
+        match self {
+            LayerMutation::ClaimOverLiveLease => None,
+            LayerMutation::FinalizeKeyOnly => Some(Mutation::FinalizeKeyOnly),
+            LayerMutation::NoDropGuard => Some(Mutation::NoDropGuard),
+            LayerMutation::ReplayUnmarked => Some(Mutation::ReplayUnmarked),
+        }
+    }
+}
+
+impl LayerConfig {
+    /// Parses the flags, naming the valid choices on error.
+    pub fn parse(variant: Option<&str>, mutations: &[String]) -> Result<LayerConfig, String> {
+        let behaviour = match variant {
+            None => None,
+            Some("pre-fix") => Some(LayerBehaviour::PreFix),
+            Some("fixed") => Some(LayerBehaviour::Fixed),
+            Some("fenced") => Some(LayerBehaviour::Fenced),
+            Some(other) => {
+                return Err(format!(
+                    "unknown layer variant `{other}`; valid: pre-fix, fixed, fenced"
+                ))
+            }
+        };
+        let mutations = mutations
+            .iter()
+            .map(|name| {
+                LayerMutation::ALL
+                    .into_iter()
+                    .find(|mutation| mutation.name() == name)
+                    .ok_or_else(|| {
+                        let valid: Vec<&str> = LayerMutation::ALL
+                            .iter()
+                            .map(|mutation| mutation.name())
+                            .collect();
+                        format!(
+                            "unknown layer mutation `{name}`; valid: {}",
+                            valid.join(", ")
+                        )
+                    })
+            })
+            .collect::<Result<Vec<_>, _>>()?;
+        Ok(LayerConfig {
+            behaviour,
+            mutations,
+        })
+    }
+
+    /// The flags that select this configuration.
+    pub fn flags(&self) -> String {
+        let mut flags = match self.behaviour {
+            None => String::new(),
+            Some(LayerBehaviour::PreFix) => " --store-variant pre-fix".into(),
+            Some(LayerBehaviour::Fixed) => " --store-variant fixed".into(),
+            Some(LayerBehaviour::Fenced) => " --store-variant fenced".into(),
+        };
+        for mutation in &self.mutations {
+            flags.push_str(&format!(" --store-mutation {}", mutation.name()));
+        }
+        flags
+    }
+}
+
+/// The session of a middleware run: the context every trace shares.
+pub struct MiddlewareSession(pub Arc<MiddlewareContext>);
+
+impl MiddlewareSession {
+    pub async fn open(target: &Target, config: LayerConfig) -> Result<MiddlewareSession, String> {
+        let (database, url) = match target {
+            Target::MiddlewareSqlite => (Database::Sqlite, None),
+            Target::MiddlewarePostgres(url) => (Database::Postgres, url.clone()),
+            other => return Err(format!("target `{other}` replays relay traces")),
+        };
+        let flags = format!("{target}{}", config.flags());
+        let context = MiddlewareContext::open(database, url, config, flags).await?;
+        Ok(MiddlewareSession(Arc::new(context)))
+    }
+}
+
+impl ReplaySession for MiddlewareSession {
+    type Trace = LoadedTrace<IdempotencyModel>;
+
+    fn load(&self, file: &std::path::Path) -> Result<Self::Trace, ReplayError> {
+        let target = self
+            .0
+            .flags
+            .split(' ')
+            .next()
+            .unwrap_or_default()
+            .to_string();
+        load_for::<IdempotencyModel>(file, &target)
+    }
+
+    async fn replay(
+        &self,
+        file: &std::path::Path,
+        trace: &Self::Trace,
+    ) -> Result<ReplayStats, ReplayError> {
+        drive(file, trace, MiddlewareTarget::new(self.0.clone())).await
+    }
+
+    async fn close(self) {
+        if let Ok(context) = Arc::try_unwrap(self.0) {
+            context.close().await;
+        }
+    }
+}
+
+/// What every trace of one `oncecheck replay` run shares.
+pub struct MiddlewareContext {
+    pub database: Database,
+    /// PostgreSQL: the URL and a pool that creates and drops each trace's schema.
+    pub postgres: Option<(String, sqlx::PgPool)>,
+    /// The layer behaviour to replay against instead of the trace's variant's, and defects.
+    pub config: LayerConfig,
+    /// `--target` and further flags that reproduce a replay.
+    pub flags: String,
+}
+
+impl MiddlewareContext {
+    /// Opens the target; an error is one line naming what is unreachable.
+    pub async fn open(
+        database: Database,
+        url: Option<String>,
+        config: LayerConfig,
+        flags: String,
+    ) -> Result<MiddlewareContext, String> {
+        let postgres = match database {
+            Database::Sqlite => None,
+            Database::Postgres => {
+                let url = match url {
+                    Some(url) => url,
+                    None => std::env::var("ONCECHECK_PG_URL").map_err(|_| {
+                        "no database: pass --target middleware-postgres=URL or set ONCECHECK_PG_URL"
+                            .to_string()
+                    })?,
+                };
+                let pool = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(4)
+                    .acquire_timeout(std::time::Duration::from_secs(5))
+                    .connect(&url)
+                    .await
+                    .map_err(|error| format!("PostgreSQL at {url} does not answer: {error}"))?;
+                Some((url, pool))
+            }
+        };
+        Ok(MiddlewareContext {
+            database,
+            postgres,
+            config,
+            flags,
+        })
+    }
+
+    pub async fn close(self) {
+        if let Some((_, pool)) = self.postgres {
+            pool.close().await;
+        }
+    }
+}
+
+/// The database of one trace, with the store the layer runs on.
+enum TraceDatabase {
+    Sqlite(SqliteStore),
+    Postgres {
+        store: PostgresStore,
+        schema: String,
+    },
+}
+
+/// One trace on its own database and server.
+pub struct MiddlewareTarget {
+    context: Arc<MiddlewareContext>,
+    hub: Arc<Hub>,
+    clock: ManualClock,
+    database: Option<TraceDatabase>,
+    server: Option<Server>,
+    connections: BTreeMap<usize, tokio::task::JoinHandle<()>>,
+    views: Vec<MiddlewareView>,
+    /// The state the driver compares next (0: the initial state).
+    index: usize,
+    behaviour: LayerBehaviour,
+    clients: usize,
+    /// The outcome each client's handler answered.
+    outcomes: BTreeMap<usize, Outcome>,
+    requests: usize,
+    lost_responses: usize,
+}
+
+impl MiddlewareTarget {
+    pub fn new(context: Arc<MiddlewareContext>) -> MiddlewareTarget {
+        MiddlewareTarget {
+            context,
+            hub: Arc::new(Hub::default()),
+            clock: ManualClock::new(CLOCK_START_MILLIS),
+            database: None,
+            server: None,
+            connections: BTreeMap::new(),
+            views: Vec::new(),
+            index: 0,
+            behaviour: LayerBehaviour::Fenced,
+            clients: 0,
+            outcomes: BTreeMap::new(),
+            requests: 0,
+            lost_responses: 0,
+        }
+    }
+
+    fn layer<St: CacheStore>(&self, store: St) -> IdempotencyLayer<HeldStore<St>> {
+        let behaviour = match self.behaviour {
+            LayerBehaviour::PreFix => Behaviour::PreFix,
+            LayerBehaviour::Fixed => Behaviour::Fixed,
+            LayerBehaviour::Fenced => Behaviour::Fenced,
+        };
+        let mut builder =
+            IdempotencyLayer::builder(HeldStore::new(store, self.hub.clone(), self.clock.clone()));
+        for seam in self
+            .context
+            .config
+            .mutations
+            .iter()
+            .filter_map(|mutation| mutation.layer_seam())
+        {
+            builder = builder.mutation(seam);
+        }
+        builder
+            .body_bytes_max(server::BODY_BYTES_MAX)
+            .lease_secs(LEASE_SECS)
+            .row_ttl_secs(ROW_TTL_SECS)
+            .without_lease_renewal()
+            .finalize_attempts_max(FINALIZE_ATTEMPTS_MAX)
+            .finalize_budget_ms(FINALIZE_BUDGET_MS)
+            .finalize_backoff_ms(FINALIZE_BACKOFF_MS)
+            .clock(self.clock.clone())
+            .behaviour(behaviour)
+            .build()
+    }
+
+    fn claims_over_live_leases(&self) -> bool {
+        self.context
+            .config
+            .mutations
+            .contains(&LayerMutation::ClaimOverLiveLease)
+    }
+
+    async fn open_database(&mut self) -> Result<(), String> {
+        match &self.context.postgres {
+            None => {
+                // One connection: an in-memory SQLite database lives as long as its connection.
+                let pool = sqlx::sqlite::SqlitePoolOptions::new()
+                    .max_connections(1)
+                    .idle_timeout(None)
+                    .max_lifetime(None)
+                    .connect("sqlite::memory:")
+                    .await
+                    .map_err(|error| {
+                        format!("cannot open an in-memory SQLite database: {error}")
+                    })?;
+                let mut store = SqliteStore::new(pool);
+                if self.claims_over_live_leases() {
+                    store = store.claiming_over_live_leases();
+                }
+                store.migrate().await.map_err(|error| error.to_string())?;
+                self.database = Some(TraceDatabase::Sqlite(store));
+            }
+            Some((url, admin)) => {
+                let schema = fresh_schema();
+                sqlx::query(&format!("CREATE SCHEMA {schema}"))
+                    .execute(admin)
+                    .await
+                    .map_err(|error| format!("cannot create schema {schema}: {error}"))?;
+                let search_path = format!("SET search_path TO {schema}");
+                // One connection: the trace releases one store call at a time and reads the row
+                // between steps, so 64 concurrent traces stay within PostgreSQL's default 100.
+                let pool = sqlx::postgres::PgPoolOptions::new()
+                    .max_connections(1)
+                    .after_connect(move |connection, _| {
+                        let search_path = search_path.clone();
+                        Box::pin(async move {
+                            use sqlx::Executor;
+                            connection.execute(search_path.as_str()).await.map(|_| ())
+                        })
+                    })
+                    .connect(url)
+                    .await
+                    .map_err(|error| format!("PostgreSQL at {url}: {error}"))?;
+                let mut store = PostgresStore::new(pool);
+                if self.claims_over_live_leases() {
+                    store = store.claiming_over_live_leases();
+                }
+                // Recorded before the migration so a failed one is dropped too.
+                self.database = Some(TraceDatabase::Postgres {
+                    store: store.clone(),
+                    schema,
+                });
+                store.migrate().await.map_err(|error| error.to_string())?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The row of the trace's key as the database holds it.
+    async fn read_row(&self) -> Result<Option<RowView>, Fault> {
+        type Columns = (String, i64, Vec<u8>, Option<Vec<u8>>, bool);
+        const READ: &str = "SELECT status, generation, fingerprint, response_body, body_too_large FROM idempotency_keys";
+        let rows: Vec<Columns> = match &self.database {
+            Some(TraceDatabase::Sqlite(store)) => {
+                sqlx::query_as(READ).fetch_all(store.pool()).await
+            }
+            Some(TraceDatabase::Postgres { store, .. }) => {
+                sqlx::query_as(READ).fetch_all(store.pool()).await
+            }
+            None => return Err(Fault::Environment("no database".into())),
+        }
+        .map_err(|error| Fault::Environment(format!("reading the row: {error}")))?;
+        let Some((status, generation, fingerprint, body, too_large)) = rows.first().cloned() else {
+            return Ok(None);
+        };
+        if rows.len() > 1 {
+            return Err(Fault::diverged("one row", format!("{} rows", rows.len())));
+        }
+        let status = match status.as_str() {
+            "processing" => "processing",
+            "succeeded" => "succeeded",
+            "failed" => "failed",
+            other => {
+                return Err(Fault::diverged(
+                    "a known status",
+                    format!("status `{other}`"),
+                ))
+            }
+        };
+        let fingerprint = [Fingerprint::A, Fingerprint::B]
+            .into_iter()
+            .find(|candidate| real_fingerprint(*candidate).0[..] == fingerprint[..])
+            .ok_or_else(|| Fault::diverged("fingerprint A or B", "another fingerprint"))?;
+        let body = (status == "succeeded").then(|| {
+            if too_large {
+                BodyKind::Sentinel
+            } else if body.is_none_or(|body| body.is_empty()) {
+                BodyKind::Empty
+            } else {
+                BodyKind::Full
+            }
+        });
+        Ok(Some(RowView {
+            status,
+            generation,
+            fingerprint,
+            body,
+        }))
+    }
+
+    /// Waits until the real side of `client` is where the model's `stage` says.
+    async fn settle(
+        &mut self,
+        client: usize,
+        stage: Stage,
+        after: &oncecheck_model::idempotency::IdempotencyState,
+    ) -> Result<(), Fault> {
+        let reached = match stage {
+            Stage::Ready | Stage::Gone => Ok(()),
+            Stage::Claiming { .. } | Stage::Reading { .. } => {
+                self.hub
+                    .wait_for(|state| {
+                        matches!(state.held_of(client), Some((_, CallKind::Claim))).then_some(())
+                    })
+                    .await
+            }
+            Stage::Running { .. } => {
+                self.hub
+                    .wait_for(|state| state.awaits_outcome(client).then_some(()))
+                    .await
+            }
+            Stage::Capturing { outcome, .. } => {
+                self.hub
+                    .wait_for(|state| {
+                        let handler = state.handlers.get(&client)?;
+                        (if outcome.is_success() {
+                            handler.body_polled
+                        } else {
+                            state.awaits_capture(client)
+                        })
+                        .then_some(())
+                    })
+                    .await
+            }
+            Stage::Finalizing { .. } | Stage::Guarding { .. } => {
+                self.hub
+                    .wait_for(|state| {
+                        matches!(state.held_of(client), Some((_, CallKind::Finalize))).then_some(())
+                    })
+                    .await
+            }
+            Stage::Streaming => {
+                self.hub
+                    .wait_for(|state| state.clients.get(&client)?.head.as_ref().map(|_| ()))
+                    .await
+            }
+            Stage::Done(answer) => {
+                let finished = self
+                    .hub
+                    .wait_for(|state| state.clients.get(&client)?.finished.clone())
+                    .await;
+                return match finished {
+                    Ok(received) => self.compare_answer(client, answer, received, after),
+                    Err(()) => Err(Fault::diverged(
+                        format!("client {} received {answer:?}", client + 1),
+                        self.hub.read(|state| state.describe(client)),
+                    )),
+                };
+            }
+        };
+        reached.map_err(|()| {
+            Fault::diverged(
+                format!("client {} at {stage:?}", client + 1),
+                self.hub.read(|state| state.describe(client)),
+            )
+        })
+    }
+
+    fn compare_answer(
+        &self,
+        client: usize,
+        answer: Answer,
+        received: Result<Received, String>,
+        after: &oncecheck_model::idempotency::IdempotencyState,
+    ) -> Result<(), Fault> {
+        let expected = |status: u16, marker: Option<&str>, body: Option<(Vec<u8>, bool)>| {
+            (status, marker.map(str::to_string), body)
+        };
+        let outcome = self.outcomes.get(&client).copied();
+        let want = match answer {
+            Answer::Fresh { success, live } => {
+                let outcome = outcome.unwrap_or(Outcome::OkUnder);
+                let status = if success {
+                    200
+                } else if outcome == Outcome::HandlerError {
+                    server::HANDLER_ERROR_STATUS
+                } else {
+                    server::FAILURE_STATUS
+                };
+                let body = match live {
+                    Live::Exact => server::full_body(outcome),
+                    Live::Empty => (Vec::new(), false),
+                };
+                expected(status, success.then_some("false"), Some(body))
+            }
+            Answer::Replay {
+                stored,
+                marked,
+                origin,
+                ..
+            } => {
+                let body = match stored {
+                    Stored::Full => {
+                        let outcome = after.history.handler.get(&origin).copied();
+                        Some(server::full_body(outcome.unwrap_or(Outcome::OkUnder)))
+                    }
+                    // The sentinel's problem body is checked by its kind below.
+                    Stored::Sentinel => None,
+                    Stored::Empty => Some((Vec::new(), false)),
+                };
+                expected(200, marked.then_some("true"), body)
+            }
+            Answer::Conflict { .. } => expected(409, None, None),
+            Answer::Mismatch { .. } => expected(422, None, None),
+            Answer::Unavailable => expected(503, None, None),
+        };
+        let words = format!("client {} received {answer:?}", client + 1);
+        // Over HTTP/1.1 a body that fails before hyper flushed the response head reaches the
+        // client as a connection closed without a response: all the wire can carry of it.
+        let fails_before_flush = matches!(&want.2, Some((_, true)));
+        let received = match received {
+            Err(error) if fails_before_flush && error.starts_with("no response") => return Ok(()),
+            received => received.map_err(|error| Fault::diverged(&words, error))?,
+        };
+        let (status, marker, body) = want;
+        let sentinel = matches!(
+            answer,
+            Answer::Replay {
+                stored: Stored::Sentinel,
+                ..
+            }
+        );
+        let body_matches = match &body {
+            Some((data, failed)) => received.body == *data && received.body_failed == *failed,
+            None if sentinel => {
+                String::from_utf8_lossy(&received.body).contains("response-not-stored")
+            }
+            None => !received.body_failed,
+        };
+        if received.status == status && received.marker == marker && body_matches {
+            return Ok(());
+        }
+        let shown = |data: &[u8], failed: bool| {
+            format!(
+                "{:?}{}",
+                String::from_utf8_lossy(data),
+                if failed { " then a body error" } else { "" }
+            )
+        };
+        Err(Fault::diverged(
+            format!(
+                "{words}: status {status}, marker {marker:?}, body {}",
+                body.map_or_else(
+                    || if sentinel {
+                        "the sentinel problem".to_string()
+                    } else {
+                        "any".to_string()
+                    },
+                    |(data, failed)| shown(&data, failed)
+                )
+            ),
+            format!(
+                "status {}, marker {:?}, body {}",
+                received.status,
+                received.marker,
+                shown(&received.body, received.body_failed)
+            ),
+        ))
+    }
+
+    /// Releases the call `client` has held, of `kind`.
+    fn release(&mut self, client: usize, kind: CallKind, release: Release) -> Result<u64, Fault> {
+        let held = self.hub.read(|state| state.held_of(client));
+        match held {
+            Some((id, held_kind)) if held_kind == kind => {
+                self.requests += 1;
+                if release != Release::Run {
+                    self.lost_responses += 1;
+                }
+                self.hub.release(id, release);
+                Ok(id)
+            }
+            _ => Err(Fault::diverged(
+                format!("client {} has a {} call waiting", client + 1, kind.word()),
+                self.hub.read(|state| state.describe(client)),
+            )),
+        }
+    }
+
+    /// Waits for the held call `id` to answer; checks a finalize's answer against the model's.
+    async fn answered(&self, client: usize, id: u64, expected: Option<&str>) -> Result<(), Fault> {
+        let answer = self
+            .hub
+            .wait_for(|state| state.returned.get(&id).cloned())
+            .await
+            .map_err(|()| {
+                Fault::diverged(
+                    "the released store call answers",
+                    self.hub.read(|state| state.describe(client)),
+                )
+            })?;
+        match expected {
+            Some(expected) if !answer.ends_with(expected) => Err(Fault::diverged(
+                format!("the finalize of client {}: {expected}", client + 1),
+                format!("the finalize of client {}: {answer}", client + 1),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    async fn finalize(&mut self, client: usize, result: DbResult) -> Result<(), Fault> {
+        let (release, expected) = match result {
+            DbResult::Matched => (Release::Run, Some("applied")),
+            DbResult::NoRowMatched => (Release::Run, Some("lost")),
+            DbResult::Error { committed } => (Release::Fail { committed }, None),
+        };
+        let id = self.release(client, CallKind::Finalize, release)?;
+        if let DbResult::Error { committed: true } = result {
+            return self.answered(client, id, None).await;
+        }
+        if expected.is_some() {
+            self.answered(client, id, expected).await?;
+        }
+        Ok(())
+    }
+
+    async fn cancel(
+        &mut self,
+        client: usize,
+        at: AwaitPoint,
+        in_flight_commits: bool,
+        success: bool,
+    ) -> Result<(), Fault> {
+        let held = self.hub.read(|state| state.held_of(client));
+        if in_flight_commits {
+            let id = self.release(client, CallKind::Finalize, Release::CommitThenHang)?;
+            self.answered(client, id, None).await?;
+        }
+        if let Some(connection) = self.connections.remove(&client) {
+            connection.abort();
+        }
+        let gone = match at {
+            AwaitPoint::Claim | AwaitPoint::ReplayRead | AwaitPoint::Finalize => {
+                let Some((id, _)) = held else {
+                    return Err(Fault::diverged(
+                        format!("client {} has a store call waiting", client + 1),
+                        self.hub.read(|state| state.describe(client)),
+                    ));
+                };
+                self.hub
+                    .wait_for(|state| state.dropped.contains(&id).then_some(()))
+                    .await
+            }
+            AwaitPoint::Handler => {
+                self.hub
+                    .wait_for(|state| state.handlers.get(&client)?.dropped.then_some(()))
+                    .await
+            }
+            AwaitPoint::Capture if !success => {
+                self.hub
+                    .wait_for(|state| state.handlers.get(&client)?.dropped.then_some(()))
+                    .await
+            }
+            AwaitPoint::Capture | AwaitPoint::Tail => {
+                self.hub
+                    .wait_for(|state| state.handlers.get(&client)?.body_dropped.then_some(()))
+                    .await
+            }
+        };
+        gone.map_err(|()| {
+            Fault::diverged(
+                format!("the server drops client {}'s request at {at:?}", client + 1),
+                self.hub.read(|state| state.describe(client)),
+            )
+        })
+    }
+
+    /// Makes the real code take one step and waits for its effect.
+    async fn perform_step(&mut self, step: Step<'_, IdempotencyModel>) -> Result<(), Fault> {
+        let pre_fix = self.behaviour == LayerBehaviour::PreFix;
+        let client = match *step.action {
+            Action::ClientSends {
+                client,
+                fingerprint,
+            } => {
+                self.hub.update(|state| state.claimant = Some(client));
+                let address = self.server.as_ref().map(|server| server.address);
+                let address = address.ok_or_else(|| Fault::Environment("no server".into()))?;
+                self.connections.insert(
+                    client,
+                    server::send(address, self.hub.clone(), client, fingerprint),
+                );
+                Some(client)
+            }
+            Action::MiddlewareClaims { client } => {
+                // SQLite's claim call also reads the row it did not take: released at the read.
+                if !matches!(step.after.clients[client].stage, Stage::Reading { .. }) {
+                    self.release(client, CallKind::Claim, Release::Run)?;
+                }
+                Some(client)
+            }
+            Action::MiddlewareReadsRow { client } => {
+                self.release(client, CallKind::Claim, Release::Run)?;
+                Some(client)
+            }
+            Action::MiddlewareClaimFails { client, committed } => {
+                let id = self.release(client, CallKind::Claim, Release::Fail { committed })?;
+                if committed {
+                    self.answered(client, id, None).await?;
+                }
+                Some(client)
+            }
+            Action::HandlerResponds { client, outcome } => {
+                self.outcomes.insert(client, outcome);
+                if !self.hub.respond(client, outcome) {
+                    return Err(Fault::diverged(
+                        format!("client {}'s handler waits for its outcome", client + 1),
+                        self.hub.read(|state| state.describe(client)),
+                    ));
+                }
+                Some(client)
+            }
+            Action::MiddlewareCaptures { client } => {
+                let outcome = self
+                    .outcomes
+                    .get(&client)
+                    .copied()
+                    .unwrap_or(Outcome::OkUnder);
+                let released = if outcome.is_success() {
+                    let (capture, tail) = server::body_of(outcome);
+                    let server = self
+                        .server
+                        .as_ref()
+                        .ok_or_else(|| Fault::Environment("no server".into()))?;
+                    // The fixed capture stops at the frame crossing the cap: the rest is the
+                    // tail, released by its own step. The pre-fix capture reads to the end.
+                    let streams_tail = !pre_fix && outcome.overflows();
+                    if streams_tail {
+                        server.send_frames(client, capture, false)
+                    } else {
+                        server.send_frames(client, capture.into_iter().chain(tail).collect(), true)
+                    }
+                } else {
+                    self.hub.open_capture_gate(client)
+                };
+                if !released {
+                    return Err(Fault::diverged(
+                        format!("client {}'s response is being captured", client + 1),
+                        self.hub.read(|state| state.describe(client)),
+                    ));
+                }
+                Some(client)
+            }
+            Action::MiddlewareFinalizes { client, result }
+            | Action::DropGuardFinalizes { client, result } => {
+                self.finalize(client, result).await?;
+                Some(client)
+            }
+            Action::TailStreams { client } => {
+                let outcome = self
+                    .outcomes
+                    .get(&client)
+                    .copied()
+                    .unwrap_or(Outcome::OkUnder);
+                let (_, tail) = server::body_of(outcome);
+                let server = self
+                    .server
+                    .as_ref()
+                    .ok_or_else(|| Fault::Environment("no server".into()))?;
+                if !server.send_frames(client, tail, true) {
+                    return Err(Fault::diverged(
+                        format!("client {}'s tail is streaming", client + 1),
+                        self.hub.read(|state| state.describe(client)),
+                    ));
+                }
+                Some(client)
+            }
+            Action::ClientCancels {
+                client,
+                at,
+                in_flight_commits,
+            } => {
+                let success = match step.before.clients[client].stage {
+                    Stage::Capturing { outcome, .. } | Stage::Finalizing { outcome, .. } => {
+                        outcome.is_success()
+                    }
+                    _ => true,
+                };
+                self.cancel(client, at, in_flight_commits, success).await?;
+                Some(client)
+            }
+            Action::ClockTicks => {
+                self.clock.advance_secs(LEASE_SECS as i64);
+                None
+            }
+            Action::CleanupPurges => {
+                let now = oncecheck_idempotency::Clock::now_millis(&self.clock);
+                let purged = match &self.database {
+                    Some(TraceDatabase::Sqlite(store)) => store.purge_expired(now).await,
+                    Some(TraceDatabase::Postgres { store, .. }) => store.purge_expired(now).await,
+                    None => return Err(Fault::Environment("no database".into())),
+                };
+                purged.map_err(|error| Fault::Environment(format!("cleanup: {error}")))?;
+                None
+            }
+            Action::ProcessStalls { .. } | Action::ProcessDies { .. } => {
+                return Err(Fault::Environment(
+                    "a process fault: not applicable to this target".into(),
+                ))
+            }
+        };
+        if let Some(client) = client {
+            let stage = step.after.clients[client].stage;
+            self.settle(client, stage, step.after).await?;
+        }
+        Ok(())
+    }
+
+    async fn observe_now(&mut self) -> Result<MiddlewareView, Fault> {
+        let row = self.read_row().await?;
+        let (handler_runs, waiting) = self.hub.read(|state| {
+            let waiting = (0..self.clients)
+                .map(|client| state.held_of(client).map(|(_, kind)| kind.word()))
+                .collect();
+            (state.handler_runs, waiting)
+        });
+        Ok(MiddlewareView {
+            row,
+            handler_runs,
+            waiting,
+        })
+    }
+}
+
+/// The real fingerprint of a model fingerprint's request.
+pub fn real_fingerprint(fingerprint: Fingerprint) -> RealFingerprint {
+    RealFingerprint::of(
+        &http::Method::POST,
+        server::ROUTE,
+        server::request_body(fingerprint),
+    )
+}
+
+/// A schema name no other replay uses.
+fn fresh_schema() -> String {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|since| since.as_nanos())
+        .unwrap_or(0);
+    format!(
+        "oncecheck_replay_{}_{}_{nanos}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+impl ReplayTarget for MiddlewareTarget {
+    type Model = IdempotencyModel;
+    type View = MiddlewareView;
+
+    fn applicable(&self, trace: &LoadedTrace<IdempotencyModel>) -> Result<(), String> {
+        applicable(&trace.model, &trace.path, self.context.database).map(|_| ())
+    }
+
+    fn expected_view(
+        &self,
+        _trace: &LoadedTrace<IdempotencyModel>,
+        _state: &oncecheck_model::idempotency::IdempotencyState,
+    ) -> MiddlewareView {
+        self.views[self.index].clone()
+    }
+
+    async fn set_up(&mut self, trace: &LoadedTrace<IdempotencyModel>) -> Result<(), Fault> {
+        self.views = expected_views(&trace.path);
+        self.clients = trace.path[0].0.clients.len();
+        let variant = applicable(&trace.model, &trace.path, self.context.database)
+            .map_err(Fault::Environment)?;
+        self.behaviour = self.context.config.behaviour.unwrap_or(variant);
+        self.open_database().await.map_err(Fault::Environment)?;
+        let started = match &self.database {
+            Some(TraceDatabase::Sqlite(store)) => {
+                Server::start(self.layer(store.clone()), self.hub.clone()).await
+            }
+            Some(TraceDatabase::Postgres { store, .. }) => {
+                Server::start(self.layer(store.clone()), self.hub.clone()).await
+            }
+            None => unreachable!("the database was just opened"),
+        };
+        self.server =
+            Some(started.map_err(|error| Fault::Environment(format!("server: {error}")))?);
+        Ok(())
+    }
+
+    async fn perform(
+        &mut self,
+        _trace: &LoadedTrace<IdempotencyModel>,
+        step: Step<'_, IdempotencyModel>,
+    ) -> Result<(), Fault> {
+        self.index = step.index + 1;
+        match self.perform_step(step).await {
+            // What the client received differs: show the state beside it, where the cause
+            // usually is (the row the finalize wrote).
+            Err(Fault::Diverged {
+                action,
+                expected,
+                actual,
+            }) => {
+                let observed = match self.observe_now().await {
+                    Ok(view) => format!("{view:?}"),
+                    Err(fault) => format!("{fault:?}"),
+                };
+                Err(Fault::Diverged {
+                    action,
+                    expected: format!("{expected}; state {:?}", self.views[self.index]),
+                    actual: format!("{actual}; state {observed}"),
+                })
+            }
+            other => other,
+        }
+    }
+
+    async fn observe(&mut self) -> Result<MiddlewareView, Fault> {
+        self.observe_now().await
+    }
+
+    async fn finish(&mut self, _trace: &LoadedTrace<IdempotencyModel>) -> Result<(), Fault> {
+        // A store call no client owns (usize::MAX) is one the model does not have.
+        let surplus = self
+            .hub
+            .read(|state| state.held.values().any(|call| call.client >= self.clients));
+        if surplus {
+            return Err(Fault::diverged(
+                "no store call waiting at the end",
+                "a store call of no client waits",
+            ));
+        }
+        Ok(())
+    }
+
+    async fn tear_down(mut self) {
+        for (_, connection) in std::mem::take(&mut self.connections) {
+            connection.abort();
+        }
+        if let Some(server) = self.server.take() {
+            server.stop();
+        }
+        match self.database.take() {
+            Some(TraceDatabase::Sqlite(store)) => store.pool().close().await,
+            Some(TraceDatabase::Postgres { store, schema }) => {
+                store.pool().close().await;
+                if let Some((_, admin)) = &self.context.postgres {
+                    let _ = sqlx::query(&format!("DROP SCHEMA IF EXISTS {schema} CASCADE"))
+                        .execute(admin)
+                        .await;
+                }
+            }
+            None => {}
+        }
+    }
+
+    fn command_flags(&self) -> String {
+        self.context.flags.clone()
+    }
+
+    fn counts(&self) -> (usize, usize) {
+        (self.requests, self.lost_responses)
+    }
+}

@@ -1,0 +1,414 @@
+//! The middleware targets as a user runs them: the idempotency corpus (conformance/traces/
+//! middleware/: kept counterexamples and examples, and the walks its manifest describes)
+//! replayed against the layer from impl/idempotency on SQLite and on PostgreSQL
+//! (ONCECHECK_PG_URL, started by scripts/services.sh) with no divergence; the pre-fix
+//! counterexamples reproducing their bug on the pre-fix layer and parting from the shipped one
+//! at the step the fix changes; bad input answered with exit 2 and one line.
+
+use std::path::PathBuf;
+use std::process::{Command, Output};
+
+fn oncecheck(arguments: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_oncecheck"))
+        .args(arguments)
+        .output()
+        .expect("the oncecheck binary runs")
+}
+
+fn text(output: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    )
+}
+
+fn corpus_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("traces/middleware")
+}
+
+fn kept(name: &str) -> String {
+    corpus_dir().join(name).to_string_lossy().into_owned()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let directory = std::env::temp_dir().join(format!(
+        "oncecheck-replay-middleware-{}",
+        std::process::id()
+    ));
+    std::fs::create_dir_all(&directory).unwrap();
+    directory.join(name)
+}
+
+/// The kept traces and the manifest's walks (written once per test binary), sorted.
+fn corpus_files() -> &'static Vec<String> {
+    static FILES: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    FILES.get_or_init(|| {
+        let walks = scratch("walks");
+        let output = oncecheck(&[
+            "corpus",
+            "--dir",
+            &corpus_dir().to_string_lossy(),
+            "--walks-out",
+            &walks.to_string_lossy(),
+        ]);
+        assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+        let mut files: Vec<String> = [corpus_dir(), walks]
+            .iter()
+            .flat_map(|directory| std::fs::read_dir(directory).unwrap())
+            .map(|entry| entry.unwrap().path())
+            .filter(|path| path.to_string_lossy().ends_with(".itf.json"))
+            .map(|path| path.to_string_lossy().into_owned())
+            .collect();
+        files.sort();
+        files
+    })
+}
+
+/// PostgreSQL of the test command; these tests need a real one.
+fn postgres_target() -> String {
+    let url = std::env::var("ONCECHECK_PG_URL").unwrap_or_else(|_| {
+        panic!(
+            "ONCECHECK_PG_URL is not set: these tests need a real PostgreSQL. Run them with \
+             `source scripts/services.sh && services_up` first (scripts/test does)"
+        )
+    });
+    format!("middleware-postgres={url}")
+}
+
+/// The summary's count of replayed traces; asserts no divergence and no environment failure.
+fn replayed_without_divergence(output: &Output) -> usize {
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{}", text(output));
+    let summary = stdout.lines().last().unwrap_or_default();
+    assert!(
+        summary.contains(" 0 diverged, 0 environment failures, 0 rejected"),
+        "{summary}"
+    );
+    summary
+        .strip_prefix("replayed ")
+        .and_then(|rest| rest.split(' ').next())
+        .and_then(|count| count.parse().ok())
+        .unwrap_or_else(|| panic!("a summary line: {summary}"))
+}
+
+fn replay_corpus(target: &str) -> usize {
+    let mut arguments = vec!["replay"];
+    arguments.extend(corpus_files().iter().map(String::as_str));
+    arguments.extend(["--target", target, "--only-replayable", "--jobs", "4"]);
+    let output = oncecheck(&arguments);
+    replayed_without_divergence(&output)
+}
+
+#[test]
+fn the_middleware_corpus_replays_on_sqlite_without_divergence() {
+    let replayed = replay_corpus("middleware-sqlite");
+    println!("middleware-sqlite: {replayed} traces replayed");
+    assert!(replayed >= 150, "{replayed} traces replayed on SQLite");
+}
+
+#[test]
+fn the_middleware_corpus_replays_on_postgres_without_divergence() {
+    let replayed = replay_corpus(&postgres_target());
+    println!("middleware-postgres: {replayed} traces replayed");
+    assert!(replayed >= 150, "{replayed} traces replayed on PostgreSQL");
+}
+
+//= specs/idempotency-middleware.md#M2
+//# A cached success holds the complete body, at most the cap, or the too-large sentinel.
+#[test]
+fn the_pre_fix_m2_counterexample_poisons_the_real_row_and_parts_from_the_shipped_layer_at_the_finalize(
+) {
+    let trace = kept("idempotency-pre-fix-counterexample-m2-no-poison.itf.json");
+    let target = postgres_target();
+    // On the pre-fix layer the replay conforms: after every step the real row is the model's,
+    // so after step 5 the database holds a success with an empty body.
+    let output = oncecheck(&["replay", &trace, "--target", &target]);
+    assert_eq!(replayed_without_divergence(&output), 1);
+    let output = oncecheck(&[
+        "replay",
+        &trace,
+        "--target",
+        &target,
+        "--store-variant",
+        "fenced",
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    let report = text(&output);
+    println!("{report}");
+    assert!(report.contains("at step 5: C1: finalize"), "{report}");
+    // The shipped layer stored the sentinel where the pre-fix one stored an empty body.
+    assert!(report.contains("body: Some(Empty)"), "{report}");
+    assert!(report.contains("body: Some(Sentinel)"), "{report}");
+    assert!(
+        report.contains("--target middleware-postgres=")
+            && report.contains("--store-variant fenced"),
+        "{report}"
+    );
+}
+
+//= specs/idempotency-middleware.md#M3
+//# After a 2xx the row ends succeeded with the full body or the sentinel; never failed, never left processing.
+#[test]
+fn the_pre_fix_m3_counterexample_leaves_the_real_row_processing_and_the_shipped_guard_finalizes_it()
+{
+    let trace = kept("idempotency-pre-fix-counterexample-m3-terminal-rule.itf.json");
+    let target = postgres_target();
+    let output = oncecheck(&["replay", &trace, "--target", &target]);
+    assert_eq!(replayed_without_divergence(&output), 1);
+    let output = oncecheck(&[
+        "replay",
+        &trace,
+        "--target",
+        &target,
+        "--store-variant",
+        "fenced",
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    let report = text(&output);
+    println!("{report}");
+    assert!(
+        report.contains(
+            "at step 4: C1 cancels (drops the response future) while the middleware reads the body"
+        ),
+        "{report}"
+    );
+    // The shipped layer's drop guard has its finalize waiting where the pre-fix layer has none.
+    assert!(report.contains("waiting: [None, None]"), "{report}");
+    assert!(
+        report.contains("waiting: [Some(\"finalize\"), None]"),
+        "{report}"
+    );
+}
+
+#[test]
+fn every_middleware_corpus_trace_is_itf_that_the_itf_crate_reads() {
+    let files = corpus_files();
+    assert!(files.len() >= 300, "{} files", files.len());
+    for file in files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let trace: itf::Trace<itf::Value> =
+            itf::trace_from_str(&text).unwrap_or_else(|error| panic!("{file}: {error}"));
+        assert_eq!(trace.meta.format.as_deref(), Some("ITF"));
+        assert_eq!(
+            trace.meta.other.get("model").map(String::as_str),
+            Some("idempotency")
+        );
+    }
+}
+
+/// Asserts a failure is exactly one line on stderr, with no panic or backtrace.
+fn one_clear_line(output: &Output) -> String {
+    assert_eq!(output.status.code(), Some(2), "{}", text(output));
+    let stderr = String::from_utf8_lossy(&output.stderr).to_string();
+    assert_eq!(
+        stderr.trim_end().lines().count(),
+        1,
+        "one line on stderr: {stderr}"
+    );
+    assert!(
+        !stderr.contains("panicked") && !stderr.contains("backtrace"),
+        "{stderr}"
+    );
+    stderr
+}
+
+#[test]
+fn a_trace_of_the_other_model_is_bad_input_at_either_kind_of_target() {
+    let middleware = kept("idempotency-fenced-counterexample-m1-at-most-once.itf.json");
+    let output = oncecheck(&["replay", &middleware, "--target", "memory"]);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("traces of model `idempotency` cannot be replayed at target `memory`"),
+        "{stderr}"
+    );
+    let relay = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("traces/relay/relay-mixed-counterexample-r1-no-skip.itf.json");
+    let output = oncecheck(&[
+        "replay",
+        &relay.to_string_lossy(),
+        "--target",
+        "middleware-sqlite",
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("traces of model `relay` cannot be replayed at target `middleware-sqlite`"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("nothing was replayed"), "{stderr}");
+}
+
+#[test]
+fn a_trace_edited_to_a_step_the_model_cannot_take_is_bad_input() {
+    let original = std::fs::read_to_string(kept(
+        "idempotency-pre-fix-counterexample-m2-no-poison.itf.json",
+    ))
+    .unwrap();
+    let mut document: serde_json::Value = serde_json::from_str(&original).unwrap();
+    // Step 2 claims for client 1; the edit claims for client 2, who has sent nothing.
+    document["states"][2]["mbt::nondetPicks"]["client"] =
+        serde_json::json!({"tag": "Some", "value": {"#bigint": "1"}});
+    let edited = scratch("edited.itf.json");
+    std::fs::write(&edited, document.to_string()).unwrap();
+    let output = oncecheck(&[
+        "replay",
+        &edited.to_string_lossy(),
+        "--target",
+        "middleware-sqlite",
+    ]);
+    assert_eq!(output.status.code(), Some(2), "{}", text(&output));
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("edited.itf.json: step 2"), "{stderr}");
+    assert!(stderr.contains("nothing was replayed"), "{stderr}");
+}
+
+#[test]
+fn an_unreachable_database_exits_2_with_one_line() {
+    // A port nothing listens on: bind one and release it.
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let trace = kept("idempotency-fenced-counterexample-m1-at-most-once.itf.json");
+    let output = oncecheck(&[
+        "replay",
+        &trace,
+        "--target",
+        &format!("middleware-postgres=postgres://nobody@127.0.0.1:{port}/none"),
+    ]);
+    let line = one_clear_line(&output);
+    assert!(
+        line.contains("cannot reach the middleware-postgres="),
+        "{line}"
+    );
+    assert!(line.contains("does not answer"), "{line}");
+    let output = oncecheck(&[
+        "replay",
+        &trace,
+        "--target",
+        "middleware-postgres=http://127.0.0.1:1",
+    ]);
+    let line = one_clear_line(&output);
+    assert!(line.contains("is not a PostgreSQL URL"), "{line}");
+}
+
+/// How many corpus traces a replay with `--store-mutation mutation` fails (each a divergence).
+fn catching_traces(target: &str, mutation: &str) -> usize {
+    let mut arguments = vec!["replay"];
+    arguments.extend(corpus_files().iter().map(String::as_str));
+    arguments.extend([
+        "--target",
+        target,
+        "--only-replayable",
+        "--jobs",
+        "4",
+        "--store-mutation",
+        mutation,
+    ]);
+    let output = oncecheck(&arguments);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        !stdout.contains("environment failures") || stdout.contains(" 0 environment failures"),
+        "{stdout}"
+    );
+    stdout
+        .lines()
+        .filter(|line| line.starts_with("FAIL divergence"))
+        .count()
+}
+
+// Each deliberate defect of the layer or its store (behind its `test-seams` feature) is caught
+// by at least one corpus trace on each database; the table is printed for the closing note.
+//= specs/idempotency-middleware.md#M6
+//# A request whose key is held by a live claim gets 409 and never runs the handler.
+//= specs/idempotency-middleware.md#M8
+//# Every finalize is conditional on its claim's generation and on the row still processing.
+//= specs/idempotency-middleware.md#M4
+//# A replay returns the stored status and body, or the sentinel response, marked as a replay.
+#[test]
+fn every_layer_mutation_is_caught_by_corpus_traces_on_both_databases() {
+    let postgres = postgres_target();
+    let mut table = vec![format!(
+        "{:<24} {:>8} {:>10}",
+        "layer mutation", "sqlite", "postgres"
+    )];
+    for mutation in [
+        "claim-over-live-lease",
+        "finalize-key-only",
+        "no-drop-guard",
+        "replay-unmarked",
+    ] {
+        let on_sqlite = catching_traces("middleware-sqlite", mutation);
+        let on_postgres = catching_traces(&postgres, mutation);
+        table.push(format!("{mutation:<24} {on_sqlite:>8} {on_postgres:>10}"));
+        assert!(on_sqlite >= 1, "no SQLite corpus trace catches {mutation}");
+        assert!(
+            on_postgres >= 1,
+            "no PostgreSQL corpus trace catches {mutation}"
+        );
+    }
+    println!("{}", table.join("\n"));
+}
+
+#[test]
+fn the_fenced_export_writes_at_least_a_hundred_replayable_traces() {
+    let out = scratch("fenced-export");
+    let _ = std::fs::remove_dir_all(&out);
+    let output = oncecheck(&[
+        "traces",
+        "idempotency",
+        "--variant",
+        "fenced",
+        "--out",
+        &out.to_string_lossy(),
+    ]);
+    assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+    let files: Vec<String> = std::fs::read_dir(&out)
+        .unwrap()
+        .map(|entry| entry.unwrap().path().to_string_lossy().into_owned())
+        .collect();
+    assert!(files.len() >= 100, "{} traces written", files.len());
+    // Written for PostgreSQL's claim (the CI bounds): every one replays there.
+    let mut arguments = vec!["replay"];
+    arguments.extend(files.iter().map(String::as_str));
+    let target = postgres_target();
+    arguments.extend(["--target", target.as_str(), "--jobs", "4"]);
+    assert_eq!(
+        replayed_without_divergence(&oncecheck(&arguments)),
+        files.len()
+    );
+}
+
+#[test]
+fn an_unknown_layer_variant_or_mutation_exits_2_naming_the_valid_ones() {
+    let trace = kept("idempotency-fenced-sqlite-counterexample-m1-at-most-once.itf.json");
+    let output = oncecheck(&[
+        "replay",
+        &trace,
+        "--target",
+        "middleware-sqlite",
+        "--store-mutation",
+        "no-predecessor-check",
+    ]);
+    let line = one_clear_line(&output);
+    assert!(
+        line.contains("unknown layer mutation `no-predecessor-check`; valid: claim-over-live-lease, finalize-key-only, no-drop-guard, replay-unmarked"),
+        "{line}"
+    );
+    let output = oncecheck(&[
+        "replay",
+        &trace,
+        "--target",
+        "middleware-sqlite",
+        "--store-variant",
+        "renewed",
+    ]);
+    let line = one_clear_line(&output);
+    assert!(
+        line.contains("unknown layer variant `renewed`; valid: pre-fix, fixed, fenced"),
+        "{line}"
+    );
+}
