@@ -164,11 +164,17 @@ impl Hub {
     }
 
     /// Waits until `check` answers `Some`, at most `WAIT_MILLIS_MAX`; `Err` after that.
-    pub async fn wait_for<T>(
+    pub async fn wait_for<T>(&self, check: impl FnMut(&HubState) -> Option<T>) -> Result<T, ()> {
+        self.wait_for_within(WAIT_MILLIS_MAX, check).await
+    }
+
+    /// Waits until `check` answers `Some`, at most `wait_millis_max`; `Err` after that.
+    pub async fn wait_for_within<T>(
         &self,
+        wait_millis_max: u64,
         mut check: impl FnMut(&HubState) -> Option<T>,
     ) -> Result<T, ()> {
-        let deadline = tokio::time::Instant::now() + Duration::from_millis(WAIT_MILLIS_MAX);
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_millis_max);
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);

@@ -47,6 +47,9 @@ const FINALIZE_BUDGET_MS: u64 = 600_000;
 const FINALIZE_BACKOFF_MS: u64 = 1;
 /// Where the layer's clock starts (milliseconds since the epoch; any value works).
 const CLOCK_START_MILLIS: i64 = 1_000_000;
+/// How long a cancelled client's layer may take to reach the store with a call the model does
+/// not make (a spawned drop-guard finalize): loopback and a spawned task, far under this.
+const GONE_GRACE_MILLIS: u64 = 250;
 
 /// The layer as `--store-variant` and `--store-mutation` configure it for a middleware target.
 #[derive(Debug, Clone, Default)]
@@ -451,7 +454,18 @@ impl MiddlewareTarget {
         after: &oncecheck_model::idempotency::IdempotencyState,
     ) -> Result<(), Fault> {
         let reached = match stage {
-            Stage::Ready | Stage::Gone => Ok(()),
+            Stage::Ready => Ok(()),
+            // The model's client is gone and leaves nothing behind. The real layer may leave a
+            // store call behind (a drop guard's finalize, spawned when the layer's future is
+            // dropped, so it reaches the store a moment after the cancel): give it a bounded
+            // grace to show up, so the comparison sees it instead of racing it.
+            Stage::Gone => {
+                let _nothing_left_behind = self
+                    .hub
+                    .wait_for_within(GONE_GRACE_MILLIS, |state| state.held_of(client).map(|_| ()))
+                    .await;
+                Ok(())
+            }
             Stage::Claiming { .. } | Stage::Reading { .. } => {
                 self.hub
                     .wait_for(|state| {

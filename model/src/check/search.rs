@@ -224,21 +224,18 @@ where
     path
 }
 
-/// For every distinct key of a step (`key(before, action)`), the shortest path whose last step
-/// has that key, in the order the keys were first met. One single-threaded breadth-first pass
-/// over the whole reachable state space, keeping fingerprints only (the visited map and path
-/// rebuilding of [`search`]), so its memory is that of a verdict run, not of full states.
-/// The first step met with a key is at the smallest depth; among those, the first a FIFO search
-/// generates.
-pub(crate) fn first_steps_by_key<M, K>(
-    model: &M,
-    mut key: impl FnMut(&M::State, &M::Action) -> K,
-) -> Vec<(K, super::ModelPath<M>)>
+/// The search's start: the initial states within the boundary, the visited map holding them
+/// as roots, and the first level (each distinct initial state once, in the model's order).
+type FirstLevel<M> = (
+    Vec<<M as Model>::State>,
+    FingerprintMap<Parent>,
+    VecDeque<(<M as Model>::State, u64)>,
+);
+
+fn first_level<M>(model: &M) -> FirstLevel<M>
 where
     M: Model,
     M::State: Clone + Hash,
-    M::Action: Clone,
-    K: Hash + Eq + Clone,
 {
     let initial: Vec<M::State> = model
         .init_states()
@@ -257,6 +254,26 @@ where
             level.push_back((state.clone(), state_fingerprint));
         }
     }
+    (initial, visited, level)
+}
+
+/// For every distinct key of a step (`key(before, action)`), the shortest path whose last step
+/// has that key, in the order the keys were first met. One single-threaded breadth-first pass
+/// over the whole reachable state space, keeping fingerprints only (the visited map and path
+/// rebuilding of [`search`]), so its memory is that of a verdict run, not of full states.
+/// The first step met with a key is at the smallest depth; among those, the first a FIFO search
+/// generates.
+pub(crate) fn first_steps_by_key<M, K>(
+    model: &M,
+    mut key: impl FnMut(&M::State, &M::Action) -> K,
+) -> Vec<(K, super::ModelPath<M>)>
+where
+    M: Model,
+    M::State: Clone + Hash,
+    M::Action: Clone,
+    K: Hash + Eq + Clone,
+{
+    let (initial, mut visited, mut level) = first_level(model);
     // Per key in the order met: the fingerprint of the step's state and the action's index.
     let mut met: HashMap<K, usize> = HashMap::new();
     let mut firsts: Vec<(K, u64, usize)> = Vec::new();
@@ -411,23 +428,7 @@ where
     let interval = Duration::from_millis(options.progress_interval_millis.max(10));
     let mut last_progress = started;
 
-    let initial: Vec<M::State> = model
-        .init_states()
-        .into_iter()
-        .filter(|state| model.within_boundary(state))
-        .collect();
-    let mut visited: FingerprintMap<Parent> = FingerprintMap::default();
-    let mut level: VecDeque<(M::State, u64)> = VecDeque::new();
-    for (index, state) in initial.iter().enumerate() {
-        let state_fingerprint = fingerprint(state);
-        if let std::collections::hash_map::Entry::Vacant(entry) = visited.entry(state_fingerprint) {
-            entry.insert(Parent {
-                from: index as u64,
-                action: ROOT,
-            });
-            level.push_back((state.clone(), state_fingerprint));
-        }
-    }
+    let (initial, mut visited, mut level) = first_level(model);
     let mut states_per_depth = vec![level.len()];
     let mut found: Vec<Option<u64>> = vec![None; targets.len()];
     let mut generated = initial.len();
