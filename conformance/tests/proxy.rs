@@ -5,7 +5,6 @@
 //! Needs ONCECHECK_DDB_ENDPOINT and fails (never skips) without it:
 //! `bash -c 'source scripts/services.sh; start_moto; cargo test -p oncecheck-conformance --test proxy; services_down'`
 
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::SdkError;
@@ -21,33 +20,10 @@ use serde_json::json;
 use tokio::task::JoinHandle;
 use tokio::time::Instant;
 
-const ENDPOINT_ENV: &str = "ONCECHECK_DDB_ENDPOINT";
-/// Well inside the SDK's 5 s attempt timeout of the store's clients.
-const STEP_WAIT: Duration = Duration::from_secs(4);
-
-fn upstream() -> String {
-    match std::env::var(ENDPOINT_ENV) {
-        Ok(url) if !url.is_empty() => url,
-        _ => panic!(
-            "{ENDPOINT_ENV} is unset: the proxy tests need a DynamoDB-compatible server and never skip. \
-             Run them as `bash -c 'source scripts/services.sh; start_moto; cargo test -p \
-             oncecheck-conformance --test proxy; services_down'`."
-        ),
-    }
+mod support {
+    pub mod moto;
 }
-
-fn unique(prefix: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970")
-        .subsec_nanos();
-    format!(
-        "{prefix}-{}-{}-{nanos}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
+use support::moto::{unique, upstream, STEP_WAIT};
 
 /// A fresh table, and a store talking to the server directly (set-up, bypassing the proxy).
 async fn fresh_table(prefix: &str) -> (String, DynamoDbStore) {

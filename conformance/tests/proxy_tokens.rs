@@ -6,42 +6,18 @@
 //! `bash -c 'source scripts/services.sh; start_moto; cargo test -p oncecheck-conformance --test proxy_tokens; services_down'`
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
 
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::operation::transact_write_items::TransactWriteItemsError;
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, ConditionCheck, KeySchemaElement, KeyType,
-    ScalarAttributeType, TransactWriteItem, Update,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, ConditionCheck, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 use oncecheck_conformance::proxy::{HeldRequest, Proxy, TOKEN_WINDOW_MILLIS};
 
-const STEP_WAIT: Duration = Duration::from_secs(4);
-
-fn upstream() -> String {
-    match std::env::var("ONCECHECK_DDB_ENDPOINT") {
-        Ok(url) if !url.is_empty() => url,
-        _ => panic!(
-            "ONCECHECK_DDB_ENDPOINT is unset: these tests need moto and never skip; run them as \
-             `bash -c 'source scripts/services.sh; start_moto; cargo test -p oncecheck-conformance --test proxy_tokens; services_down'`"
-        ),
-    }
+mod support {
+    pub mod moto;
 }
-
-fn unique(prefix: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970")
-        .subsec_nanos();
-    format!(
-        "{prefix}-{}-{}-{nanos}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
+use support::moto::{create_pk_table, unique, upstream, STEP_WAIT};
 
 struct Setup {
     proxy: Proxy,
@@ -56,27 +32,7 @@ async fn setup() -> Setup {
     let upstream = upstream();
     let direct = oncecheck_store::dynamodb::client_for(Some(&upstream)).await;
     let table = unique("tokens");
-    direct
-        .create_table()
-        .table_name(&table)
-        .billing_mode(BillingMode::PayPerRequest)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("pk")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("pk")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .expect("create the table on moto");
+    create_pk_table(&direct, &table).await;
     let proxy = Proxy::start(&upstream, 1).await.expect("the proxy starts");
     let client = oncecheck_store::dynamodb::client_for(Some(&proxy.endpoint(0))).await;
     Setup {

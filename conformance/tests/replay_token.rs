@@ -14,17 +14,12 @@ use oncecheck_conformance::replay_session::{Session, SessionTrace};
 use oncecheck_conformance::replay_token::{TokenContext, TokenTarget};
 use oncecheck_model::token::TokenModel;
 
-const CORPUS: &str = "traces/token";
-
-fn upstream() -> String {
-    match std::env::var("ONCECHECK_DDB_ENDPOINT") {
-        Ok(url) if !url.is_empty() => url,
-        _ => panic!(
-            "ONCECHECK_DDB_ENDPOINT is unset: these tests need moto and never skip; start it with \
-             `source scripts/services.sh; start_moto`, then rerun"
-        ),
-    }
+mod support {
+    pub mod moto;
 }
+use support::moto::upstream;
+
+const CORPUS: &str = "traces/token";
 
 /// The client the target derives its clients from (each gets a proxy listener's endpoint).
 async fn template() -> aws_sdk_dynamodb::Client {

@@ -9,43 +9,19 @@
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use aws_sdk_dynamodb::types::{
-    AttributeDefinition, AttributeValue, BillingMode, KeySchemaElement, KeyType,
-    ScalarAttributeType, TransactWriteItem, Update,
-};
+use aws_sdk_dynamodb::types::{AttributeValue, TransactWriteItem, Update};
 use aws_sdk_dynamodb::Client;
 use oncecheck_conformance::proxy::{HeldRequest, Proxy, TOKEN_WINDOW_MILLIS};
 use oncecheck_idempotency::ManualClock;
 use oncecheck_tokened::{Answer, Intent, Journal, Limits, Outcome, ReconcileCheck, ReliableWriter};
 
-const STEP_WAIT: Duration = Duration::from_secs(4);
-
-fn upstream() -> String {
-    match std::env::var("ONCECHECK_DDB_ENDPOINT") {
-        Ok(url) if !url.is_empty() => url,
-        _ => panic!(
-            "ONCECHECK_DDB_ENDPOINT is unset: these tests need moto and never skip; start it with \
-             `source scripts/services.sh; start_moto`, then rerun"
-        ),
-    }
+mod support {
+    pub mod moto;
 }
-
-fn unique(prefix: &str) -> String {
-    static NEXT: AtomicU64 = AtomicU64::new(0);
-    let nanos = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .expect("clock after 1970")
-        .subsec_nanos();
-    format!(
-        "{prefix}-{}-{}-{nanos}",
-        std::process::id(),
-        NEXT.fetch_add(1, Ordering::Relaxed)
-    )
-}
+use support::moto::{create_pk_table, unique, upstream, STEP_WAIT};
 
 /// Removes the journal files when the test ends.
 struct JournalFile(PathBuf);
@@ -80,27 +56,7 @@ async fn setup(actors: usize) -> Setup {
     let upstream = upstream();
     let direct = oncecheck_store::dynamodb::client_for(Some(&upstream)).await;
     let table = unique("tokened-proxy");
-    direct
-        .create_table()
-        .table_name(&table)
-        .billing_mode(BillingMode::PayPerRequest)
-        .attribute_definitions(
-            AttributeDefinition::builder()
-                .attribute_name("pk")
-                .attribute_type(ScalarAttributeType::S)
-                .build()
-                .unwrap(),
-        )
-        .key_schema(
-            KeySchemaElement::builder()
-                .attribute_name("pk")
-                .key_type(KeyType::Hash)
-                .build()
-                .unwrap(),
-        )
-        .send()
-        .await
-        .expect("create the table on moto");
+    create_pk_table(&direct, &table).await;
     let proxy = Proxy::start(&upstream, actors)
         .await
         .expect("the proxy starts");

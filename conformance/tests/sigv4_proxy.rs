@@ -11,7 +11,6 @@
 //! `bash -c 'source scripts/services.sh; start_moto; cargo test -p oncecheck-conformance --test sigv4_proxy; services_down'`
 
 use std::sync::{Arc, Mutex};
-use std::time::Duration;
 
 use aws_credential_types::Credentials;
 use aws_sdk_dynamodb::config::{BehaviorVersion, Region};
@@ -26,11 +25,12 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 mod support {
+    pub mod moto;
     pub mod sigv4;
 }
+use support::moto::{upstream, STEP_WAIT};
 use support::sigv4::{header, parse_timestamp};
 
-const ENDPOINT_ENV: &str = "ONCECHECK_DDB_ENDPOINT";
 /// The proxy's credentials (temporary: they carry a session token) and region, from the
 /// standard chain's environment provider.
 const PROXY_KEY: &str = "AKIDPROXYSIGNING";
@@ -40,18 +40,6 @@ const PROXY_REGION: &str = "eu-west-1";
 /// The clients sign with other credentials, for another region, so that a forwarded client
 /// signature would show.
 const CLIENT_KEY: &str = "AKIDCLIENTSIDEONLY";
-const STEP_WAIT: Duration = Duration::from_secs(4);
-
-fn upstream() -> String {
-    match std::env::var(ENDPOINT_ENV) {
-        Ok(url) if !url.is_empty() => url,
-        _ => panic!(
-            "{ENDPOINT_ENV} is unset: this test needs a DynamoDB-compatible server and never skips. \
-             Run it as `bash -c 'source scripts/services.sh; start_moto; cargo test -p \
-             oncecheck-conformance --test sigv4_proxy; services_down'`."
-        ),
-    }
-}
 
 /// The bytes one connection sent upstream.
 type Recording = Arc<Mutex<Vec<u8>>>;
