@@ -203,21 +203,15 @@ where
 {
     use std::collections::BTreeMap;
     // Keyed by the action itself (cheap to compare) and its context; labels, which drop the
-    // actor, are made once per key. The first path per label is the shortest: keys come in
-    // the order the search met them.
-    let firsts = model.covering_steps();
+    // actor, are made once per key. Keys come in the order the breadth-first search met them,
+    // so the first path per label is the shortest.
     let mut found: BTreeMap<String, oncecheck_model::check::ModelPath<M>> = BTreeMap::new();
-    for ((action, context), path) in firsts {
+    for ((action, context), path) in model.covering_steps() {
         let mut label = coverage_label(model, &action);
         if let Some(context) = context {
             label.push_str(&format!(" ({context})"));
         }
-        let shorter = found
-            .get(&label)
-            .is_none_or(|known| path.len() < known.len());
-        if shorter {
-            found.insert(label, path);
-        }
+        found.entry(label).or_insert(path);
     }
     let mut generator = oncecheck_model::trace::SplitMix64::new(seed);
     found
