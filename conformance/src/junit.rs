@@ -11,7 +11,7 @@
 //! forbids dropped); a suite's counts equal its cases'; a verdict that equals its expectation is
 //! a passed case, one that differs a failure, one a limit left undecided an error.
 
-use oncecheck_model::check::{CheckReport, Verdict};
+use oncecheck_model::check::{CheckReport, PropertyReport, Verdict};
 use std::fmt::Write as _;
 use std::path::Path;
 
@@ -73,18 +73,28 @@ fn escape(text: &str) -> String {
     out
 }
 
+fn failed(outcome: &CaseOutcome) -> bool {
+    matches!(outcome, CaseOutcome::Failed { .. })
+}
+
+fn errored(outcome: &CaseOutcome) -> bool {
+    matches!(outcome, CaseOutcome::Error { .. })
+}
+
+fn skipped(outcome: &CaseOutcome) -> bool {
+    matches!(outcome, CaseOutcome::Skipped { .. })
+}
+
+fn count(suite: &TestSuite, wanted: fn(&CaseOutcome) -> bool) -> usize {
+    suite
+        .cases
+        .iter()
+        .filter(|case| wanted(&case.outcome))
+        .count()
+}
+
 /// The document of `suites`, named `name`.
 pub fn document(name: &str, suites: &[TestSuite]) -> String {
-    let count = |suite: &TestSuite, wanted: fn(&CaseOutcome) -> bool| {
-        suite
-            .cases
-            .iter()
-            .filter(|case| wanted(&case.outcome))
-            .count()
-    };
-    let failed = |outcome: &CaseOutcome| matches!(outcome, CaseOutcome::Failed { .. });
-    let errored = |outcome: &CaseOutcome| matches!(outcome, CaseOutcome::Error { .. });
-    let skipped = |outcome: &CaseOutcome| matches!(outcome, CaseOutcome::Skipped { .. });
     let total = |wanted: fn(&CaseOutcome) -> bool| -> usize {
         suites.iter().map(|suite| count(suite, wanted)).sum()
     };
@@ -100,77 +110,85 @@ pub fn document(name: &str, suites: &[TestSuite]) -> String {
         suites.iter().map(|suite| suite.seconds).sum::<f64>()
     );
     for suite in suites {
-        let _ = writeln!(
-            xml,
-            "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" time=\"{:.3}\">",
-            escape(&suite.name),
-            suite.cases.len(),
-            count(suite, failed),
-            count(suite, errored),
-            count(suite, skipped),
-            suite.seconds
-        );
-        if !suite.properties.is_empty() {
-            xml.push_str("    <properties>\n");
-            for (key, value) in &suite.properties {
-                let _ = writeln!(
-                    xml,
-                    "      <property name=\"{}\" value=\"{}\"/>",
-                    escape(key),
-                    escape(value)
-                );
-            }
-            xml.push_str("    </properties>\n");
-        }
-        for case in &suite.cases {
-            let _ = write!(
-                xml,
-                "    <testcase name=\"{}\" classname=\"{}\" time=\"{:.3}\">",
-                escape(&case.name),
-                escape(&case.classname),
-                case.seconds
-            );
-            match &case.outcome {
-                CaseOutcome::Passed => {}
-                CaseOutcome::Failed { message, detail } => {
-                    let _ = write!(
-                        xml,
-                        "\n      <failure message=\"{}\" type=\"failure\">{}</failure>",
-                        escape(message),
-                        escape(detail)
-                    );
-                }
-                CaseOutcome::Error { message, detail } => {
-                    let _ = write!(
-                        xml,
-                        "\n      <error message=\"{}\" type=\"error\">{}</error>",
-                        escape(message),
-                        escape(detail)
-                    );
-                }
-                CaseOutcome::Skipped { message } => {
-                    let _ = write!(xml, "\n      <skipped message=\"{}\"/>", escape(message));
-                }
-            }
-            if !case.output.is_empty() {
-                let _ = write!(
-                    xml,
-                    "\n      <system-out>{}</system-out>",
-                    escape(&case.output)
-                );
-            }
-            xml.push_str(
-                if matches!(case.outcome, CaseOutcome::Passed) && case.output.is_empty() {
-                    "</testcase>\n"
-                } else {
-                    "\n    </testcase>\n"
-                },
-            );
-        }
-        xml.push_str("  </testsuite>\n");
+        suite_xml(suite, &mut xml);
     }
     xml.push_str("</testsuites>\n");
     xml
+}
+
+fn suite_xml(suite: &TestSuite, xml: &mut String) {
+    let _ = writeln!(
+        xml,
+        "  <testsuite name=\"{}\" tests=\"{}\" failures=\"{}\" errors=\"{}\" skipped=\"{}\" time=\"{:.3}\">",
+        escape(&suite.name),
+        suite.cases.len(),
+        count(suite, failed),
+        count(suite, errored),
+        count(suite, skipped),
+        suite.seconds
+    );
+    if !suite.properties.is_empty() {
+        xml.push_str("    <properties>\n");
+        for (key, value) in &suite.properties {
+            let _ = writeln!(
+                xml,
+                "      <property name=\"{}\" value=\"{}\"/>",
+                escape(key),
+                escape(value)
+            );
+        }
+        xml.push_str("    </properties>\n");
+    }
+    for case in &suite.cases {
+        case_xml(case, xml);
+    }
+    xml.push_str("  </testsuite>\n");
+}
+
+fn case_xml(case: &TestCase, xml: &mut String) {
+    let _ = write!(
+        xml,
+        "    <testcase name=\"{}\" classname=\"{}\" time=\"{:.3}\">",
+        escape(&case.name),
+        escape(&case.classname),
+        case.seconds
+    );
+    match &case.outcome {
+        CaseOutcome::Passed => {}
+        CaseOutcome::Failed { message, detail } => {
+            let _ = write!(
+                xml,
+                "\n      <failure message=\"{}\" type=\"failure\">{}</failure>",
+                escape(message),
+                escape(detail)
+            );
+        }
+        CaseOutcome::Error { message, detail } => {
+            let _ = write!(
+                xml,
+                "\n      <error message=\"{}\" type=\"error\">{}</error>",
+                escape(message),
+                escape(detail)
+            );
+        }
+        CaseOutcome::Skipped { message } => {
+            let _ = write!(xml, "\n      <skipped message=\"{}\"/>", escape(message));
+        }
+    }
+    if !case.output.is_empty() {
+        let _ = write!(
+            xml,
+            "\n      <system-out>{}</system-out>",
+            escape(&case.output)
+        );
+    }
+    xml.push_str(
+        if matches!(case.outcome, CaseOutcome::Passed) && case.output.is_empty() {
+            "</testcase>\n"
+        } else {
+            "\n    </testcase>\n"
+        },
+    );
 }
 
 /// The trace of a property as text, one step a line.
@@ -182,6 +200,58 @@ fn trace_text(steps: &[oncecheck_model::check::TraceStep]) -> String {
         .join("\n")
 }
 
+/// One property's test case: passed when its verdict is as expected, an error when a limit left
+/// it undecided, failed otherwise; the verdict and its shortest trace as the evidence.
+fn property_case(report: &CheckReport, property: &PropertyReport, classname: &str) -> TestCase {
+    let trace = property
+        .trace
+        .as_deref()
+        .map(trace_text)
+        .unwrap_or_default();
+    let verdict = format!(
+        "{} {}: {} (expected {})",
+        crate::verdict_words::kind_word(property.kind),
+        property.name,
+        property.verdict,
+        property.expected
+    );
+    let evidence = if trace.is_empty() {
+        verdict.clone()
+    } else {
+        format!("{verdict}\nshortest trace:\n{trace}")
+    };
+    let (outcome, output) = match report.stopped.as_ref() {
+        _ if report.as_expected(property) => (CaseOutcome::Passed, evidence),
+        Some(stop) if property.verdict == Verdict::Unknown => (
+            CaseOutcome::Error {
+                message: format!(
+                    "undecided: the run stopped at {}",
+                    crate::verdict_words::limit_words(stop)
+                ),
+                detail: verdict,
+            },
+            String::new(),
+        ),
+        _ => (
+            CaseOutcome::Failed {
+                message: format!(
+                    "{} {}, expected {}",
+                    property.name, property.verdict, property.expected
+                ),
+                detail: evidence,
+            },
+            String::new(),
+        ),
+    };
+    TestCase {
+        name: property.name.to_string(),
+        classname: classname.to_string(),
+        seconds: 0.0,
+        outcome,
+        output,
+    }
+}
+
 /// `oncecheck check --junit`: a suite per report (named `model/variant`, its bounds as a
 /// property), a case per property (named by the property, class `oncecheck.check.MODEL.VARIANT`).
 pub fn check_document(reports: &[CheckReport]) -> String {
@@ -189,63 +259,6 @@ pub fn check_document(reports: &[CheckReport]) -> String {
         .iter()
         .map(|report| {
             let classname = format!("oncecheck.check.{}.{}", report.model, report.variant);
-            let cases = report
-                .properties
-                .iter()
-                .map(|property| {
-                    let trace = property
-                        .trace
-                        .as_deref()
-                        .map(trace_text)
-                        .unwrap_or_default();
-                    let verdict = format!(
-                        "{} {}: {} (expected {})",
-                        crate::verdict_words::kind_word(property.kind),
-                        property.name,
-                        property.verdict,
-                        property.expected
-                    );
-                    let outcome = if report.as_expected(property) {
-                        CaseOutcome::Passed
-                    } else if property.verdict == Verdict::Unknown && report.stopped.is_some() {
-                        CaseOutcome::Error {
-                            message: format!(
-                                "undecided: the run stopped at {}",
-                                crate::verdict_words::limit_words(
-                                    report.stopped.as_ref().expect("checked above")
-                                )
-                            ),
-                            detail: verdict.clone(),
-                        }
-                    } else {
-                        CaseOutcome::Failed {
-                            message: format!(
-                                "{} {}, expected {}",
-                                property.name, property.verdict, property.expected
-                            ),
-                            detail: if trace.is_empty() {
-                                verdict.clone()
-                            } else {
-                                format!("{verdict}\nshortest trace:\n{trace}")
-                            },
-                        }
-                    };
-                    let output = match (&outcome, trace.is_empty()) {
-                        (CaseOutcome::Passed, false) => {
-                            format!("{verdict}\nshortest trace:\n{trace}")
-                        }
-                        (CaseOutcome::Passed, true) => verdict,
-                        _ => String::new(),
-                    };
-                    TestCase {
-                        name: property.name.to_string(),
-                        classname: classname.clone(),
-                        seconds: 0.0,
-                        outcome,
-                        output,
-                    }
-                })
-                .collect();
             TestSuite {
                 name: format!("{}/{}", report.model, report.variant),
                 seconds: report.seconds,
@@ -256,7 +269,11 @@ pub fn check_document(reports: &[CheckReport]) -> String {
                         report.unique_states.to_string(),
                     ),
                 ],
-                cases,
+                cases: report
+                    .properties
+                    .iter()
+                    .map(|property| property_case(report, property, &classname))
+                    .collect(),
             }
         })
         .collect();

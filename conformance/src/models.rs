@@ -386,13 +386,8 @@ pub fn write_human(report: &CheckReport, out: &mut dyn Write) -> std::io::Result
     if let Some(explanation) = outcome.explanation() {
         writeln!(out, "  {explanation}")?;
     }
-    let never: Vec<String> = crate::action_names::with_zeros(report.model, &report.action_coverage)
-        .into_iter()
-        .filter(|(_, count)| *count == 0)
-        .map(|(name, _)| name)
-        .collect();
-    if !never.is_empty() && crate::model_facts::exhausted(report) {
-        writeln!(out, "  never fired: {}", never.join(", "))?;
+    if let Some(line) = never_fired_line(report) {
+        writeln!(out, "  {line}")?;
     }
     for property in &report.properties {
         let show = crate::report::shows_trace(property.verdict, property.expected);
@@ -409,6 +404,17 @@ pub fn write_human(report: &CheckReport, out: &mut dyn Write) -> std::io::Result
         }
     }
     Ok(())
+}
+
+/// The actions an exhausted search never fired, if any: what a reviewer looks for first.
+fn never_fired_line(report: &CheckReport) -> Option<String> {
+    let never: Vec<String> = crate::action_names::with_zeros(report.model, &report.action_coverage)
+        .into_iter()
+        .filter(|(_, count)| *count == 0)
+        .map(|(name, _)| name)
+        .collect();
+    (!never.is_empty() && crate::model_facts::exhausted(report))
+        .then(|| format!("never fired: {}", never.join(", ")))
 }
 
 /// Writes the traces of one job (only models with a trace encoding can).

@@ -355,6 +355,39 @@ fn wrapped(text: &str) -> Vec<String> {
     lines
 }
 
+/// The expectations of a model's variant in one line: each verdict with the requirement IDs
+/// expected to reach it (`expected: violated R1 R5; holds R2 ...`).
+fn expectations_line<M>(model: &M) -> String
+where
+    M: ModelSpec,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let definitions: Vec<PropertyDef<M>> = model.property_defs();
+    let mut by_verdict: Vec<(String, Vec<&'static str>)> = Vec::new();
+    for def in &definitions {
+        let expected = model.expected(def).to_string();
+        let ids = match by_verdict
+            .iter_mut()
+            .find(|(verdict, _)| *verdict == expected)
+        {
+            Some((_, ids)) => ids,
+            None => {
+                by_verdict.push((expected, Vec::new()));
+                &mut by_verdict.last_mut().expect("just pushed").1
+            }
+        };
+        if !ids.contains(&def.id) {
+            ids.push(def.id);
+        }
+    }
+    let expectations: Vec<String> = by_verdict
+        .iter()
+        .map(|(verdict, ids)| format!("{verdict} {}", ids.join(" ")))
+        .collect();
+    format!("expected: {}", expectations.join("; "))
+}
+
 /// The Explorer's picture of a path's last state: the model, variant and bounds, the
 /// expectations in one line per verdict (requirement IDs only: the Explorer lists the
 /// properties, `oncecheck explore` prints each with its expectation), the last step in
@@ -381,29 +414,7 @@ where
         ),
         "title",
     );
-    let definitions: Vec<PropertyDef<M>> = model.property_defs();
-    let mut by_verdict: Vec<(String, Vec<&'static str>)> = Vec::new();
-    for def in &definitions {
-        let expected = model.expected(def).to_string();
-        let ids = match by_verdict
-            .iter_mut()
-            .find(|(verdict, _)| *verdict == expected)
-        {
-            Some((_, ids)) => ids,
-            None => {
-                by_verdict.push((expected, Vec::new()));
-                &mut by_verdict.last_mut().expect("just pushed").1
-            }
-        };
-        if !ids.contains(&def.id) {
-            ids.push(def.id);
-        }
-    }
-    let expectations: Vec<String> = by_verdict
-        .iter()
-        .map(|(verdict, ids)| format!("{verdict} {}", ids.join(" ")))
-        .collect();
-    add(format!("expected: {}", expectations.join("; ")), "property");
+    add(expectations_line(model), "property");
     if path.len() >= 2 {
         let (before, action) = &path[path.len() - 2];
         if let Some(action) = action {

@@ -342,29 +342,10 @@ fn main() -> ExitCode {
                 Ok(jobs) => jobs,
                 Err(error) => return bad_input(error),
             };
-            if let Some(directory) = &diagrams {
-                if let Err(error) = models::prepare_directory(directory) {
-                    return bad_input(format!(
-                        "cannot write diagrams to {}: {error}",
-                        directory.display()
-                    ));
-                }
-            }
-            if let Some(directory) = &html {
-                if let Err(error) = models::prepare_directory(directory) {
-                    return bad_input(format!(
-                        "cannot write the HTML report to {}: {error}",
-                        directory.display()
-                    ));
-                }
-            }
-            if let Some(file) = &junit {
-                if let Err(error) = oncecheck_conformance::junit::prepare_file(file) {
-                    return bad_input(format!(
-                        "cannot write the JUnit report to {}: {error}",
-                        file.display()
-                    ));
-                }
+            if let Err(message) =
+                prepare_outputs(diagrams.as_deref(), html.as_deref(), junit.as_deref())
+            {
+                return bad_input(message);
             }
             let options = CheckOptions {
                 threads,
@@ -647,6 +628,74 @@ fn probe(_: &str, _: bool, _: bool) -> ExitCode {
     )
 }
 
+/// Makes sure every output of `check` can be written before any checking starts: an unusable
+/// path is bad input found in a second, not after the run.
+fn prepare_outputs(
+    diagrams: Option<&std::path::Path>,
+    html: Option<&std::path::Path>,
+    junit: Option<&std::path::Path>,
+) -> Result<(), String> {
+    if let Some(directory) = diagrams {
+        models::prepare_directory(directory).map_err(|error| {
+            format!("cannot write diagrams to {}: {error}", directory.display())
+        })?;
+    }
+    if let Some(directory) = html {
+        models::prepare_directory(directory).map_err(|error| {
+            format!(
+                "cannot write the HTML report to {}: {error}",
+                directory.display()
+            )
+        })?;
+    }
+    if let Some(file) = junit {
+        oncecheck_conformance::junit::prepare_file(file).map_err(|error| {
+            format!(
+                "cannot write the JUnit report to {}: {error}",
+                file.display()
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Writes the JUnit report, then says in one line each what --junit, --diagrams and --html wrote.
+fn finish_outputs(
+    reports: &[oncecheck_model::check::CheckReport],
+    outputs: &Outputs,
+    diagrams_written: usize,
+    pages_written: usize,
+) -> Result<(), String> {
+    if let Some(file) = outputs.junit {
+        let document = oncecheck_conformance::junit::check_document(reports);
+        std::fs::write(file, document).map_err(|error| {
+            format!(
+                "cannot write the JUnit report to {}: {error}",
+                file.display()
+            )
+        })?;
+        let cases: usize = reports.iter().map(|report| report.properties.len()).sum();
+        note(format!(
+            "wrote the JUnit report to {} ({} test suites, {cases} test cases)",
+            file.display(),
+            reports.len()
+        ));
+    }
+    if let Some(directory) = outputs.diagrams {
+        note(format!(
+            "wrote {diagrams_written} sequence diagrams to {}",
+            directory.display()
+        ));
+    }
+    if let Some(directory) = outputs.html {
+        note(format!(
+            "wrote the HTML report to {} ({pages_written} pages)",
+            directory.join("index.html").display()
+        ));
+    }
+    Ok(())
+}
+
 /// Where `check` writes besides the human report.
 struct Outputs<'a> {
     /// One JSON document on stdout instead of the human report.
@@ -739,36 +788,8 @@ fn check(
         }
         reports.push(report);
     }
-    if let Some(file) = outputs.junit {
-        let document = oncecheck_conformance::junit::check_document(&reports);
-        if let Err(error) = std::fs::write(file, document) {
-            return bad_input(format!(
-                "cannot write the JUnit report to {}: {error}",
-                file.display()
-            ));
-        }
-        note(format!(
-            "wrote the JUnit report to {} ({} test suites, {} test cases)",
-            file.display(),
-            reports.len(),
-            reports
-                .iter()
-                .map(|report| report.properties.len())
-                .sum::<usize>()
-        ));
-    }
-    if let Some(directory) = diagrams {
-        note(format!(
-            "wrote {diagrams_written} sequence diagrams to {}",
-            directory.display()
-        ));
-    }
-    if let Some(directory) = html {
-        note(format!(
-            "wrote the HTML report to {} ({} pages)",
-            directory.join("index.html").display(),
-            html_reports.len()
-        ));
+    if let Err(message) = finish_outputs(&reports, outputs, diagrams_written, html_reports.len()) {
+        return bad_input(message);
     }
     if json {
         let mut out = stdout.lock();

@@ -170,6 +170,13 @@ pub(super) fn roles(state: &IdempotencyState) -> Vec<(String, String)> {
             roles.push((format!("{what} left"), left.to_string()));
         }
     }
+    history_roles(state, &mut roles);
+    roles
+}
+
+/// One role per generation: what its claim read, how its handler answered, what its client
+/// received, how its finalizing ended.
+fn history_roles(state: &IdempotencyState, roles: &mut Vec<(String, String)>) {
     let history = &state.history;
     for generation in 1..=state.generations {
         let mut parts = Vec::new();
@@ -201,5 +208,4 @@ pub(super) fn roles(state: &IdempotencyState) -> Vec<(String, String)> {
             format!("began with generation {}", history.lifetime_start),
         ));
     }
-    roles
 }

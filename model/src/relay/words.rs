@@ -77,6 +77,17 @@ fn phase_words(model: &RelayModel, writer: usize, phase: &Phase) -> String {
 /// The state by role.
 pub(super) fn roles(model: &RelayModel, state: &RelayState) -> Vec<(String, String)> {
     let mut roles: Vec<(String, String)> = Vec::new();
+    table_roles(state, &mut roles);
+    for (index, writer) in state.writers.iter().enumerate() {
+        writer_roles(model, index, writer, &mut roles);
+    }
+    reader_roles(state, &mut roles);
+    stream_roles(state, &mut roles);
+    roles
+}
+
+/// The items as the table holds them, visible then pending, and the table's anomalies.
+fn table_roles(state: &RelayState, roles: &mut Vec<(String, String)>) {
     for (key, value) in &state.table.applied {
         roles.push((format!("table: {}", key_words(key)), value_words(value)));
     }
@@ -95,77 +106,99 @@ pub(super) fn roles(model: &RelayModel, state: &RelayState) -> Vec<(String, Stri
             roles.push((format!("table: anomaly: {what}"), "met".to_string()));
         }
     }
-    for (index, writer) in state.writers.iter().enumerate() {
-        let name = element_name("writers", index);
-        let push = &model.writers[index].1;
-        let op = match push.get(writer.next_op as usize) {
-            Some(op) => format!(
-                "{} (op {} of {} in its push)",
-                op_name(*op),
-                writer.next_op + 1,
-                push.len()
-            ),
-            None => "none left".to_string(),
-        };
-        roles.push((format!("{name}.op"), op));
+}
+
+/// One writer: its op, phase and counter, and what its push has met so far.
+fn writer_roles(
+    model: &RelayModel,
+    index: usize,
+    writer: &super::Writer,
+    roles: &mut Vec<(String, String)>,
+) {
+    let name = element_name("writers", index);
+    let push = &model.writers[index].1;
+    let op = match push.get(writer.next_op as usize) {
+        Some(op) => format!(
+            "{} (op {} of {} in its push)",
+            op_words(*op),
+            writer.next_op + 1,
+            push.len()
+        ),
+        None => "none left".to_string(),
+    };
+    roles.push((format!("{name}.op"), op));
+    roles.push((
+        format!("{name}.phase"),
+        phase_words(model, index, &writer.phase),
+    ));
+    roles.push((
+        format!("{name}.counter"),
+        match writer.counter {
+            Counter::Unknown => "unknown".to_string(),
+            Counter::Known(next_seq) => format!("next_seq {next_seq}"),
+        },
+    ));
+    push_roles(&name, push, writer, roles);
+}
+
+/// What a writer's push has met so far: a floor or flip, lost rounds, ops answered ahead,
+/// rounds paid; absent while nothing happened.
+fn push_roles(
+    name: &str,
+    push: &[OpId],
+    writer: &super::Writer,
+    roles: &mut Vec<(String, String)>,
+) {
+    if let Some(floor) = writer.floor {
         roles.push((
-            format!("{name}.phase"),
-            phase_words(model, index, &writer.phase),
+            format!("{name}.floor"),
+            format!("next round at seq {floor}"),
         ));
+    }
+    if let Some(flip) = writer.flip {
         roles.push((
-            format!("{name}.counter"),
-            match writer.counter {
-                Counter::Unknown => "unknown".to_string(),
-                Counter::Known(next_seq) => format!("next_seq {next_seq}"),
-            },
+            format!("{name}.flip"),
+            format!("seq {flip} checks op {} absent", flip.saturating_sub(1)),
         ));
-        if let Some(floor) = writer.floor {
-            roles.push((
-                format!("{name}.floor"),
-                format!("next round at seq {floor}"),
-            ));
-        }
-        if let Some(flip) = writer.flip {
-            roles.push((
-                format!("{name}.flip"),
-                format!("seq {flip} checks op {} absent", flip.saturating_sub(1)),
-            ));
-        }
-        if writer.lost_in_a_row > 0 {
-            roles.push((
-                format!("{name}.lost rounds in a row"),
-                writer.lost_in_a_row.to_string(),
-            ));
-        }
-        let ahead: Vec<String> = push
-            .iter()
-            .enumerate()
-            .filter(|(position, _)| writer.answered_ahead & (1 << position) != 0)
-            .map(|(_, op)| op_name(*op).to_string())
-            .collect();
-        if !ahead.is_empty() {
-            roles.push((format!("{name}.answered ahead"), ahead.join(", ")));
-        }
-        if writer.push_rounds > 0 {
-            roles.push((
-                format!("{name}.rounds this push"),
-                writer.push_rounds.to_string(),
-            ));
-        }
-        for (raised, flag, words) in [
-            (writer.push_paid_extra, "push paid an extra round", "yes"),
-            (writer.push_contended, "push contended", "yes"),
-            (
-                writer.retrying_lost_response,
-                "retrying",
-                "after a lost response",
-            ),
-        ] {
-            if raised {
-                roles.push((format!("{name}.{flag}"), words.to_string()));
-            }
+    }
+    if writer.lost_in_a_row > 0 {
+        roles.push((
+            format!("{name}.lost rounds in a row"),
+            writer.lost_in_a_row.to_string(),
+        ));
+    }
+    let ahead: Vec<String> = push
+        .iter()
+        .enumerate()
+        .filter(|(position, _)| writer.answered_ahead & (1 << position) != 0)
+        .map(|(_, op)| op_words(*op))
+        .collect();
+    if !ahead.is_empty() {
+        roles.push((format!("{name}.answered ahead"), ahead.join(", ")));
+    }
+    if writer.push_rounds > 0 {
+        roles.push((
+            format!("{name}.rounds this push"),
+            writer.push_rounds.to_string(),
+        ));
+    }
+    for (raised, flag, words) in [
+        (writer.push_paid_extra, "push paid an extra round", "yes"),
+        (writer.push_contended, "push contended", "yes"),
+        (
+            writer.retrying_lost_response,
+            "retrying",
+            "after a lost response",
+        ),
+    ] {
+        if raised {
+            roles.push((format!("{name}.{flag}"), words.to_string()));
         }
     }
+}
+
+/// The readers of the stream: pullers and fold consumers.
+fn reader_roles(state: &RelayState, roles: &mut Vec<(String, String)>) {
     for (index, puller) in state.pullers.iter().enumerate() {
         let name = element_name("pullers", index);
         roles.push((format!("{name}.cursor"), format!("seq {}", puller.cursor)));
@@ -180,6 +213,10 @@ pub(super) fn roles(model: &RelayModel, state: &RelayState) -> Vec<(String, Stri
             format!("seq {}", folder.watermark),
         ));
     }
+}
+
+/// What the stream answered and lost, its legacy gaps and truncations, the writers' anomalies.
+fn stream_roles(state: &RelayState, roles: &mut Vec<(String, String)>) {
     for (op, answered) in &state.answers {
         roles.push((
             format!("answered {}", op_words(*op)),
@@ -225,5 +262,4 @@ pub(super) fn roles(model: &RelayModel, state: &RelayState) -> Vec<(String, Stri
             roles.push((format!("anomaly: {what}"), "met".to_string()));
         }
     }
-    roles
 }

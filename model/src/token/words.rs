@@ -119,6 +119,20 @@ pub(super) fn roles(model: &TokenModel, state: &TokenState) -> Vec<(String, Stri
             ));
         }
     }
+    table_roles(state, &mut roles);
+    roles.push(("clock".to_string(), format!("tick {}", state.now)));
+    if state.damages_left > 0 {
+        roles.push((
+            "record damages left".to_string(),
+            state.damages_left.to_string(),
+        ));
+    }
+    roles
+}
+
+/// The table (applications per client, the profile's holder, the order's owner) and the
+/// server's token records.
+fn table_roles(state: &TokenState, roles: &mut Vec<(String, String)>) {
     for (index, applications) in state.table.applications.iter().enumerate() {
         let name = element_name("clients", index);
         let counts: Vec<String> = if applications.len() == usize::from(ACCOUNTS) {
@@ -163,12 +177,4 @@ pub(super) fn roles(model: &TokenModel, state: &TokenState) -> Vec<(String, Stri
             format!("{phase}{parameters}"),
         ));
     }
-    roles.push(("clock".to_string(), format!("tick {}", state.now)));
-    if state.damages_left > 0 {
-        roles.push((
-            "record damages left".to_string(),
-            state.damages_left.to_string(),
-        ));
-    }
-    roles
 }
