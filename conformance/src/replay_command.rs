@@ -292,24 +292,9 @@ async fn run_session<S: ReplaySession>(
     close(session).await;
     let seconds = started.elapsed().as_secs_f64();
     if let Some(file) = junit {
-        let document = crate::replay_junit::replay_document(
-            &target.to_string(),
-            only_replayable,
-            &outcomes,
-            seconds,
-        );
-        if let Err(error) = std::fs::write(file, document) {
-            eprintln!(
-                "oncecheck: cannot write the JUnit report to {}: {error}",
-                file.display()
-            );
-            return ExitCode::from(2);
+        if let Err(status) = write_junit(file, target, only_replayable, &outcomes, seconds) {
+            return status;
         }
-        eprintln!(
-            "oncecheck: wrote the JUnit report to {} ({} test cases)",
-            file.display(),
-            outcomes.len()
-        );
     }
     println!(
         "replayed {replayed} of {} traces against {target} ({jobs} at a time): {} steps, {} requests, {} lost responses, {:.2}s, {diverged} diverged, {environment} environment failures, {refused} rejected, {not_applicable} not applicable to this target",
@@ -326,6 +311,35 @@ async fn run_session<S: ReplaySession>(
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Writes `--junit FILE` (a test case per trace) and says so; an unwritable file is exit 2.
+fn write_junit(
+    file: &Path,
+    target: &Target,
+    only_replayable: bool,
+    outcomes: &Outcomes,
+    seconds: f64,
+) -> Result<(), ExitCode> {
+    let document = crate::replay_junit::replay_document(
+        &target.to_string(),
+        only_replayable,
+        outcomes,
+        seconds,
+    );
+    if let Err(error) = std::fs::write(file, document) {
+        eprintln!(
+            "oncecheck: cannot write the JUnit report to {}: {error}",
+            file.display()
+        );
+        return Err(ExitCode::from(2));
+    }
+    eprintln!(
+        "oncecheck: wrote the JUnit report to {} ({} test cases)",
+        file.display(),
+        outcomes.len()
+    );
+    Ok(())
 }
 
 async fn close<S: ReplaySession>(session: Arc<S>) {
