@@ -102,6 +102,8 @@ pub struct Config {
     /// The backoff before the second attempt; it doubles per attempt, each drawn with jitter
     /// from its upper half.
     pub finalize_backoff_ms: u64,
+    /// The `Retry-After` of the layer's 503 (cache unavailable): how long a client should wait.
+    pub retry_after_secs: u64,
     /// The methods the layer covers; others pass through.
     pub methods: Vec<Method>,
     pub behaviour: Behaviour,
@@ -130,6 +132,7 @@ impl Default for Config {
             finalize_attempts_max: 5,
             finalize_budget_ms: 2_000,
             finalize_backoff_ms: 25,
+            retry_after_secs: crate::problem::RETRY_AFTER_SECS_DEFAULT,
             methods: vec![Method::POST, Method::PATCH],
             behaviour: Behaviour::Fenced,
             #[cfg(feature = "test-seams")]
@@ -300,6 +303,12 @@ impl<St: CacheStore> IdempotencyLayerBuilder<St> {
     /// lease crossing). For handlers with their own deadline shorter than the lease.
     pub fn without_lease_renewal(mut self) -> Self {
         self.renewal = Renewal::Off;
+        self
+    }
+
+    /// The `Retry-After` seconds of the layer's 503 answers (default 1).
+    pub fn retry_after_secs(mut self, seconds: u64) -> Self {
+        self.config.retry_after_secs = seconds;
         self
     }
 
@@ -531,7 +540,8 @@ where
         Err(error) => {
             // Without a claim the handler must not run: a retry later is safe, a run now is not.
             tracing::warn!(event = "idempotency.claim_unavailable", key = %cache_key.key, %error);
-            return Ok(problem_response(unavailable_problem()));
+            let response = unavailable_problem().to_response_retry_after(config.retry_after_secs);
+            return Ok(response.map(LiveBody::full));
         }
     };
     let request = Request::from_parts(parts, ReqBody::from(body_bytes));

@@ -122,12 +122,47 @@ pub enum Fencing {
 pub enum StoreError {
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
+    /// The database did not answer within one of the store's limits ([`StoreLimits`]).
+    #[error("the database did not answer: {waited} took longer than {millis_max} ms")]
+    Timeout {
+        /// `acquiring a connection` or `a statement`.
+        waited: &'static str,
+        millis_max: u64,
+    },
     #[error("stored row is malformed: {0}")]
     Malformed(String),
     /// A fault a test injected (`test-seams` only).
     #[cfg(feature = "test-seams")]
     #[error("injected fault: {0}")]
     Injected(&'static str),
+}
+
+/// How long a SQL store waits for its database before a call fails with [`StoreError::Timeout`].
+///
+/// A request whose claim fails is answered 503 with `Retry-After` at once, so while the database
+/// is down every covered request is answered within `acquire_ms_max + statement_ms_max` (2 s by
+/// default) instead of the pool's own acquire timeout (30 s in sqlx). A finalize attempt cut by
+/// a limit is an unknown outcome like any other error, retried within `finalize_budget_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreLimits {
+    /// Longest wait for a pooled connection (while the database is down the pool keeps trying
+    /// to connect: this is what bounds it).
+    pub acquire_ms_max: u64,
+    /// Longest wait for one statement's answer (a stalled database or a lost connection).
+    pub statement_ms_max: u64,
+}
+
+/// The default limits: one second each.
+pub const ACQUIRE_MS_MAX_DEFAULT: u64 = 1_000;
+pub const STATEMENT_MS_MAX_DEFAULT: u64 = 1_000;
+
+impl Default for StoreLimits {
+    fn default() -> Self {
+        StoreLimits {
+            acquire_ms_max: ACQUIRE_MS_MAX_DEFAULT,
+            statement_ms_max: STATEMENT_MS_MAX_DEFAULT,
+        }
+    }
 }
 
 /// A response cache with atomic claims and conditional finalizes.

@@ -6,10 +6,15 @@
 //! conflict or a mismatch costs one statement on PostgreSQL (the claim reads the row it found in
 //! the same statement) and two on SQLite (which has no data-modifying CTEs; both are in-process).
 //! These stores use std atomics for their counters, not `crate::sync`: they never run under shuttle.
+//!
+//! Every call waits at most `acquire_ms_max` for a pooled connection and `statement_ms_max` for
+//! each statement's answer ([`StoreLimits`]), whatever the pool was built with: while the
+//! database is down a claim fails within their sum and the layer answers 503 at once.
 
 use super::*;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 /// Claims a key in one atomic statement: insert a processing row, or take over a row that is
 /// expired, or whose lease expired, or that failed, with the same fingerprint. The generation
@@ -128,6 +133,7 @@ macro_rules! sql_store {
         #[derive(Debug, Clone)]
         pub struct $store {
             pool: $pool,
+            limits: StoreLimits,
             round_trips: Arc<AtomicU64>,
             /// Test-only defect: the claim takes a processing row over under a live lease.
             #[cfg(feature = "test-seams")]
@@ -139,9 +145,47 @@ macro_rules! sql_store {
             pub fn new(pool: $pool) -> Self {
                 $store {
                     pool,
+                    limits: StoreLimits::default(),
                     round_trips: Arc::new(AtomicU64::new(0)),
                     #[cfg(feature = "test-seams")]
                     claim_over_live_lease: false,
+                }
+            }
+
+            /// The longest wait for a pooled connection (default 1 000 ms).
+            pub fn acquire_ms_max(mut self, milliseconds: u64) -> Self {
+                self.limits.acquire_ms_max = milliseconds;
+                self
+            }
+
+            /// The longest wait for one statement's answer (default 1 000 ms).
+            pub fn statement_ms_max(mut self, milliseconds: u64) -> Self {
+                self.limits.statement_ms_max = milliseconds;
+                self
+            }
+
+            pub fn limits(&self) -> StoreLimits {
+                self.limits
+            }
+
+            /// A pooled connection within `acquire_ms_max`.
+            async fn connection(&self) -> Result<sqlx::pool::PoolConnection<$database>, StoreError> {
+                let millis_max = self.limits.acquire_ms_max;
+                match crate::sync::within(Duration::from_millis(millis_max), self.pool.acquire()).await {
+                    Some(connection) => Ok(connection?),
+                    None => Err(StoreError::Timeout { waited: "acquiring a connection", millis_max }),
+                }
+            }
+
+            /// One statement's answer within `statement_ms_max`.
+            async fn answer<T>(
+                &self,
+                statement: impl std::future::Future<Output = Result<T, sqlx::Error>>,
+            ) -> Result<T, StoreError> {
+                let millis_max = self.limits.statement_ms_max;
+                match crate::sync::within(Duration::from_millis(millis_max), statement).await {
+                    Some(answer) => Ok(answer?),
+                    None => Err(StoreError::Timeout { waited: "a statement", millis_max }),
                 }
             }
 
@@ -176,19 +220,24 @@ macro_rules! sql_store {
             /// Deletes expired rows; returns how many.
             pub async fn purge_expired(&self, now_millis: i64) -> Result<u64, StoreError> {
                 self.round_trips.fetch_add(1, Ordering::Relaxed);
-                let done = sqlx::query(PURGE_SQL).bind(now_millis).execute(&self.pool).await?;
+                let mut connection = self.connection().await?;
+                let done = self.answer(sqlx::query(PURGE_SQL).bind(now_millis).execute(&mut *connection)).await?;
                 Ok(done.rows_affected())
             }
 
-            async fn read(&self, key: &CacheKey) -> Result<Option<ExistingRow>, StoreError> {
+            async fn read(
+                &self,
+                connection: &mut <$database as sqlx::Database>::Connection,
+                key: &CacheKey,
+            ) -> Result<Option<ExistingRow>, StoreError> {
                 use sqlx::Row;
                 self.round_trips.fetch_add(1, Ordering::Relaxed);
-                let row = sqlx::query(READ_SQL)
+                let row = self.answer(sqlx::query(READ_SQL)
                     .bind(&key.scope)
                     .bind(&key.method)
                     .bind(&key.path)
                     .bind(&key.key)
-                    .fetch_optional(&self.pool)
+                    .fetch_optional(&mut *connection))
                     .await?;
                 let Some(row) = row else { return Ok(None) };
                 Ok(Some(ExistingRow {
@@ -208,10 +257,11 @@ macro_rules! sql_store {
             async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
                 use sqlx::Row;
                 let key = request.key;
+                let mut connection = self.connection().await?;
                 for _ in 0..CLAIM_ATTEMPTS_MAX {
                     self.round_trips.fetch_add(1, Ordering::Relaxed);
                     if $combined {
-                        let row = sqlx::query(self.claim_statement(true))
+                        let row = self.answer(sqlx::query(self.claim_statement(true))
                             .bind(&key.scope)
                             .bind(&key.method)
                             .bind(&key.path)
@@ -220,7 +270,7 @@ macro_rules! sql_store {
                             .bind(request.now_millis + request.lease_millis)
                             .bind(request.now_millis + request.row_ttl_millis)
                             .bind(request.now_millis)
-                            .fetch_one(&self.pool)
+                            .fetch_one(&mut *connection))
                             .await?;
                         if let Some(generation) = row.try_get::<Option<i64>, _>("claimed_generation")? {
                             return Ok(ClaimOutcome::Claimed { generation });
@@ -237,7 +287,7 @@ macro_rules! sql_store {
                                 body_too_large: row.try_get("body_too_large")?,
                             }),
                             // Created after this statement's snapshot: read it as it is now.
-                            None => self.read(key).await?,
+                            None => self.read(&mut connection, key).await?,
                         };
                         let Some(existing) = found else { continue };
                         match classify(existing, request.fingerprint, request.now_millis)? {
@@ -245,7 +295,7 @@ macro_rules! sql_store {
                             Classified::Retry => continue,
                         }
                     }
-                    let claimed = sqlx::query(self.claim_statement(false))
+                    let claimed = self.answer(sqlx::query(self.claim_statement(false))
                         .bind(&key.scope)
                         .bind(&key.method)
                         .bind(&key.path)
@@ -254,14 +304,14 @@ macro_rules! sql_store {
                         .bind(request.now_millis + request.lease_millis)
                         .bind(request.now_millis + request.row_ttl_millis)
                         .bind(request.now_millis)
-                        .fetch_optional(&self.pool)
+                        .fetch_optional(&mut *connection))
                         .await?;
                     if let Some(row) = claimed {
                         return Ok(ClaimOutcome::Claimed { generation: row.try_get("generation")? });
                     }
                     // The row exists and is not claimable: read it to say why. If it was deleted
                     // or became claimable in between, the claim is simply tried again.
-                    let Some(existing) = self.read(key).await? else { continue };
+                    let Some(existing) = self.read(&mut connection, key).await? else { continue };
                     match classify(existing, request.fingerprint, request.now_millis)? {
                         Classified::Outcome(outcome) => return Ok(outcome),
                         Classified::Retry => continue,
@@ -292,7 +342,8 @@ macro_rules! sql_store {
                     #[cfg(feature = "test-seams")]
                     Fencing::KeyOnly => SUCCEED_KEY_ONLY_SQL,
                 };
-                let done = sqlx::query(sql)
+                let mut connection = self.connection().await?;
+                let done = self.answer(sqlx::query(sql)
                     .bind(&key.scope)
                     .bind(&key.method)
                     .bind(&key.path)
@@ -303,7 +354,7 @@ macro_rules! sql_store {
                     .bind(body)
                     .bind(too_large)
                     .bind(now_millis)
-                    .execute(&self.pool)
+                    .execute(&mut *connection))
                     .await?;
                 Ok(if done.rows_affected() == 0 { FinalizeOutcome::Lost } else { FinalizeOutcome::Applied })
             }
@@ -322,7 +373,8 @@ macro_rules! sql_store {
                     #[cfg(feature = "test-seams")]
                     Fencing::KeyOnly => FAIL_KEY_ONLY_SQL,
                 };
-                let done = sqlx::query(sql)
+                let mut connection = self.connection().await?;
+                let done = self.answer(sqlx::query(sql)
                     .bind(&key.scope)
                     .bind(&key.method)
                     .bind(&key.path)
@@ -330,7 +382,7 @@ macro_rules! sql_store {
                     .bind(generation)
                     .bind(i32::from(status))
                     .bind(now_millis)
-                    .execute(&self.pool)
+                    .execute(&mut *connection))
                     .await?;
                 Ok(if done.rows_affected() == 0 { FinalizeOutcome::Lost } else { FinalizeOutcome::Applied })
             }
@@ -343,7 +395,8 @@ macro_rules! sql_store {
                 now_millis: i64,
             ) -> Result<RenewOutcome, StoreError> {
                 self.round_trips.fetch_add(1, Ordering::Relaxed);
-                let done = sqlx::query(RENEW_SQL)
+                let mut connection = self.connection().await?;
+                let done = self.answer(sqlx::query(RENEW_SQL)
                     .bind(&key.scope)
                     .bind(&key.method)
                     .bind(&key.path)
@@ -351,7 +404,7 @@ macro_rules! sql_store {
                     .bind(generation)
                     .bind(lease_expires_at)
                     .bind(now_millis)
-                    .execute(&self.pool)
+                    .execute(&mut *connection))
                     .await?;
                 Ok(if done.rows_affected() == 0 { RenewOutcome::Lost } else { RenewOutcome::Renewed })
             }
