@@ -78,6 +78,33 @@ pub fn full_body(outcome: Outcome) -> (Vec<u8>, bool) {
     (data, failed)
 }
 
+/// The bytes a client received of an outcome's body, by the parts the model says reached it:
+/// the frames up to the cap (the capture's, which end the body for one within the cap) and the
+/// tail. Exactly the whole body when it received every part the body has.
+pub fn received_body(
+    outcome: Outcome,
+    received: oncecheck_model::idempotency::Received,
+) -> (Vec<u8>, bool) {
+    if received == oncecheck_model::idempotency::Received::exactly(outcome) {
+        return full_body(outcome);
+    }
+    let (capture, tail) = body_of(outcome);
+    let parts = [(received.head, capture), (received.tail, tail)];
+    let mut data = Vec::new();
+    let mut failed = false;
+    for item in parts
+        .into_iter()
+        .filter(|(sent, _)| *sent)
+        .flat_map(|(_, items)| items)
+    {
+        match item {
+            Ok(bytes) => data.extend_from_slice(bytes),
+            Err(()) => failed = true,
+        }
+    }
+    (data, failed)
+}
+
 /// The request body of a fingerprint: the fingerprint is method, path and body.
 pub fn request_body(fingerprint: Fingerprint) -> &'static [u8] {
     match fingerprint {

@@ -27,8 +27,7 @@ use oncecheck_idempotency::fingerprint::Fingerprint as RealFingerprint;
 use oncecheck_idempotency::store::{PostgresStore, SqliteStore};
 use oncecheck_idempotency::{Behaviour, CacheStore, IdempotencyLayer, ManualClock};
 use oncecheck_model::idempotency::{
-    Action, Answer, AwaitPoint, DbResult, Fingerprint, IdempotencyModel, Live, Outcome, Stage,
-    Stored,
+    Action, Answer, AwaitPoint, DbResult, Fingerprint, IdempotencyModel, Outcome, Stage, Stored,
 };
 use oncecheck_model::trace::LoadedTrace;
 use std::collections::BTreeMap;
@@ -498,7 +497,7 @@ impl MiddlewareTarget {
                     })
                     .await
             }
-            Stage::Streaming => {
+            Stage::Streaming { .. } => {
                 self.hub
                     .wait_for(|state| state.clients.get(&client)?.head.as_ref().map(|_| ()))
                     .await
@@ -537,7 +536,7 @@ impl MiddlewareTarget {
         };
         let outcome = self.outcomes.get(&client).copied();
         let want = match answer {
-            Answer::Fresh { success, live } => {
+            Answer::Fresh { success, received } => {
                 let outcome = outcome.unwrap_or(Outcome::OkUnder);
                 let status = if success {
                     200
@@ -546,10 +545,7 @@ impl MiddlewareTarget {
                 } else {
                     server::FAILURE_STATUS
                 };
-                let body = match live {
-                    Live::Exact => server::full_body(outcome),
-                    Live::Empty => (Vec::new(), false),
-                };
+                let body = server::received_body(outcome, received);
                 expected(status, success.then_some("false"), Some(body))
             }
             Answer::Replay {

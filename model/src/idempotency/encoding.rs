@@ -18,11 +18,16 @@ fn stored_json(stored: Stored) -> Json {
     word(stored)
 }
 
+fn received_json(received: Received) -> Json {
+    json!({ "head": received.head, "tail": received.tail })
+}
+
 fn answer_json(answer: Answer) -> Json {
     match answer {
-        Answer::Fresh { success, live } => {
-            variant("Fresh", json!({ "success": success, "live": word(live) }))
-        }
+        Answer::Fresh { success, received } => variant(
+            "Fresh",
+            json!({ "success": success, "received": received_json(received) }),
+        ),
         Answer::Replay {
             stored,
             marked,
@@ -70,7 +75,7 @@ fn stage_json(stage: Stage) -> Json {
             generation,
             outcome,
             write,
-            live,
+            received,
             attempts,
         } => variant(
             "Finalizing",
@@ -78,11 +83,17 @@ fn stage_json(stage: Stage) -> Json {
                 "generation": int(generation.into()),
                 "outcome": word(outcome),
                 "write": write_json(write),
-                "live": word(live),
+                "received": received_json(received),
                 "attempts": int(attempts.into()),
             }),
         ),
-        Stage::Streaming => variant("Streaming", unit()),
+        Stage::Streaming {
+            generation,
+            received,
+        } => variant(
+            "Streaming",
+            json!({ "generation": int(generation.into()), "received": received_json(received) }),
+        ),
         Stage::Guarding {
             generation,
             attempts,
@@ -232,7 +243,11 @@ impl TraceEncoding for IdempotencyModel {
                 "claimed_over": by_generation(&history.claimed_over, |seen| word(*seen)),
                 "ran_with": by_generation(&history.ran_with, |fingerprint| word(*fingerprint)),
                 "handler": by_generation(&history.handler, |outcome| word(*outcome)),
-                "delivered": by_generation(&history.delivered, |live| word(*live)),
+                "delivered": by_generation(&history.delivered, |received| received_json(*received)),
+                "written": Json::Array(history.written.iter().map(|(generation, stored)| {
+                    json!({ "generation": int((*generation).into()), "stored": stored_json(*stored) })
+                }).collect()),
+                "finalize_errors": by_generation(&history.finalize_errors, |errors| int((*errors).into())),
                 "ended": by_generation(&history.ended, |ending| word(*ending)),
                 "lifetime_start": int(history.lifetime_start.into()),
             }),

@@ -40,7 +40,7 @@ pub use properties::*;
 pub use spec::*;
 
 use crate::check::Bounds;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Ticks a claim's lease lasts (renewed by the heartbeat in `renewed`).
 pub const LEASE_TICKS: u8 = 1;
@@ -112,6 +112,11 @@ impl Outcome {
         matches!(self, Outcome::OkUnder | Outcome::OkAtCap)
     }
 
+    /// Whether the handler's body has bytes past the cap (a 2xx's or a non-2xx's).
+    pub fn has_tail(self) -> bool {
+        self.overflows() || self == Outcome::FailFarOver
+    }
+
     /// Whether the fixed capture streams a tail after the finalize (the body passed the cap).
     pub fn overflows(self) -> bool {
         matches!(
@@ -164,13 +169,37 @@ impl Write {
     }
 }
 
-/// The body a first client received.
+/// Which parts of its handler's body a first client received, as the steps that put them on the
+/// wire sent them: the frames up to the cap (with the response head; for a body that ends
+/// within the cap, all of it) and the frames past the cap (the over-cap tail, streamed after the
+/// finalize, or sent at once by a layer that reads the whole body). The properties compare it
+/// with the handler's outcome ([`Received::exactly`]), never with what the layer meant to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Live {
-    /// Exactly the handler's frames (its error and trailers included).
-    Exact,
-    /// An empty body substituted for the handler's.
-    Empty,
+pub struct Received {
+    pub head: bool,
+    pub tail: bool,
+}
+
+impl Received {
+    /// Nothing of the handler's body: an empty body stood in for it.
+    pub const NOTHING: Received = Received {
+        head: false,
+        tail: false,
+    };
+
+    /// Exactly the handler's frames, computed from its outcome alone: every part its body has.
+    pub fn exactly(outcome: Outcome) -> Received {
+        Received {
+            head: true,
+            tail: outcome.has_tail(),
+        }
+    }
+
+    /// The handler's frames up to the cap, nothing past it yet.
+    pub const HEAD: Received = Received {
+        head: true,
+        tail: false,
+    };
 }
 
 /// What a claim found in the row, decided from the row and the clock alone (the same in every
@@ -205,7 +234,7 @@ impl Seen {
 pub enum Answer {
     Fresh {
         success: bool,
-        live: Live,
+        received: Received,
     },
     Replay {
         stored: Stored,
@@ -262,16 +291,20 @@ pub enum Stage {
         generation: u8,
         outcome: Outcome,
     },
-    /// A finalize is in flight; `attempts` made before this one.
+    /// A finalize is in flight; `attempts` made before this one. `received`: what the client
+    /// will have been sent with the response head.
     Finalizing {
         generation: u8,
         outcome: Outcome,
         write: Write,
-        live: Live,
+        received: Received,
         attempts: u8,
     },
-    /// The response was returned; its over-cap tail is still streaming.
-    Streaming,
+    /// The response was returned with `received`; its over-cap tail is still streaming.
+    Streaming {
+        generation: u8,
+        received: Received,
+    },
     /// The client went away after a 2xx; the drop guard's finalize is in flight.
     Guarding {
         generation: u8,
@@ -336,8 +369,12 @@ pub struct History {
     pub ran_with: BTreeMap<u8, Fingerprint>,
     /// How each generation's handler answered; a 2xx committed its effects.
     pub handler: BTreeMap<u8, Outcome>,
-    /// What each generation's first client received.
-    pub delivered: BTreeMap<u8, Live>,
+    /// What each generation's first client received, once its response ended.
+    pub delivered: BTreeMap<u8, Received>,
+    /// The success bodies each generation wrote to the table (a replay serves one of them).
+    pub written: BTreeSet<(u8, Stored)>,
+    /// Finalize statements of each generation (inline and the drop guard's) answered an error.
+    pub finalize_errors: BTreeMap<u8, u8>,
     /// How each claim's finalizing ended (inline or through the drop guard).
     pub ended: BTreeMap<u8, Ending>,
     /// The generation whose claim began the key's current lifetime (took an absent or expired row).
@@ -391,7 +428,7 @@ impl Stage {
             Stage::Running { .. } => Some(AwaitPoint::Handler),
             Stage::Capturing { .. } => Some(AwaitPoint::Capture),
             Stage::Finalizing { .. } => Some(AwaitPoint::Finalize),
-            Stage::Streaming => Some(AwaitPoint::Tail),
+            Stage::Streaming { .. } => Some(AwaitPoint::Tail),
             _ => None,
         }
     }
@@ -498,6 +535,12 @@ pub enum Mutation {
     /// The heartbeat renews only while the handler runs, not through the capture and the
     /// finalizers (M1).
     HeartbeatStopsAtResponse,
+    /// The response head of an over-cap body goes out with an empty body; the tail follows (M7).
+    OverCapLiveEmptied,
+    /// A sentinel row is replayed as if it held the full body (M4).
+    SentinelReplayedFull,
+    /// The finalize gives up after its first error instead of its attempts (M3).
+    FinalizeGivesUpEarly,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -535,6 +578,15 @@ impl IdempotencyModel {
         match self.variant {
             Variant::PreFix => 1,
             _ => FINALIZE_ATTEMPTS_MAX,
+        }
+    }
+
+    /// The attempts one finalizer makes before it reports the outcome unknown.
+    fn attempts_of_one_finalize(&self) -> u8 {
+        if self.mutated(Mutation::FinalizeGivesUpEarly) {
+            1
+        } else {
+            self.attempts()
         }
     }
 
@@ -606,6 +658,11 @@ impl IdempotencyModel {
                     return None;
                 };
                 let marked = !self.mutated(Mutation::ReplayUnmarked);
+                let stored = if self.mutated(Mutation::SentinelReplayedFull) {
+                    Stored::Full
+                } else {
+                    stored
+                };
                 Some(Answer::Replay {
                     stored,
                     marked,
@@ -628,46 +685,60 @@ impl IdempotencyModel {
         }
     }
 
-    /// What the middleware writes and sends once the body is read.
-    fn capture(&self, outcome: Outcome) -> (Write, Live) {
+    /// What the middleware writes, and sends with the response head, once the body is read.
+    fn capture(&self, outcome: Outcome) -> (Write, Received) {
         if !outcome.is_success() {
-            let live = match (self.variant, outcome) {
+            let received = match (self.variant, outcome) {
                 // Bug c: the non-2xx arm also used the capped to_bytes, empty on error.
-                (Variant::PreFix, Outcome::FailFarOver) => Live::Empty,
-                _ => Live::Exact,
+                (Variant::PreFix, Outcome::FailFarOver) => Received::NOTHING,
+                // Passed through as it is: every frame.
+                _ => Received::exactly(outcome),
             };
             let write = if self.mutated(Mutation::CacheNonSuccess) {
                 Write::Succeeded(Stored::Full)
             } else {
                 Write::Failed
             };
-            return (write, live);
+            return (write, received);
         }
         match self.variant {
             Variant::PreFix => match outcome {
                 Outcome::OkUnder | Outcome::OkAtCap => {
-                    (Write::Succeeded(Stored::Full), Live::Exact)
+                    (Write::Succeeded(Stored::Full), Received::exactly(outcome))
                 }
-                // to_bytes(cap + 1) succeeds on exactly cap + 1 bytes: the sentinel.
-                Outcome::OkOneOver => (Write::Succeeded(Stored::Sentinel), Live::Exact),
+                // to_bytes(cap + 1) succeeds on exactly cap + 1 bytes: the sentinel, and every
+                // byte sent at once.
+                Outcome::OkOneOver => (
+                    Write::Succeeded(Stored::Sentinel),
+                    Received::exactly(outcome),
+                ),
                 // Bug a: anything else errs and becomes an empty body, cached and sent.
-                _ => (Write::Succeeded(Stored::Empty), Live::Empty),
+                _ => (Write::Succeeded(Stored::Empty), Received::NOTHING),
             },
             _ => match outcome {
                 Outcome::OkUnder | Outcome::OkAtCap => {
-                    (Write::Succeeded(Stored::Full), Live::Exact)
+                    (Write::Succeeded(Stored::Full), Received::exactly(outcome))
                 }
                 Outcome::OkErrorBeforeCap | Outcome::OkErrorAfterCap
                     if self.mutated(Mutation::BodyErrorFinalizesFailed) =>
                 {
-                    (Write::Failed, Live::Exact)
+                    (Write::Failed, Received::exactly(outcome))
                 }
                 Outcome::OkOneOver | Outcome::OkFarOver
                     if self.mutated(Mutation::CaptureTruncates) =>
                 {
-                    (Write::Succeeded(Stored::Full), Live::Exact)
+                    (Write::Succeeded(Stored::Full), Received::HEAD)
                 }
-                _ => (Write::Succeeded(Stored::Sentinel), Live::Exact),
+                // The frames up to the cap go with the head; the tail streams after the finalize.
+                _ if outcome.overflows() && self.mutated(Mutation::OverCapLiveEmptied) => {
+                    (Write::Succeeded(Stored::Sentinel), Received::NOTHING)
+                }
+                _ if outcome.overflows() => (Write::Succeeded(Stored::Sentinel), Received::HEAD),
+                // A body that failed before the cap: its frames and its error, all sent.
+                _ => (
+                    Write::Succeeded(Stored::Sentinel),
+                    Received::exactly(outcome),
+                ),
             },
         }
     }
@@ -676,6 +747,9 @@ impl IdempotencyModel {
         let Some(row) = state.row.as_mut() else {
             return;
         };
+        if let Write::Succeeded(stored) = write {
+            state.history.written.insert((generation, stored));
+        }
         row.status = match write {
             Write::Succeeded(stored) => RowStatus::Succeeded {
                 stored,
@@ -692,27 +766,30 @@ impl IdempotencyModel {
         client: usize,
         generation: u8,
         outcome: Outcome,
-        live: Live,
+        received: Received,
         ending: Ending,
     ) {
         state.history.ended.insert(generation, ending);
-        let live = if ending == Ending::Unknown
+        let received = if ending == Ending::Unknown
             && outcome.is_success()
             // Bug b (pre-fix): the live body is swapped for an empty one.
             && (self.variant == Variant::PreFix || self.mutated(Mutation::UnknownFinalizeEmptiesBody))
         {
-            Live::Empty
+            Received::NOTHING
         } else {
-            live
+            received
         };
-        state.history.delivered.insert(generation, live);
         state.clients[client].stage =
             if self.variant != Variant::PreFix && outcome.is_success() && outcome.overflows() {
-                Stage::Streaming
+                Stage::Streaming {
+                    generation,
+                    received,
+                }
             } else {
+                state.history.delivered.insert(generation, received);
                 Stage::Done(Answer::Fresh {
                     success: outcome.is_success(),
-                    live,
+                    received,
                 })
             };
     }
@@ -910,7 +987,7 @@ impl stateright::Model for IdempotencyModel {
                         actions.push(Action::MiddlewareFinalizes { client, result });
                     }
                 }
-                Stage::Streaming => actions.push(Action::TailStreams { client }),
+                Stage::Streaming { .. } => actions.push(Action::TailStreams { client }),
                 Stage::Guarding { generation, .. } => {
                     for result in self.finalize_results(state, generation) {
                         actions.push(Action::DropGuardFinalizes { client, result });
@@ -991,7 +1068,7 @@ impl stateright::Model for IdempotencyModel {
                         generation,
                         outcome,
                         write: Write::Failed,
-                        live: Live::Exact,
+                        received: Received::exactly(outcome),
                         attempts: 0,
                     }
                 } else {
@@ -1009,19 +1086,19 @@ impl stateright::Model for IdempotencyModel {
                 else {
                     return None;
                 };
-                let (write, live) = self.capture(outcome);
+                let (write, received) = self.capture(outcome);
                 if !outcome.is_success() && self.mutated(Mutation::NonSuccessNotFinalized) {
-                    state.history.delivered.insert(generation, live);
+                    state.history.delivered.insert(generation, received);
                     state.clients[client].stage = Stage::Done(Answer::Fresh {
                         success: false,
-                        live,
+                        received,
                     });
                 } else {
                     state.clients[client].stage = Stage::Finalizing {
                         generation,
                         outcome,
                         write,
-                        live,
+                        received,
                         attempts: 0,
                     };
                 }
@@ -1031,7 +1108,7 @@ impl stateright::Model for IdempotencyModel {
                     generation,
                     outcome,
                     write,
-                    live,
+                    received,
                     attempts,
                 } = state.clients[client].stage
                 else {
@@ -1051,19 +1128,22 @@ impl stateright::Model for IdempotencyModel {
                         } else {
                             Ending::Lost
                         };
-                        self.after_finalize(&mut state, client, generation, outcome, live, ending);
+                        self.after_finalize(
+                            &mut state, client, generation, outcome, received, ending,
+                        );
                     }
                     DbResult::Error { committed } => {
                         state.budget.finalize_faults -= 1;
+                        *state.history.finalize_errors.entry(generation).or_default() += 1;
                         if committed && applies {
                             Self::apply_write(&mut state, generation, write);
                         }
-                        if attempts + 1 < self.attempts() {
+                        if attempts + 1 < self.attempts_of_one_finalize() {
                             state.clients[client].stage = Stage::Finalizing {
                                 generation,
                                 outcome,
                                 write,
-                                live,
+                                received,
                                 attempts: attempts + 1,
                             };
                         } else {
@@ -1072,7 +1152,7 @@ impl stateright::Model for IdempotencyModel {
                                 client,
                                 generation,
                                 outcome,
-                                live,
+                                received,
                                 Ending::Unknown,
                             );
                         }
@@ -1080,9 +1160,22 @@ impl stateright::Model for IdempotencyModel {
                 }
             }
             Action::TailStreams { client } => {
+                let Stage::Streaming {
+                    generation,
+                    received,
+                } = state.clients[client].stage
+                else {
+                    return None;
+                };
+                // The tail's frames follow whatever went out with the head.
+                let received = Received {
+                    tail: true,
+                    ..received
+                };
+                state.history.delivered.insert(generation, received);
                 state.clients[client].stage = Stage::Done(Answer::Fresh {
                     success: true,
-                    live: Live::Exact,
+                    received,
                 });
             }
             Action::ClientCancels {
@@ -1154,10 +1247,11 @@ impl stateright::Model for IdempotencyModel {
                     }
                     DbResult::Error { committed } => {
                         state.budget.finalize_faults -= 1;
+                        *state.history.finalize_errors.entry(generation).or_default() += 1;
                         if committed && applies {
                             Self::apply_write(&mut state, generation, write);
                         }
-                        (attempts + 1 >= self.attempts()).then_some(Ending::Unknown)
+                        (attempts + 1 >= self.attempts_of_one_finalize()).then_some(Ending::Unknown)
                     }
                 };
                 state.clients[client].stage = match ending {

@@ -1,6 +1,10 @@
 //! M1-M10 as state predicates over the row, the clients' answers and the [`History`] every
 //! variant records the same way. Each `always` has a `sometimes` partner showing its interesting
 //! states are reached.
+//!
+//! What a property compares is computed apart from the step it judges: what a client received
+//! against what its handler produced ([`Received::exactly`] of the outcome), a replay against
+//! what the table was written with, an abandoned finalize against the errors its statements got.
 
 use super::*;
 
@@ -82,9 +86,26 @@ pub fn m2_example(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
 
 //= specs/idempotency-middleware.md#M3
 //# After a 2xx the row ends succeeded with the full body or the sentinel; never failed, never left processing.
+/// Whether the finalizing of `generation` was abandoned as the spec allows: its process died, or
+/// it ended unknown after every attempt of a finalizer answered an error (counted on the
+/// statements, not taken from the layer's own verdict).
+fn abandoned(model: &IdempotencyModel, state: &IdempotencyState, generation: u8) -> bool {
+    let errors = state
+        .history
+        .finalize_errors
+        .get(&generation)
+        .copied()
+        .unwrap_or(0);
+    match state.history.ended.get(&generation) {
+        Some(Ending::Died) => true,
+        Some(Ending::Unknown) => errors >= model.attempts(),
+        _ => false,
+    }
+}
+
 /// The exception the spec allows is encoded: a row stays processing after a 2xx only when the
 /// claim's finalizing ended unknown (every attempt answered an error) or its process died.
-pub fn m3_holds(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
+pub fn m3_holds(model: &IdempotencyModel, state: &IdempotencyState) -> bool {
     let Some(row) = state.row else { return true };
     let committed = |generation: u8| {
         state
@@ -96,14 +117,10 @@ pub fn m3_holds(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
     match row.status {
         RowStatus::Failed { origin } => !committed(origin),
         RowStatus::Processing => {
-            let abandoned = matches!(
-                state.history.ended.get(&row.generation),
-                Some(Ending::Unknown | Ending::Died)
-            );
             !committed(row.generation)
                 || row.expires_at <= state.now
                 || finalizer_pending(state, row.generation)
-                || abandoned
+                || abandoned(model, state, row.generation)
         }
         RowStatus::Succeeded { .. } => true,
     }
@@ -125,17 +142,35 @@ pub fn m3_unknown_example(_: &IdempotencyModel, state: &IdempotencyState) -> boo
         && state.history.handler.get(&row.generation).is_some_and(|outcome| outcome.is_success()))
 }
 
+/// Whether the first client of `generation` received exactly its handler's frames (or has not
+/// finished receiving).
+fn delivered_exactly(state: &IdempotencyState, generation: u8) -> bool {
+    match (
+        state.history.delivered.get(&generation),
+        state.history.handler.get(&generation),
+    ) {
+        (Some(received), Some(outcome)) => *received == Received::exactly(*outcome),
+        (Some(_), None) => false,
+        (None, _) => true,
+    }
+}
+
 //= specs/idempotency-middleware.md#M4
 //# A replay returns the stored status and body, or the sentinel response, marked as a replay.
+/// Observed on the replay, the table and the first client: a replay is marked, serves a body its
+/// origin wrote to the table, and a replayed full body is what the first client received.
 pub fn m4_holds(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
     answers(state).all(|answer| match answer {
-        Answer::Replay { marked: false, .. } => false,
-        // A replayed full body must be what the original client got (pre-fix bug b breaks it).
         Answer::Replay {
-            stored: Stored::Full,
+            stored,
+            marked,
             origin,
             ..
-        } => state.history.delivered.get(&origin) != Some(&Live::Empty),
+        } => {
+            marked
+                && state.history.written.contains(&(origin, stored))
+                && (stored != Stored::Full || delivered_exactly(state, origin))
+        }
         _ => true,
     })
 }
@@ -201,16 +236,25 @@ pub fn m6_renewed_example(_: &IdempotencyModel, state: &IdempotencyState) -> boo
         })
 }
 
+/// Whether the handler of `generation` answered a 2xx.
+fn succeeded(state: &IdempotencyState, generation: u8) -> bool {
+    state
+        .history
+        .handler
+        .get(&generation)
+        .is_some_and(|outcome| outcome.is_success())
+}
+
 //= specs/idempotency-middleware.md#M7
 //# The first client receives exactly the frames the handler produced, over-cap tail and trailers included.
+/// Observed on what each first client of a 2xx received, against its handler's outcome.
 pub fn m7_holds(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
-    answers(state).all(|answer| {
-        answer
-            != Answer::Fresh {
-                success: true,
-                live: Live::Empty,
-            }
-    })
+    state
+        .history
+        .delivered
+        .keys()
+        .filter(|generation| succeeded(state, **generation))
+        .all(|generation| delivered_exactly(state, *generation))
 }
 
 pub fn m7_example(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
@@ -218,7 +262,7 @@ pub fn m7_example(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
     state
         .clients
         .iter()
-        .any(|client| client.stage == Stage::Streaming)
+        .any(|client| matches!(client.stage, Stage::Streaming { .. }))
 }
 
 //= specs/idempotency-middleware.md#M8
@@ -248,16 +292,16 @@ pub fn m8_example(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
 
 //= specs/idempotency-middleware.md#M9
 //# A non-2xx response passes through untouched and its row is recorded failed.
-/// "Recorded failed" is observed on the row once its claim's finalizing is over: unless the
-/// client went away first or the finalize ended unknown, the row of a non-2xx is failed.
-pub fn m9_holds(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
-    let passthrough = answers(state).all(|answer| {
-        answer
-            != Answer::Fresh {
-                success: false,
-                live: Live::Empty,
-            }
-    });
+/// "Passes through untouched" is observed on what the client of a non-2xx received, against its
+/// handler's outcome; "recorded failed" on the row once its claim's finalizing is over: unless
+/// the client went away first or the finalize was abandoned, the row of a non-2xx is failed.
+pub fn m9_holds(model: &IdempotencyModel, state: &IdempotencyState) -> bool {
+    let passthrough = state
+        .history
+        .delivered
+        .keys()
+        .filter(|generation| !succeeded(state, **generation))
+        .all(|generation| delivered_exactly(state, *generation));
     let recorded = state.row.is_none_or(|row| {
         let non_success = |generation: u8| {
             state
@@ -272,10 +316,8 @@ pub fn m9_holds(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
                 !non_success(row.generation)
                     || finalizer_pending(state, row.generation)
                     || row.expires_at <= state.now
-                    || matches!(
-                        state.history.ended.get(&row.generation),
-                        Some(Ending::Unknown | Ending::Died | Ending::Cancelled)
-                    )
+                    || state.history.ended.get(&row.generation) == Some(&Ending::Cancelled)
+                    || abandoned(model, state, row.generation)
             }
             RowStatus::Failed { .. } => true,
         }

@@ -367,11 +367,11 @@ impl ModelSpec for IdempotencyModel {
                 format!("{}: handler returns {}", name(client), outcome.words())
             }
             Action::MiddlewareCaptures { client } => match after.clients[*client].stage {
-                Stage::Finalizing { write, live, .. } => format!(
-                    "{}: middleware reads the body, will finalize {} and send {} body",
+                Stage::Finalizing { write, received, outcome, .. } => format!(
+                    "{}: middleware reads the body, will finalize {} and send {}",
                     name(client),
                     write.words(),
-                    if live == Live::Exact { "the handler's" } else { "an EMPTY" }
+                    received_words(received, outcome)
                 ),
                 _ => format!("{}: middleware reads the body and returns it without finalizing", name(client)),
             },
@@ -402,7 +402,7 @@ impl ModelSpec for IdempotencyModel {
                     Stage::Capturing { .. } => "while the middleware reads the body",
                     Stage::Finalizing { .. } if *in_flight_commits => "while the finalize is in flight (it still commits)",
                     Stage::Finalizing { .. } => "while the finalize is in flight",
-                    Stage::Streaming => "while the tail streams",
+                    Stage::Streaming { .. } => "while the tail streams",
                     _ => "",
                 };
                 let guard = if matches!(after.clients[*client].stage, Stage::Guarding { .. }) {
@@ -427,6 +427,19 @@ impl ModelSpec for IdempotencyModel {
             }
             Action::ProcessDies { client } => format!("{}'s process dies", name(client)),
         }
+    }
+}
+
+/// What goes out with the response head, in words.
+fn received_words(received: Received, outcome: Outcome) -> &'static str {
+    if received == Received::exactly(outcome) {
+        "the handler's body"
+    } else if received == Received::HEAD {
+        "the handler's body up to the cap (the tail streams after the finalize)"
+    } else if received == Received::NOTHING {
+        "an EMPTY body"
+    } else {
+        "PART of the handler's body"
     }
 }
 

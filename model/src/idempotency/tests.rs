@@ -77,7 +77,7 @@ fn variants_meet_their_expected_verdicts_at_the_ci_bounds() {
     for (variant, unique_states, always_violated) in [
         (
             "pre-fix",
-            32_237,
+            35_727,
             &[
                 M1_AT_MOST_ONCE,
                 "M2 no-poison",
@@ -89,9 +89,9 @@ fn variants_meet_their_expected_verdicts_at_the_ci_bounds() {
                 M10_EXPIRED_FREE,
             ][..],
         ),
-        ("fixed", 127_215, &[M1_AT_MOST_ONCE, "M8 fencing"][..]),
-        ("fenced", 127_811, &[M1_AT_MOST_ONCE][..]),
-        ("renewed", 99_963, &[][..]),
+        ("fixed", 167_489, &[M1_AT_MOST_ONCE, "M8 fencing"][..]),
+        ("fenced", 144_995, &[M1_AT_MOST_ONCE][..]),
+        ("renewed", 113_641, &[][..]),
     ] {
         let report = check_at(variant, &[], None);
         println!(
@@ -112,11 +112,11 @@ fn variants_meet_their_expected_verdicts_at_the_ci_bounds() {
 #[test]
 fn expectations_follow_the_bounds() {
     for (variant, overrides, unique_states) in [
-        ("fenced", &[("ticks", 0)][..], 8_433),
-        ("fenced", &[("ticks", 0), ("finalize_faults", 0)][..], 1_613),
-        ("renewed", &[("clients", 1)][..], 2_195),
-        ("pre-fix", &[("ticks", 1)][..], 10_880),
-        ("renewed", &[("sqlite", 1)][..], 110_875),
+        ("fenced", &[("ticks", 0)][..], 9_197),
+        ("fenced", &[("ticks", 0), ("finalize_faults", 0)][..], 1_577),
+        ("renewed", &[("clients", 1)][..], 2_105),
+        ("pre-fix", &[("ticks", 1)][..], 11_440),
+        ("renewed", &[("sqlite", 1)][..], 124_113),
     ] {
         let report = check_at(variant, overrides, None);
         assert_expected(&report);
@@ -131,7 +131,7 @@ fn expectations_follow_the_bounds() {
 /// small non-2xx) add states but no verdict.
 #[test]
 fn all_nine_outcomes_give_the_same_verdicts() {
-    for (variant, unique_states) in [("pre-fix", 85_273), ("renewed", 271_091)] {
+    for (variant, unique_states) in [("pre-fix", 97_101), ("renewed", 312_795)] {
         let all = check_at(variant, &[("outcomes", 9)], None);
         let ci = check_at(variant, &[], None);
         assert_expected(&all);
@@ -216,7 +216,7 @@ fn renewed_runs_twice_only_when_the_process_dies_or_every_finalize_fails() {
     let report = check_at("renewed", &[("process_faults", 1)], None);
     assert_expected(&report);
     assert_eq!(violated(&report), [M1_AT_MOST_ONCE]);
-    assert_eq!(report.unique_states, 404_905);
+    assert_eq!(report.unique_states, 495_381);
     assert_eq!(
         shortest_words("renewed", &[("process_faults", 1)], None, M1_AT_MOST_ONCE),
         [
@@ -233,7 +233,7 @@ fn renewed_runs_twice_only_when_the_process_dies_or_every_finalize_fails() {
     let report = check_at("renewed", &[("finalize_faults", 3)], None);
     assert_expected(&report);
     assert_eq!(violated(&report), [M1_AT_MOST_ONCE]);
-    assert_eq!(report.unique_states, 158_819);
+    assert_eq!(report.unique_states, 186_553);
     let unknown = [
         "C1 POST /transfers Idempotency-Key k fp A",
         "C1: claim k inserts a processing row, generation 1",
@@ -397,6 +397,10 @@ type MutationCase = (
 /// shortest counterexample length).
 //= specs/idempotency-middleware.md#M1
 //# The handler runs only for the request that won the atomic claim of its key.
+//= specs/idempotency-middleware.md#M4
+//# A replay returns the stored status and body, or the sentinel response, marked as a replay.
+//= specs/idempotency-middleware.md#M7
+//# The first client receives exactly the frames the handler produced, over-cap tail and trailers included.
 #[test]
 fn each_mutated_step_is_caught_by_observation() {
     use Mutation::*;
@@ -479,6 +483,30 @@ fn each_mutated_step_is_caught_by_observation() {
             &[M10_EXPIRED_FREE],
             M10_EXPIRED_FREE,
             6,
+        ),
+        // The over-cap tail follows an empty head: what the client got is not the handler's.
+        (
+            OverCapLiveEmptied,
+            &[],
+            &["M7 live-body"],
+            "M7 live-body",
+            6,
+        ),
+        // The replay serves a body the table never held for its origin.
+        (
+            SentinelReplayedFull,
+            &[],
+            &["M4 replay-fidelity"],
+            "M4 replay-fidelity",
+            7,
+        ),
+        // An abandoned finalize is judged on its statements' errors, not on the layer's verdict.
+        (
+            FinalizeGivesUpEarly,
+            &[],
+            &[M1_AT_MOST_ONCE, M3_TERMINAL_RULE, "M9 non-2xx passthrough"],
+            M3_TERMINAL_RULE,
+            5,
         ),
     ];
     for (mutation, overrides, always_violated, property, steps) in cases {
