@@ -11,8 +11,8 @@
 //!
 //! Invariants: the wrapper never changes what the real store answers, only when it answers and
 //! whether the layer hears it; a call dropped before it was released never reaches the database;
-//! the lease heartbeat is off in every replay (no model variant it replays has one), so a
-//! renewal is a bug of the set-up and is refused.
+//! the lease heartbeat's renewals (`renewed` only) are not held: the model makes them within the
+//! tick that makes them due, and the replay's tick waits for them.
 
 use super::hub::{CallKind, CallTracker, Hub, Release};
 use oncecheck_idempotency::store::{
@@ -160,16 +160,27 @@ impl<S: CacheStore> CacheStore for HeldStore<S> {
         .await
     }
 
+    /// The heartbeat's renewal: not held (the model renews within the tick that made it due),
+    /// recorded for the tick step to wait on.
     async fn renew_lease(
         &self,
-        _key: &CacheKey,
-        _generation: i64,
-        _lease_expires_at: i64,
-        _now_millis: i64,
+        key: &CacheKey,
+        generation: i64,
+        lease_expires_at: i64,
+        now_millis: i64,
     ) -> Result<RenewOutcome, StoreError> {
-        Err(StoreError::Injected(
-            "a lease renewal in a replay without a heartbeat",
-        ))
+        let renewed = self
+            .inner
+            .renew_lease(key, generation, lease_expires_at, now_millis)
+            .await;
+        if let Ok(outcome) = &renewed {
+            self.hub.renewed(
+                generation,
+                lease_expires_at,
+                *outcome == RenewOutcome::Renewed,
+            );
+        }
+        renewed
     }
 
     fn round_trips(&self) -> u64 {

@@ -13,7 +13,8 @@
 //! Invariants: a step is performed only once the real system is where the model's previous
 //! state says (each step waits for the evidence of its own effect, bounded by
 //! `hub::WAIT_MILLIS_MAX`); a step that cannot be taken (nothing waits for it) is a divergence at
-//! that step, never skipped; the lease heartbeat is off, as in every variant replayed.
+//! that step, never skipped; the lease heartbeat runs for `renewed` (as shipped, a third of the
+//! lease on the layer's clock, so a tick makes it beat) and is off for the variants before it.
 
 use super::held_store::HeldStore;
 use super::hub::{CallKind, Hub, Received, Release};
@@ -107,14 +108,19 @@ impl LayerConfig {
     pub fn parse(variant: Option<&str>, mutations: &[String]) -> Result<LayerConfig, String> {
         let behaviour = match variant {
             None => None,
-            Some("pre-fix") => Some(LayerBehaviour::PreFix),
-            Some("fixed") => Some(LayerBehaviour::Fixed),
-            Some("fenced") => Some(LayerBehaviour::Fenced),
-            Some(other) => {
-                return Err(format!(
-                    "unknown layer variant `{other}`; valid: pre-fix, fixed, fenced"
-                ))
-            }
+            Some(name) => Some(
+                LayerBehaviour::ALL
+                    .into_iter()
+                    .find(|behaviour| behaviour.name() == name)
+                    .ok_or_else(|| {
+                        let valid: Vec<&str> =
+                            LayerBehaviour::ALL.iter().map(|b| b.name()).collect();
+                        format!(
+                            "unknown layer variant `{name}`; valid: {}",
+                            valid.join(", ")
+                        )
+                    })?,
+            ),
         };
         let mutations = mutations
             .iter()
@@ -144,9 +150,7 @@ impl LayerConfig {
     pub fn flags(&self) -> String {
         let mut flags = match self.behaviour {
             None => String::new(),
-            Some(LayerBehaviour::PreFix) => " --store-variant pre-fix".into(),
-            Some(LayerBehaviour::Fixed) => " --store-variant fixed".into(),
-            Some(LayerBehaviour::Fenced) => " --store-variant fenced".into(),
+            Some(behaviour) => format!(" --store-variant {}", behaviour.name()),
         };
         for mutation in &self.mutations {
             flags.push_str(&format!(" --store-mutation {}", mutation.name()));
@@ -304,7 +308,7 @@ impl MiddlewareTarget {
         let behaviour = match self.behaviour {
             LayerBehaviour::PreFix => Behaviour::PreFix,
             LayerBehaviour::Fixed => Behaviour::Fixed,
-            LayerBehaviour::Fenced => Behaviour::Fenced,
+            LayerBehaviour::Fenced | LayerBehaviour::Renewed => Behaviour::Fenced,
         };
         let mut builder =
             IdempotencyLayer::builder(HeldStore::new(store, self.hub.clone(), self.clock.clone()));
@@ -317,11 +321,15 @@ impl MiddlewareTarget {
         {
             builder = builder.mutation(seam);
         }
+        // The shipped heartbeat (a third of the lease, on the layer's clock) for `renewed`; none
+        // for the variants before it.
+        if self.behaviour != LayerBehaviour::Renewed {
+            builder = builder.without_lease_renewal();
+        }
         builder
             .body_bytes_max(server::BODY_BYTES_MAX)
             .lease_secs(LEASE_SECS)
             .row_ttl_secs(ROW_TTL_SECS)
-            .without_lease_renewal()
             .finalize_attempts_max(FINALIZE_ATTEMPTS_MAX)
             .finalize_budget_ms(FINALIZE_BUDGET_MS)
             .finalize_backoff_ms(FINALIZE_BACKOFF_MS)
@@ -395,8 +403,8 @@ impl MiddlewareTarget {
 
     /// The row of the trace's key as the database holds it.
     async fn read_row(&self) -> Result<Option<RowView>, Fault> {
-        type Columns = (String, i64, Vec<u8>, Option<Vec<u8>>, bool);
-        const READ: &str = "SELECT status, generation, fingerprint, response_body, body_too_large FROM idempotency_keys";
+        type Columns = (String, i64, Vec<u8>, Option<Vec<u8>>, bool, i64, i64);
+        const READ: &str = "SELECT status, generation, fingerprint, response_body, body_too_large, lease_expires_at, expires_at FROM idempotency_keys";
         let rows: Vec<Columns> = match &self.database {
             Some(TraceDatabase::Sqlite(store)) => {
                 sqlx::query_as(READ).fetch_all(store.pool()).await
@@ -407,7 +415,9 @@ impl MiddlewareTarget {
             None => return Err(Fault::Environment("no database".into())),
         }
         .map_err(|error| Fault::Environment(format!("reading the row: {error}")))?;
-        let Some((status, generation, fingerprint, body, too_large)) = rows.first().cloned() else {
+        let Some((status, generation, fingerprint, body, too_large, lease_ends, expires)) =
+            rows.first().cloned()
+        else {
             return Ok(None);
         };
         if rows.len() > 1 {
@@ -442,6 +452,8 @@ impl MiddlewareTarget {
             generation,
             fingerprint,
             body,
+            lease_ends: tick_of(lease_ends),
+            expires: tick_of(expires),
         }))
     }
 
@@ -846,6 +858,7 @@ impl MiddlewareTarget {
             }
             Action::ClockTicks => {
                 self.clock.advance_secs(LEASE_SECS as i64);
+                self.renewals(step.before, step.after).await?;
                 None
             }
             Action::CleanupPurges => {
@@ -871,6 +884,44 @@ impl MiddlewareTarget {
         Ok(())
     }
 
+    /// Waits for the heartbeat renewal a tick makes in the model: the row's claim renewed to its
+    /// new lease (on the layer's clock the heartbeat beats when the tick moves it).
+    async fn renewals(
+        &self,
+        before: &oncecheck_model::idempotency::IdempotencyState,
+        after: &oncecheck_model::idempotency::IdempotencyState,
+    ) -> Result<(), Fault> {
+        let (Some(old), Some(new)) = (before.row, after.row) else {
+            return Ok(());
+        };
+        if new.lease_expires_at == old.lease_expires_at {
+            return Ok(());
+        }
+        let real_generation = self.views[self.index].row.map_or(0, |row| row.generation);
+        let lease_millis = LEASE_SECS as i64 * 1000;
+        let lease_ends = CLOCK_START_MILLIS + i64::from(new.lease_expires_at) * lease_millis;
+        self.hub
+            .wait_for(|state| {
+                state
+                    .renewals
+                    .contains(&(real_generation, lease_ends, true))
+                    .then_some(())
+            })
+            .await
+            .map_err(|()| {
+                Fault::diverged(
+                    format!(
+                        "the heartbeat renews generation {real_generation}'s lease to tick {}",
+                        new.lease_expires_at
+                    ),
+                    format!(
+                        "renewals (generation, lease ends, renewed): {:?}",
+                        self.hub.read(|state| state.renewals.clone())
+                    ),
+                )
+            })
+    }
+
     async fn observe_now(&mut self) -> Result<MiddlewareView, Fault> {
         let row = self.read_row().await?;
         let (handler_runs, waiting) = self.hub.read(|state| {
@@ -885,6 +936,13 @@ impl MiddlewareTarget {
             waiting,
         })
     }
+}
+
+/// A real time as a model tick from the clock's start, if it is a whole one.
+fn tick_of(millis: i64) -> Option<i64> {
+    let lease_millis = LEASE_SECS as i64 * 1000;
+    let since = millis - CLOCK_START_MILLIS;
+    (since % lease_millis == 0).then_some(since / lease_millis)
 }
 
 /// The real fingerprint of a model fingerprint's request.

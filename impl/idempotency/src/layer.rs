@@ -8,10 +8,12 @@
 //! - The live response is the handler's response: parts are moved, never rebuilt, and its
 //!   body frames reach the client in order, over-cap tail, errors and trailers included (M7, M9).
 //! - Every finalize is conditional on the claim's generation (M8).
-//! - While a claim's handler runs (until its finalize starts) a heartbeat renews the claim's
-//!   lease every `lease_renew_interval`; it lives inside the request's future, so it stops when
-//!   the handler ends, when the request is dropped and when the process dies. A renewal that
-//!   matches no row means the claim was taken over: the heartbeat stops, the finalize is fenced.
+//! - While some finalizer of a claim is pending — the handler, the capture, the inline finalize,
+//!   or the drop guard's finalize — a heartbeat renews the claim's lease every
+//!   `lease_renew_interval` of the layer's clock; it lives inside the future that finalizes (the
+//!   request's, or the guard's background task), so it stops when the finalizing ends and when
+//!   the process dies. A renewal that matches no row means the claim was taken over (or already
+//!   finalized): the heartbeat stops, the finalize is fenced.
 //! - A finalize is retried only after a jittered backoff and only within `finalize_budget_ms`.
 
 use crate::capture::{capture_up_to_cap, BoxBody, BoxError, Capture, LiveBody};
@@ -545,14 +547,13 @@ where
         }
     };
     let request = Request::from_parts(parts, ReqBody::from(body_bytes));
-    let finalizing = Arc::new(AtomicBool::new(false));
     let claim = ClaimOwner {
         shared: shared.clone(),
         key: cache_key,
         generation,
-        finalizing: finalizing.clone(),
+        finalized: Arc::new(AtomicBool::new(false)),
     };
-    let heartbeat = Heartbeat::for_claim(&claim);
+    let heartbeat = Heartbeat::for_claim(&claim.shared, &claim.key, generation, &claim.finalized);
     let work = async move {
         let response = match inner.call(request).await {
             Ok(response) => response,
@@ -597,27 +598,34 @@ async fn with_heartbeat<St: CacheStore, T>(
     }
 }
 
-/// Renews one claim's lease until its finalize starts or a renewal finds the claim gone.
+/// Renews one claim's lease until its finalizing ends or a renewal finds the claim gone.
 struct Heartbeat<St> {
     shared: Arc<Shared<St>>,
     key: CacheKey,
     generation: i64,
     interval: Duration,
-    finalizing: Arc<AtomicBool>,
+    /// Set when the finalizing this heartbeat covers has ended: a later renewal is not due.
+    finalized: Arc<AtomicBool>,
 }
 
 impl<St: CacheStore> Heartbeat<St> {
-    fn for_claim(claim: &ClaimOwner<St>) -> Option<Self> {
+    /// The heartbeat of the claim `generation` of `key`, unless the layer runs without one.
+    fn for_claim(
+        shared: &Arc<Shared<St>>,
+        key: &CacheKey,
+        generation: i64,
+        finalized: &Arc<AtomicBool>,
+    ) -> Option<Self> {
         #[cfg(feature = "test-seams")]
-        if claim.shared.config.behaviour == Behaviour::PreFix {
+        if shared.config.behaviour == Behaviour::PreFix {
             return None;
         }
         Some(Heartbeat {
-            shared: claim.shared.clone(),
-            key: claim.key.clone(),
-            generation: claim.generation,
-            interval: claim.shared.config.lease_renew_interval?,
-            finalizing: claim.finalizing.clone(),
+            shared: shared.clone(),
+            key: key.clone(),
+            generation,
+            interval: shared.config.lease_renew_interval?,
+            finalized: finalized.clone(),
         })
     }
 
@@ -625,9 +633,16 @@ impl<St: CacheStore> Heartbeat<St> {
     //# The handler runs only for the request that won the atomic claim of its key.
     async fn run(self) {
         let lease_millis = secs_to_millis(self.shared.config.lease_secs);
+        let interval_millis = i64::try_from(self.interval.as_millis()).unwrap_or(i64::MAX);
         loop {
-            sync::sleep_between_renewals(self.interval).await;
-            if self.finalizing.load(Ordering::SeqCst) {
+            // On the layer's own clock, the one the lease is measured in.
+            let next = self
+                .shared
+                .clock
+                .now_millis()
+                .saturating_add(interval_millis);
+            self.shared.clock.sleep_until(next).await;
+            if self.finalized.load(Ordering::SeqCst) {
                 return;
             }
             let now = self.shared.clock.now_millis();
@@ -642,8 +657,8 @@ impl<St: CacheStore> Heartbeat<St> {
                     stats.lease_renewed.fetch_add(1, Ordering::SeqCst);
                     tracing::debug!(event = "idempotency.lease_renewed", key = %self.key.key, generation = self.generation);
                 }
-                // A finalize that started after the check above makes the row terminal: not a loss.
-                Ok(RenewOutcome::Lost) if self.finalizing.load(Ordering::SeqCst) => return,
+                // A finalize that ended after the check above made the row terminal: not a loss.
+                Ok(RenewOutcome::Lost) if self.finalized.load(Ordering::SeqCst) => return,
                 Ok(RenewOutcome::Lost) => {
                     stats.lease_lost.fetch_add(1, Ordering::SeqCst);
                     tracing::warn!(
@@ -958,14 +973,15 @@ struct ClaimOwner<St> {
     shared: Arc<Shared<St>>,
     key: CacheKey,
     generation: i64,
-    /// Set when the finalize starts: the heartbeat stops renewing from then on.
-    finalizing: Arc<AtomicBool>,
+    /// Set when the inline finalize has ended: the heartbeat has nothing left to keep.
+    finalized: Arc<AtomicBool>,
 }
 
 impl<St: CacheStore> ClaimOwner<St> {
     async fn finalize(&self, write: Write<'_>) -> Finalized {
-        self.finalizing.store(true, Ordering::SeqCst);
-        finalize(&self.shared, &self.key, self.generation, write).await
+        let finalized = finalize(&self.shared, &self.key, self.generation, write).await;
+        self.finalized.store(true, Ordering::SeqCst);
+        finalized
     }
 
     //= specs/idempotency-middleware.md#M9
@@ -1134,13 +1150,25 @@ impl<St: CacheStore> Drop for FinalizeGuard<St> {
                 headers: &armed.headers,
                 body: CachedBody::TooLarge,
             };
-            finalize(
-                &armed.shared,
-                &armed.key,
-                armed.generation,
-                Write::Success(record),
-            )
-            .await;
+            // The guard's finalize keeps the claim's lease like the request's did: the claim is
+            // still this process's until the sentinel is written.
+            let finalized = Arc::new(AtomicBool::new(false));
+            let heartbeat =
+                Heartbeat::for_claim(&armed.shared, &armed.key, armed.generation, &finalized);
+            let work = async {
+                finalize(
+                    &armed.shared,
+                    &armed.key,
+                    armed.generation,
+                    Write::Success(record),
+                )
+                .await;
+                finalized.store(true, Ordering::SeqCst);
+            };
+            match heartbeat {
+                Some(heartbeat) => with_heartbeat(heartbeat, work).await,
+                None => work.await,
+            }
         });
         if !spawned {
             tracing::error!(event = "idempotency.cancel_guard_no_runtime", key = %key, "row stays processing until its lease expires");
