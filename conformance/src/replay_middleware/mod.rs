@@ -446,6 +446,12 @@ mod tests {
         assert_eq!(first_difference(&path, &fenced), None);
     }
 
+    #[cfg(feature = "replay")]
+    #[test]
+    fn the_layer_makes_the_models_finalize_attempts() {
+        assert!(super::target::finalize_attempts_agree());
+    }
+
     // The fenced lease crossing: a second claim takes the row over in place, so the real
     // generation is the model's (2), and both claims entered the handler.
     //= specs/idempotency-middleware.md#M1

@@ -39,8 +39,6 @@ use std::sync::Arc;
 pub const LEASE_SECS: u64 = 3_600;
 /// The row lives two ticks (`ROW_TTL_TICKS`).
 pub const ROW_TTL_SECS: u64 = 2 * LEASE_SECS;
-/// The model's finalize attempts.
-const FINALIZE_ATTEMPTS_MAX: u32 = oncecheck_model::idempotency::FINALIZE_ATTEMPTS_MAX as u32;
 /// Wall time a finalize's attempts may take: far above any replay, below the lease.
 const FINALIZE_BUDGET_MS: u64 = 600_000;
 /// The first backoff between finalize attempts: short, a replay waits for every retry.
@@ -50,6 +48,13 @@ const CLOCK_START_MILLIS: i64 = 1_000_000;
 /// How long a cancelled client's layer may take to reach the store with a call the model does
 /// not make (a spawned drop-guard finalize): loopback and a spawned task, far under this.
 const GONE_GRACE_MILLIS: u64 = 250;
+
+/// Whether the layer's shipped finalize attempts are the model's: the replay builds the layer
+/// with its default, so a change to either must change the other.
+pub fn finalize_attempts_agree() -> bool {
+    oncecheck_idempotency::Config::default().finalize_attempts_max
+        == u32::from(oncecheck_model::idempotency::FINALIZE_ATTEMPTS_MAX)
+}
 
 /// The layer as `--store-variant` and `--store-mutation` configure it for a middleware target.
 #[derive(Debug, Clone, Default)]
@@ -330,7 +335,6 @@ impl MiddlewareTarget {
             .body_bytes_max(server::BODY_BYTES_MAX)
             .lease_secs(LEASE_SECS)
             .row_ttl_secs(ROW_TTL_SECS)
-            .finalize_attempts_max(FINALIZE_ATTEMPTS_MAX)
             .finalize_budget_ms(FINALIZE_BUDGET_MS)
             .finalize_backoff_ms(FINALIZE_BACKOFF_MS)
             .clock(self.clock.clone())

@@ -9,7 +9,7 @@
 //!   empty body (cached and sent), a finalize error that empties the live body, no drop guard,
 //!   one finalize attempt, a finalize conditional on the key only, and row expiry decided by the
 //!   hourly cleanup job instead of at read time (the "dead but blocking" key).
-//! - `fixed`: the terminal rule, frame capture, the drop guard, three finalize attempts and
+//! - `fixed`: the terminal rule, frame capture, the drop guard, five finalize attempts and
 //!   read-time expiry, with the finalize still conditional on the key only.
 //! - `fenced`: `fixed` plus generation fencing; the lease crossing (a handler slower than its
 //!   lease runs twice) is still possible.
@@ -46,8 +46,9 @@ use std::collections::{BTreeMap, BTreeSet};
 pub const LEASE_TICKS: u8 = 1;
 /// Ticks a row lives from its claim (`expires_at`).
 pub const ROW_TTL_TICKS: u8 = 2;
-/// The layer's finalize attempts (`finalize_attempts_max` in impl/idempotency/src/layer.rs).
-pub const FINALIZE_ATTEMPTS_MAX: u8 = 3;
+/// The layer's finalize attempts (`finalize_attempts_max`'s default in
+/// impl/idempotency/src/layer.rs, which the replay checks it equals).
+pub const FINALIZE_ATTEMPTS_MAX: u8 = 5;
 /// SQLite's claim loop (`CLAIM_ATTEMPTS_MAX` in impl/idempotency/src/store/mod.rs).
 pub const CLAIM_ATTEMPTS_MAX: u8 = 3;
 

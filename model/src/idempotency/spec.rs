@@ -38,7 +38,7 @@ const BOUNDS: &[BoundSpec] = &[
         key: "finalize_faults",
         default: 2,
         min: 0,
-        max: 3,
+        max: 5,
         help: "finalize statements answered with an error (unknown outcome)",
     },
     BoundSpec {
