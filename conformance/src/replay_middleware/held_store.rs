@@ -44,7 +44,7 @@ impl<S: CacheStore> HeldStore<S> {
     async fn held_finalize<F>(
         &self,
         generation: i64,
-        statement: impl Fn(i64) -> F,
+        statement: impl FnOnce(i64) -> F,
     ) -> Result<FinalizeOutcome, StoreError>
     where
         F: Future<Output = Result<FinalizeOutcome, StoreError>>,
@@ -90,6 +90,33 @@ fn words(answer: &Result<FinalizeOutcome, StoreError>) -> String {
 }
 
 impl<S: CacheStore> CacheStore for HeldStore<S> {
+    type Effect = S::Effect;
+
+    /// Not held: the model has no step for the begin, which runs inside the handler's step.
+    async fn begin_effect(&self) -> Result<S::Effect, StoreError> {
+        self.inner.begin_effect().await
+    }
+
+    /// Held like any finalize: the atomic commit of the row and the handler's effects.
+    async fn finalize_succeeded_in(
+        &self,
+        effect: S::Effect,
+        key: &CacheKey,
+        generation: i64,
+        record: SuccessRecord<'_>,
+        _now_millis: i64,
+    ) -> Result<FinalizeOutcome, StoreError> {
+        self.held_finalize(generation, |now_millis| {
+            self.inner
+                .finalize_succeeded_in(effect, key, generation, record, now_millis)
+        })
+        .await
+    }
+
+    async fn abandon_effect(&self, effect: S::Effect) {
+        self.inner.abandon_effect(effect).await
+    }
+
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let (id, release) = self.hub.hold(CallKind::Claim, None);
         let client = self

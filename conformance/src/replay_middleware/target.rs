@@ -584,6 +584,7 @@ impl MiddlewareTarget {
             Answer::Conflict { .. } => expected(409, None, None),
             Answer::Mismatch { .. } => expected(422, None, None),
             Answer::Unavailable => expected(503, None, None),
+            Answer::OutcomeUnknown { .. } => expected(409, None, None),
         };
         let words = format!("client {} received {answer:?}", client + 1);
         // Over HTTP/1.1 a body that fails before hyper flushed the response head reaches the
@@ -874,6 +875,11 @@ impl MiddlewareTarget {
                 };
                 purged.map_err(|error| Fault::Environment(format!("cleanup: {error}")))?;
                 None
+            }
+            Action::ReconcilerResolves { .. } => {
+                return Err(Fault::Environment(
+                    "the reconciler: not applicable to this target".into(),
+                ))
             }
             Action::ProcessStalls { .. } | Action::ProcessDies { .. } => {
                 return Err(Fault::Environment(

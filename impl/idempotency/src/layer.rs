@@ -18,6 +18,7 @@
 
 use crate::capture::{capture_up_to_cap, BoxBody, BoxError, Capture, LiveBody};
 use crate::clock::{Clock, SystemClock};
+use crate::effect::{EffectScope, Taken};
 use crate::fingerprint::Fingerprint;
 use crate::key::{self, KeyError};
 use crate::problem::Problem;
@@ -546,7 +547,16 @@ where
             return Ok(response.map(LiveBody::full));
         }
     };
-    let request = Request::from_parts(parts, ReqBody::from(body_bytes));
+    let mut request = Request::from_parts(parts, ReqBody::from(body_bytes));
+    // The request's transaction for effects in the cache's database, if its handler wants one.
+    let scope = {
+        let store = shared.store.clone();
+        EffectScope::new(Box::new(move || {
+            let store = store.clone();
+            Box::pin(async move { store.begin_effect().await })
+        }))
+    };
+    request.extensions_mut().insert(scope.clone());
     let claim = ClaimOwner {
         shared: shared.clone(),
         key: cache_key,
@@ -558,7 +568,9 @@ where
         let response = match inner.call(request).await {
             Ok(response) => response,
             Err(error) => {
-                // No response was produced: record the attempt failed so a retry may run it again.
+                // No response was produced: its effects roll back, and the attempt is recorded
+                // failed so a retry may run it again.
+                claim.abandon(scope.take()).await;
                 claim
                     .finalize(Write::Failure(StatusCode::INTERNAL_SERVER_ERROR.as_u16()))
                     .await;
@@ -572,8 +584,25 @@ where
             success if claim.shared.config.behaviour == Behaviour::PreFix => {
                 claim.finish_pre_fix(parts, body, success).await
             }
-            false => claim.finish_non_success(parts, body).await,
-            true => claim.finish_success(parts, body).await,
+            false => {
+                // A non-2xx commits nothing (D1): whatever the handler wrote in the effect
+                // transaction is rolled back.
+                claim.abandon(scope.take()).await;
+                claim.finish_non_success(parts, body).await
+            }
+            true => match scope.take() {
+                Taken::Unused => claim.finish_success(parts, body).await,
+                Taken::Transaction(effect) => {
+                    claim.finish_success_atomic(parts, body, effect).await
+                }
+                Taken::StillLent => {
+                    // The handler kept its transaction past its response: the layer cannot
+                    // commit it, so it rolls back when the handler drops it; nothing happened.
+                    tracing::error!(event = "idempotency.effect_held", key = %claim.key.key);
+                    claim.finalize(Write::Failure(500)).await;
+                    problem_response(effect_held_problem())
+                }
+            },
         })
     };
     match heartbeat {
@@ -758,6 +787,34 @@ fn empty_principal_problem() -> Problem {
         kind: "empty-principal",
         title: "The request's credentials name no one",
         detail: "the authentication layer accepted credentials with an empty principal".into(),
+    }
+}
+
+fn claim_lost_problem() -> Problem {
+    Problem {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        kind: "claim-lost",
+        title: "The request's claim was taken over before its effects committed",
+        detail: "its effects were rolled back; retry with the same key".into(),
+    }
+}
+
+fn commit_unknown_problem() -> Problem {
+    Problem {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        kind: "commit-unknown",
+        title: "The request's effects and response may or may not have committed",
+        detail: "they committed together or not at all; retry with the same key to learn which"
+            .into(),
+    }
+}
+
+fn effect_held_problem() -> Problem {
+    Problem {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        kind: "effect-transaction-held",
+        title: "The handler kept its effect transaction past its response",
+        detail: "its effects were not committed; the handler must drop the transaction before it answers".into(),
     }
 }
 
@@ -984,6 +1041,50 @@ impl<St: CacheStore> ClaimOwner<St> {
         finalized
     }
 
+    /// Rolls back what the handler left in its effect transaction, if anything.
+    async fn abandon(&self, taken: Taken<St::Effect>) {
+        if let Taken::Transaction(effect) = taken {
+            self.shared.store.abandon_effect(effect).await;
+        }
+    }
+
+    /// A 2xx whose effects are in the effect transaction: the success row is written in it and
+    /// both commit at once, before the response is returned; or neither does, and the client is
+    /// told so (503, retry with the same key). No drop guard: a client gone before the commit
+    /// drops the transaction, so its effects never happened and the key is free after its lease.
+    //= specs/idempotency-middleware.md#M1
+    //# The handler runs only for the request that won the atomic claim of its key.
+    async fn finish_success_atomic(
+        self,
+        mut parts: http::response::Parts,
+        body: BoxBody,
+        effect: St::Effect,
+    ) -> Response<LiveBody> {
+        parts
+            .headers
+            .insert(REPLAYED_HEADER, HeaderValue::from_static("false"));
+        let headers = stored_headers(&parts.headers);
+        let capture = capture_up_to_cap(body, self.shared.config.body_bytes_max).await;
+        let record = SuccessRecord {
+            status: parts.status.as_u16(),
+            headers: &headers,
+            body: cached_body(&capture, &self.key, self.shared.config.body_bytes_max),
+        };
+        let finalized =
+            finalize_atomic(&self.shared, &self.key, self.generation, effect, record).await;
+        self.finalized.store(true, Ordering::SeqCst);
+        let retry_after = self.shared.config.retry_after_secs;
+        match finalized {
+            Finalized::Applied => Response::from_parts(parts, LiveBody::after_capture(capture)),
+            Finalized::Lost => claim_lost_problem()
+                .to_response_retry_after(retry_after)
+                .map(LiveBody::full),
+            Finalized::Unknown => commit_unknown_problem()
+                .to_response_retry_after(retry_after)
+                .map(LiveBody::full),
+        }
+    }
+
     //= specs/idempotency-middleware.md#M9
     //# A non-2xx response passes through untouched and its row is recorded failed.
     async fn finish_non_success(
@@ -1020,19 +1121,7 @@ impl<St: CacheStore> ClaimOwner<St> {
             guard
         };
         let capture = capture_up_to_cap(body, self.shared.config.body_bytes_max).await;
-        //= specs/idempotency-middleware.md#M2
-        //# A cached success holds the complete body, at most the cap, or the too-large sentinel.
-        let cached = match &capture {
-            Capture::Within { data, .. } => CachedBody::Full(data),
-            Capture::Overflow { .. } => {
-                tracing::info!(event = "idempotency.overflow", key = %self.key.key, cap = self.shared.config.body_bytes_max);
-                CachedBody::TooLarge
-            }
-            Capture::Failed { error, .. } => {
-                tracing::warn!(event = "idempotency.body_stream_error", key = %self.key.key, %error);
-                CachedBody::TooLarge
-            }
-        };
+        let cached = cached_body(&capture, &self.key, self.shared.config.body_bytes_max);
         // Awaited before the response returns: whatever the tail does later, the row is terminal.
         self.finalize(Write::Success(SuccessRecord {
             status,
@@ -1092,6 +1181,71 @@ impl<St: CacheStore> ClaimOwner<St> {
             .body(LiveBody::full(live))
             .unwrap_or_else(|_| Response::new(LiveBody::empty()))
     }
+}
+
+/// What a success row caches of a captured body: the body when it ended within the cap, the
+/// sentinel otherwise.
+//= specs/idempotency-middleware.md#M2
+//# A cached success holds the complete body, at most the cap, or the too-large sentinel.
+fn cached_body<'a>(capture: &'a Capture, key: &CacheKey, cap: usize) -> CachedBody<'a> {
+    match capture {
+        Capture::Within { data, .. } => CachedBody::Full(data),
+        Capture::Overflow { .. } => {
+            tracing::info!(event = "idempotency.overflow", key = %key.key, cap);
+            CachedBody::TooLarge
+        }
+        Capture::Failed { error, .. } => {
+            tracing::warn!(event = "idempotency.body_stream_error", key = %key.key, %error);
+            CachedBody::TooLarge
+        }
+    }
+}
+
+/// The atomic finalize: one attempt, the success row and the handler's effects in one commit.
+/// It cannot be retried (an error ends the transaction), so an error is an unknown outcome at
+/// once; the row then stays `processing` (nothing committed) or is the success (both did).
+async fn finalize_atomic<St: CacheStore>(
+    shared: &Shared<St>,
+    key: &CacheKey,
+    generation: i64,
+    effect: St::Effect,
+    record: SuccessRecord<'_>,
+) -> Finalized {
+    let now = shared.clock.now_millis();
+    let budget = Duration::from_millis(shared.config.finalize_budget_ms);
+    let attempt = shared
+        .store
+        .finalize_succeeded_in(effect, key, generation, record, now);
+    let error = match sync::within(budget, attempt).await {
+        Some(Ok(FinalizeOutcome::Applied)) => {
+            shared.stats.finalize_applied.fetch_add(1, Ordering::SeqCst);
+            tracing::debug!(event = "idempotency.finalize_applied", key = %key.key, generation, atomic = true);
+            return Finalized::Applied;
+        }
+        Some(Ok(FinalizeOutcome::Lost)) => {
+            shared.stats.finalize_lost.fetch_add(1, Ordering::SeqCst);
+            tracing::warn!(
+                event = "idempotency.finalize_lost",
+                key = %key.key,
+                generation,
+                atomic = true,
+                "the claim was taken over; the handler's effects were rolled back with the row"
+            );
+            return Finalized::Lost;
+        }
+        Some(Err(error)) => error.to_string(),
+        None => "the commit did not answer within the finalize budget".to_string(),
+    };
+    shared.stats.finalize_unknown.fetch_add(1, Ordering::SeqCst);
+    tracing::warn!(
+        event = "idempotency.finalize_unknown",
+        key = %key.key,
+        generation,
+        atomic = true,
+        %error,
+        "the effects and the row committed together or not at all; a retry with the key learns which"
+    );
+    Finalized::Unknown
 }
 
 /// Finalizes the sentinel if dropped while armed: the client went away after a 2xx, while the

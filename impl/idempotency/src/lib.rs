@@ -23,6 +23,7 @@
 
 pub mod capture;
 pub mod clock;
+pub mod effect;
 pub mod fingerprint;
 pub mod key;
 pub mod layer;
@@ -32,6 +33,7 @@ pub mod sync;
 
 pub use capture::{capture_up_to_cap, BoxBody, BoxError, Capture, LiveBody};
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use effect::{EffectError, EffectScope, EffectTransaction};
 #[cfg(feature = "test-seams")]
 pub use layer::Mutation;
 pub use layer::{

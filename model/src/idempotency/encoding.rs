@@ -44,6 +44,9 @@ fn answer_json(answer: Answer) -> Json {
             variant("Mismatch", json!({ "row_expired": row_expired }))
         }
         Answer::Unavailable => variant("Unavailable", unit()),
+        Answer::OutcomeUnknown { row_expired } => {
+            variant("OutcomeUnknown", json!({ "row_expired": row_expired }))
+        }
     }
 }
 
@@ -208,6 +211,7 @@ impl TraceEncoding for IdempotencyModel {
         "result",
         "at",
         "in_flight_commits",
+        "applied",
     ];
     const VARS: &'static [&'static str] =
         &["now", "row", "clients", "generations", "budget", "history"];
@@ -243,6 +247,7 @@ impl TraceEncoding for IdempotencyModel {
                 "claimed_over": by_generation(&history.claimed_over, |seen| word(*seen)),
                 "ran_with": by_generation(&history.ran_with, |fingerprint| word(*fingerprint)),
                 "handler": by_generation(&history.handler, |outcome| word(*outcome)),
+                "effects": Json::Array(history.effects.iter().map(|generation| int((*generation).into())).collect()),
                 "delivered": by_generation(&history.delivered, |received| received_json(*received)),
                 "written": Json::Array(history.written.iter().map(|(generation, stored)| {
                     json!({ "generation": int((*generation).into()), "stored": stored_json(*stored) })
@@ -325,6 +330,10 @@ impl TraceEncoding for IdempotencyModel {
                 client_pick(&mut picks, client);
                 "ProcessDies"
             }
+            Action::ReconcilerResolves { applied } => {
+                picks.insert("applied".into(), Json::Bool(applied));
+                "ReconcilerResolves"
+            }
         };
         (name.to_string(), picks)
     }
@@ -375,9 +384,10 @@ impl TraceEncoding for IdempotencyModel {
             "CleanupPurges" => Action::CleanupPurges,
             "ProcessStalls" => Action::ProcessStalls { client: client()? },
             "ProcessDies" => Action::ProcessDies { client: client()? },
+            "ReconcilerResolves" => Action::ReconcilerResolves { applied: pick_bool(picks, "applied")? },
             other => {
                 return Err(format!(
-                    "unknown action `{other}` (valid: ClientSends, MiddlewareClaims, MiddlewareClaimFails, MiddlewareReadsRow, HandlerResponds, MiddlewareCaptures, MiddlewareFinalizes, TailStreams, ClientCancels, DropGuardFinalizes, ClockTicks, CleanupPurges, ProcessStalls, ProcessDies)"
+                    "unknown action `{other}` (valid: ClientSends, MiddlewareClaims, MiddlewareClaimFails, MiddlewareReadsRow, HandlerResponds, MiddlewareCaptures, MiddlewareFinalizes, TailStreams, ClientCancels, DropGuardFinalizes, ClockTicks, CleanupPurges, ProcessStalls, ProcessDies, ReconcilerResolves)"
                 ))
             }
         })

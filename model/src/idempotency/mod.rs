@@ -16,6 +16,14 @@
 //! - `renewed`: `fenced` plus the lease heartbeat: while some finalizer of the claim is pending
 //!   (the handler, the capture, the inline finalize or the drop guard's), the lease is renewed
 //!   before it lapses; a stalled or dead process stops renewing.
+//! - `atomic`: `renewed` for a handler whose effects live in the cache's database: they commit
+//!   with the success row in one transaction (one attempt; a client gone before it, a dead
+//!   process, a finalize that finds the claim taken over or fails commit nothing), so the
+//!   effects are recorded at that commit, not when the handler answers; no drop guard.
+//! - `fail-closed`: `renewed` whose claim never takes over a processing row whose lease lapsed:
+//!   its outcome is unknown, so the key is held (409 `outcome-unknown`) until the reconciler (the
+//!   handler's own "did my effect happen?", or an operator) resolves it once no process works on
+//!   that claim any more: the sentinel if its effects happened, `failed` if not.
 //!
 //! Invariants of the model itself: deterministic (ordered collections only), every action is one
 //! actor's verb, and the properties read only the protocol's own state and the record of what
@@ -214,7 +222,7 @@ pub enum Seen {
     OtherFingerprint,
     /// Processing under a live lease.
     LiveLease,
-    /// Processing, its lease lapsed.
+    /// Processing, its lease lapsed (in `fail-closed`: its outcome is unknown).
     LeaseLapsed,
     Failed,
     Succeeded,
@@ -251,8 +259,13 @@ pub enum Answer {
     Mismatch {
         row_expired: bool,
     },
-    /// 503: the claim answered with a database error; the handler did not run.
+    /// 503: the claim answered with a database error, so the handler did not run; or (`atomic`)
+    /// the commit of the handler's effects did not happen or its outcome is unknown.
     Unavailable,
+    /// 409 `outcome-unknown` (`fail-closed`): a processing row whose lease lapsed.
+    OutcomeUnknown {
+        row_expired: bool,
+    },
 }
 
 /// How a claim's finalizing ended: the layer's own events and the environment's.
@@ -268,6 +281,8 @@ pub enum Ending {
     Cancelled,
     /// The process died.
     Died,
+    /// The reconciler resolved the claim's unknown outcome (`fail-closed`).
+    Reconciled,
 }
 
 /// Where a client's request is. Every variant but `Ready`, `Guarding`, `Done` and `Gone` is an
@@ -368,8 +383,11 @@ pub struct History {
     pub claimed_over: BTreeMap<u8, Seen>,
     /// The fingerprint each generation's handler ran with.
     pub ran_with: BTreeMap<u8, Fingerprint>,
-    /// How each generation's handler answered; a 2xx committed its effects.
+    /// How each generation's handler answered.
     pub handler: BTreeMap<u8, Outcome>,
+    /// The generations whose handler's effects committed: when the handler answers a 2xx, or
+    /// (`atomic`) when the transaction carrying them and the success row commits.
+    pub effects: BTreeSet<u8>,
     /// What each generation's first client received, once its response ended.
     pub delivered: BTreeMap<u8, Received>,
     /// The success bodies each generation wrote to the table (a replay serves one of them).
@@ -503,6 +521,11 @@ pub enum Action {
     ProcessDies {
         client: usize,
     },
+    /// `fail-closed`: the reconciler answers whether the effects of the row's claim happened
+    /// (truthfully: its check reads the effect's own system) and resolves the row.
+    ReconcilerResolves {
+        applied: bool,
+    },
 }
 
 /// A seeded bug in one protocol step of the `renewed` middleware, for tests that show a
@@ -542,6 +565,10 @@ pub enum Mutation {
     SentinelReplayedFull,
     /// The finalize gives up after its first error instead of its attempts (M3).
     FinalizeGivesUpEarly,
+    /// `atomic`: the handler's effects commit when it answers, apart from the finalize (M1).
+    AtomicEffectsCommitAtResponse,
+    /// `fail-closed`: the reconciler resolves a claim whose process still works on it (M1).
+    ReconcilerDoesNotWait,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -550,6 +577,8 @@ pub(crate) enum Variant {
     Fixed,
     Fenced,
     Renewed,
+    Atomic,
+    FailClosed,
 }
 
 pub struct IdempotencyModel {
@@ -592,16 +621,32 @@ impl IdempotencyModel {
     }
 
     fn fenced(&self) -> bool {
-        matches!(self.variant, Variant::Fenced | Variant::Renewed)
+        !matches!(self.variant, Variant::PreFix | Variant::Fixed)
             && !self.mutated(Mutation::FinalizeUnfenced)
     }
 
+    /// The drop guard finalizes the sentinel for a client gone after a 2xx. `atomic` has none:
+    /// its effects are not committed before its finalize, and roll back without it.
     fn has_guard(&self) -> bool {
-        self.variant != Variant::PreFix && !self.mutated(Mutation::NoDropGuard)
+        !matches!(self.variant, Variant::PreFix | Variant::Atomic)
+            && !self.mutated(Mutation::NoDropGuard)
     }
 
-    fn heartbeat(&self) -> bool {
-        self.variant == Variant::Renewed
+    pub(crate) fn heartbeat(&self) -> bool {
+        matches!(
+            self.variant,
+            Variant::Renewed | Variant::Atomic | Variant::FailClosed
+        )
+    }
+
+    /// The handler's effects commit with the success row (`atomic`).
+    pub(crate) fn atomic(&self) -> bool {
+        self.variant == Variant::Atomic
+    }
+
+    /// A processing row whose lease lapsed is held, not taken over (`fail-closed`).
+    pub(crate) fn fail_closed(&self) -> bool {
+        self.variant == Variant::FailClosed
     }
 
     /// Expiry decided at read time (#1194's fix) rather than by the cleanup job.
@@ -637,6 +682,7 @@ impl IdempotencyModel {
             Seen::OtherFingerprint => self.mutated(Mutation::ClaimIgnoresFingerprint),
             Seen::LiveLease => self.mutated(Mutation::ClaimIgnoresLease),
             Seen::Succeeded => self.mutated(Mutation::ClaimTakesSucceeded),
+            Seen::LeaseLapsed if self.fail_closed() => false,
             other => other.claimable(),
         }
     }
@@ -654,6 +700,7 @@ impl IdempotencyModel {
         match seen {
             Seen::OtherFingerprint => Some(Answer::Mismatch { row_expired }),
             Seen::LiveLease => Some(Answer::Conflict { row_expired }),
+            Seen::LeaseLapsed if self.fail_closed() => Some(Answer::OutcomeUnknown { row_expired }),
             Seen::Succeeded => {
                 let RowStatus::Succeeded { stored, origin } = row_ref.status else {
                     return None;
@@ -860,6 +907,80 @@ impl IdempotencyModel {
         };
     }
 
+    /// The atomic finalize (`atomic`, a 2xx): one attempt that commits the success row and the
+    /// handler's effects together, or neither. The client gets the response only once both
+    /// committed; otherwise 503 (retry with the key).
+    fn finalize_atomic(
+        &self,
+        mut state: IdempotencyState,
+        client: usize,
+        result: DbResult,
+    ) -> Option<IdempotencyState> {
+        let Stage::Finalizing {
+            generation,
+            outcome,
+            write,
+            received,
+            ..
+        } = state.clients[client].stage
+        else {
+            return None;
+        };
+        let applies = self.finalize_applies(state.row.as_ref(), generation);
+        let committed = match result {
+            DbResult::Matched | DbResult::NoRowMatched => {
+                if (result == DbResult::Matched) != applies {
+                    return None;
+                }
+                applies
+            }
+            DbResult::Error { committed } => {
+                state.budget.finalize_faults -= 1;
+                *state.history.finalize_errors.entry(generation).or_default() += 1;
+                committed && applies
+            }
+        };
+        if committed {
+            Self::apply_write(&mut state, generation, write);
+            state.history.effects.insert(generation);
+        }
+        match result {
+            DbResult::Matched => self.after_finalize(
+                &mut state,
+                client,
+                generation,
+                outcome,
+                received,
+                Ending::Applied,
+            ),
+            DbResult::NoRowMatched => {
+                state.history.ended.insert(generation, Ending::Lost);
+                state.clients[client].stage = Stage::Done(Answer::Unavailable);
+            }
+            DbResult::Error { .. } => {
+                state.history.ended.insert(generation, Ending::Unknown);
+                state.clients[client].stage = Stage::Done(Answer::Unavailable);
+            }
+        }
+        Some(state)
+    }
+
+    /// Whether the reconciler may resolve the row (`fail-closed`): processing, its lease lapsed,
+    /// not expired, and no process works on its claim any more (a stalled one may still commit,
+    /// so the answer would not be final: the reconciler's contract waits for the attempt to be over).
+    fn reconcilable(&self, state: &IdempotencyState) -> bool {
+        let Some(row) = state.row else { return false };
+        self.fail_closed()
+            && row.status == RowStatus::Processing
+            && row.lease_expires_at <= state.now
+            && row.expires_at > state.now
+            && (self.mutated(Mutation::ReconcilerDoesNotWait)
+                || state
+                    .clients
+                    .iter()
+                    .all(|client| client.stage.working_on() != Some(row.generation)))
+    }
+
     /// Whether the clock may tick: never to the row expiry of a claim whose process is still
     /// working on it, unless the process stalled (a handler never outlives the 24 h row).
     fn may_tick(&self, state: &IdempotencyState) -> bool {
@@ -1029,6 +1150,12 @@ impl stateright::Model for IdempotencyModel {
         if self.may_tick(state) {
             actions.push(Action::ClockTicks);
         }
+        if self.reconcilable(state) {
+            let applied = state
+                .row
+                .is_some_and(|row| state.history.effects.contains(&row.generation));
+            actions.push(Action::ReconcilerResolves { applied });
+        }
         if !self.read_time_expiry() && state.row.is_some_and(|row| row.expires_at <= state.now) {
             actions.push(Action::CleanupPurges);
         }
@@ -1063,6 +1190,13 @@ impl stateright::Model for IdempotencyModel {
                     return None;
                 };
                 state.history.handler.insert(generation, outcome);
+                // A 2xx means the handler committed its effects, unless they wait for the
+                // finalize's commit (`atomic`).
+                if outcome.is_success()
+                    && (!self.atomic() || self.mutated(Mutation::AtomicEffectsCommitAtResponse))
+                {
+                    state.history.effects.insert(generation);
+                }
                 state.clients[client].stage = if outcome == Outcome::HandlerError {
                     // No response to capture: the layer finalizes failed and returns the error.
                     Stage::Finalizing {
@@ -1116,6 +1250,9 @@ impl stateright::Model for IdempotencyModel {
                     return None;
                 };
                 let applies = self.finalize_applies(state.row.as_ref(), generation);
+                if self.atomic() && outcome.is_success() {
+                    return self.finalize_atomic(state, client, result);
+                }
                 match result {
                     DbResult::Matched | DbResult::NoRowMatched => {
                         if (result == DbResult::Matched) != applies {
@@ -1190,11 +1327,17 @@ impl stateright::Model for IdempotencyModel {
                     return None;
                 }
                 if let Stage::Finalizing {
-                    generation, write, ..
+                    generation,
+                    write,
+                    outcome,
+                    ..
                 } = stage
                 {
                     if in_flight_commits && self.finalize_applies(state.row.as_ref(), generation) {
                         Self::apply_write(&mut state, generation, write);
+                        if self.atomic() && outcome.is_success() {
+                            state.history.effects.insert(generation);
+                        }
                     }
                 }
                 let after_success = match stage {
@@ -1215,7 +1358,9 @@ impl stateright::Model for IdempotencyModel {
                         generation,
                         attempts: 0,
                     },
-                    Some((generation, false)) => {
+                    // A non-2xx (no guard covers it), or a 2xx without a guard: the client's
+                    // request is gone, and with it (`atomic`) the uncommitted effects.
+                    Some((generation, _)) => {
                         state.history.ended.insert(generation, Ending::Cancelled);
                         Stage::Gone
                     }
@@ -1281,6 +1426,21 @@ impl stateright::Model for IdempotencyModel {
                 let generation = state.clients[client].stage.working_on()?;
                 state.history.ended.insert(generation, Ending::Died);
                 state.clients[client].stage = Stage::Gone;
+            }
+            Action::ReconcilerResolves { applied } => {
+                let row = state.row.as_mut()?;
+                let generation = row.generation;
+                if applied != state.history.effects.contains(&generation) {
+                    return None;
+                }
+                let write = if applied {
+                    // The response is not known: the sentinel, replayed with its problem body.
+                    Write::Succeeded(Stored::Sentinel)
+                } else {
+                    Write::Failed
+                };
+                Self::apply_write(&mut state, generation, write);
+                state.history.ended.insert(generation, Ending::Reconciled);
             }
         }
         Some(state)

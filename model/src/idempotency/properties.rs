@@ -26,27 +26,49 @@ fn finalizer_pending(state: &IdempotencyState, generation: u8) -> bool {
         .any(|client| client.stage.working_on() == Some(generation))
 }
 
-/// Generations of the key's current lifetime whose handler returned a 2xx (committed effects).
+/// Generations of the key's current lifetime whose handler's effects committed.
 fn committed_in_lifetime(state: &IdempotencyState) -> impl Iterator<Item = u8> + '_ {
-    let start = state.history.lifetime_start;
     state
         .history
-        .handler
-        .iter()
-        .filter(move |(generation, outcome)| **generation >= start && outcome.is_success())
-        .map(|(generation, _)| *generation)
+        .effects
+        .range(state.history.lifetime_start..)
+        .copied()
 }
 
 //= specs/idempotency-middleware.md#M1
 //# The handler runs only for the request that won the atomic claim of its key.
-/// Observed as effects: within one lifetime of the key (until its row expires), at most one
-/// handler run returns a 2xx.
+/// Observed as effects: within one lifetime of the key (until its row expires), the effects of
+/// at most one handler run committed (a 2xx, or in `atomic` the commit that carries them).
 pub fn m1_holds(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
     committed_in_lifetime(state).count() <= 1
 }
 
 pub fn m1_example(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
     answers(state).any(|answer| matches!(answer, Answer::Replay { .. }))
+}
+
+/// `atomic`: a run answered a 2xx whose effects never committed, and a later run of the same
+/// lifetime committed its own.
+pub fn m1_rolled_back_example(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
+    let start = state.history.lifetime_start;
+    let rolled_back = state.history.handler.iter().find(|(generation, outcome)| {
+        **generation >= start && outcome.is_success() && !state.history.effects.contains(generation)
+    });
+    rolled_back.is_some_and(|(first, _)| committed_in_lifetime(state).any(|later| later > *first))
+}
+
+/// `fail-closed`: a request was answered 409 outcome-unknown.
+pub fn m1_held_example(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
+    answers(state).any(|answer| matches!(answer, Answer::OutcomeUnknown { .. }))
+}
+
+/// `fail-closed`: the reconciler resolved a claim's unknown outcome.
+pub fn m1_reconciled_example(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
+    state
+        .history
+        .ended
+        .values()
+        .any(|ending| *ending == Ending::Reconciled)
 }
 
 //= specs/idempotency-middleware.md#M2
@@ -107,13 +129,7 @@ fn abandoned(model: &IdempotencyModel, state: &IdempotencyState, generation: u8)
 /// claim's finalizing ended unknown (every attempt answered an error) or its process died.
 pub fn m3_holds(model: &IdempotencyModel, state: &IdempotencyState) -> bool {
     let Some(row) = state.row else { return true };
-    let committed = |generation: u8| {
-        state
-            .history
-            .handler
-            .get(&generation)
-            .is_some_and(|outcome| outcome.is_success())
-    };
+    let committed = |generation: u8| state.history.effects.contains(&generation);
     match row.status {
         RowStatus::Failed { origin } => !committed(origin),
         RowStatus::Processing => {
@@ -139,7 +155,7 @@ pub fn m3_example(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
 pub fn m3_unknown_example(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
     matches!(state.row, Some(row) if row.status == RowStatus::Processing
         && state.history.ended.get(&row.generation) == Some(&Ending::Unknown)
-        && state.history.handler.get(&row.generation).is_some_and(|outcome| outcome.is_success()))
+        && state.history.effects.contains(&row.generation))
 }
 
 /// Whether the first client of `generation` received exactly its handler's frames (or has not
@@ -343,6 +359,7 @@ pub fn m10_holds(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
                 ..
             } | Answer::Conflict { row_expired: true }
                 | Answer::Mismatch { row_expired: true }
+                | Answer::OutcomeUnknown { row_expired: true }
         )
     })
 }

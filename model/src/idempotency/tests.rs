@@ -95,6 +95,8 @@ fn variants_meet_their_expected_verdicts_at_the_ci_bounds() {
         ("fixed", 167_489, &[M1_AT_MOST_ONCE, "M8 fencing"][..]),
         ("fenced", 144_995, &[M1_AT_MOST_ONCE][..]),
         ("renewed", 113_641, &[][..]),
+        ("atomic", 58_843, &[][..]),
+        ("fail-closed", 118_961, &[][..]),
     ] {
         let report = check_at(variant, &[], None);
         println!(
@@ -260,6 +262,44 @@ fn renewed_runs_twice_only_when_the_process_dies_or_every_finalize_fails() {
             "C2: claim k takes over the row whose lease lapsed, generation 2",
             "C2: handler returns 200, body under the cap",
         ]
+    );
+}
+
+/// `atomic` and `fail-closed` keep M1 where `renewed` loses it: a process that dies or stalls,
+/// and every finalize attempt failing. `atomic` commits the effects with the row (a run that did
+/// not commit runs again, once); `fail-closed` holds the key until the reconciler resolves it.
+/// Both at once for `fail-closed` (1 807 281 states, about a minute) is the documented run
+/// `oncecheck check idempotency --variant fail-closed --bound process_faults=1 --bound finalize_faults=5`.
+//= specs/idempotency-middleware.md#M1
+//# The handler runs only for the request that won the atomic claim of its key.
+#[test]
+fn atomic_and_fail_closed_run_once_when_the_process_dies_or_every_finalize_fails() {
+    for (variant, overrides, unique_states) in [
+        (
+            "atomic",
+            &[("process_faults", 1), ("finalize_faults", 5)][..],
+            516_439,
+        ),
+        ("fail-closed", &[("process_faults", 1)][..], 453_691),
+        ("fail-closed", ALL_ATTEMPTS_FAIL, 462_791),
+    ] {
+        let report = check_at(variant, overrides, None);
+        assert_expected(&report);
+        assert_eq!(
+            violated(&report),
+            [] as [&str; 0],
+            "{variant} {overrides:?}"
+        );
+        assert_eq!(
+            report.unique_states, unique_states,
+            "{variant} {overrides:?}"
+        );
+    }
+    // The held key, then the reconciler: the dead process's effects happened, so the sentinel.
+    let held = shortest_words("fail-closed", &[("process_faults", 1)], None, M1_RECONCILED);
+    assert_eq!(
+        held.last().unwrap(),
+        "the reconciler finds generation 1's effects did not happen -> failed"
     );
 }
 
@@ -549,6 +589,41 @@ fn each_mutated_step_is_caught_by_observation() {
             .unwrap(),
         "C2: claim k takes over a LIVE lease, generation 2"
     );
+}
+
+/// The steps that make `atomic` and `fail-closed` keep M1, each mutated: the effects committed
+/// at the handler's answer instead of with the row, and a reconciler that resolves a claim whose
+/// (stalled) process still works on it. Each is caught by M1 on what the table and the handler
+/// runs show.
+//= specs/idempotency-middleware.md#M1
+//# The handler runs only for the request that won the atomic claim of its key.
+#[test]
+fn the_steps_that_keep_m1_in_atomic_and_fail_closed_are_caught_mutated() {
+    use Mutation::*;
+    for (variant, mutation, always_violated, steps) in [
+        // Without the drop guard `atomic` leaves no sentinel either: M3 sees the committed
+        // effects under a processing row.
+        (
+            "atomic",
+            AtomicEffectsCommitAtResponse,
+            &[M1_AT_MOST_ONCE, M3_TERMINAL_RULE][..],
+            8,
+        ),
+        // The stalled run commits after the reconciler marked its row failed: M3 sees it too.
+        (
+            "fail-closed",
+            ReconcilerDoesNotWait,
+            &[M1_AT_MOST_ONCE, M3_TERMINAL_RULE][..],
+            9,
+        ),
+    ] {
+        let overrides = &[("process_faults", 1)];
+        let report = check_at(variant, overrides, Some(mutation));
+        assert_eq!(violated(&report), always_violated, "{mutation:?}");
+        let words = shortest_words(variant, overrides, Some(mutation), M1_AT_MOST_ONCE);
+        println!("{mutation:?}: {words:#?}");
+        assert_eq!(words.len(), steps, "{mutation:?}");
+    }
 }
 
 #[test]

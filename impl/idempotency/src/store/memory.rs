@@ -98,6 +98,27 @@ impl MemoryStore {
 }
 
 impl CacheStore for MemoryStore {
+    /// The memory store holds no effects: an "effect" here is the finalize alone.
+    type Effect = ();
+
+    async fn begin_effect(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn finalize_succeeded_in(
+        &self,
+        _effect: (),
+        key: &CacheKey,
+        generation: i64,
+        record: SuccessRecord<'_>,
+        now_millis: i64,
+    ) -> Result<FinalizeOutcome, StoreError> {
+        self.finalize_succeeded(key, generation, Fencing::Generation, record, now_millis)
+            .await
+    }
+
+    async fn abandon_effect(&self, _effect: ()) {}
+
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         self.round_trips.fetch_add(1, Ordering::SeqCst);
         let mut rows = sync::lock(&self.rows);

@@ -23,6 +23,11 @@ pub mod sql;
 pub use memory::MemoryStore;
 pub use sql::{PostgresStore, SqliteStore};
 
+/// The effect transaction of the PostgreSQL store (`Extension<EffectScope<PostgresEffect>>`).
+pub type PostgresEffect = sqlx::Transaction<'static, sqlx::Postgres>;
+/// The effect transaction of the SQLite store.
+pub type SqliteEffect = sqlx::Transaction<'static, sqlx::Sqlite>;
+
 /// What a cached response is stored under: the principal's scope, the method, the path and the
 /// client's key. Two tenants sending the same key never share a row.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -166,7 +171,34 @@ impl Default for StoreLimits {
 }
 
 /// A response cache with atomic claims and conditional finalizes.
+///
+/// Atomic effects: a handler whose effects live in the cache's own database may run them in an
+/// [`CacheStore::Effect`], a transaction of that database; the layer then writes the success
+/// row in the same transaction and commits it ([`CacheStore::finalize_succeeded_in`]), so the
+/// effects and the cached response commit together or not at all.
 pub trait CacheStore: Clone + Send + Sync + 'static {
+    /// An open transaction of the cache's database (`()` for a store without one).
+    type Effect: Send + 'static;
+
+    /// Begins a transaction for a handler's effects (waiting at most the store's acquire limit).
+    fn begin_effect(&self) -> impl Future<Output = Result<Self::Effect, StoreError>> + Send;
+
+    /// The atomic finalize: in `effect`, the success row of `generation` conditional on it still
+    /// being that claim's and `processing` (M8); `Applied` once it and the effects committed,
+    /// `Lost` when no row matched (the effects are rolled back). An error leaves the outcome
+    /// unknown: the commit may or may not have happened, for the effects and the row together.
+    fn finalize_succeeded_in(
+        &self,
+        effect: Self::Effect,
+        key: &CacheKey,
+        generation: i64,
+        record: SuccessRecord<'_>,
+        now_millis: i64,
+    ) -> impl Future<Output = Result<FinalizeOutcome, StoreError>> + Send;
+
+    /// Rolls `effect` back (the handler answered a non-2xx or an error, or its claim is gone).
+    fn abandon_effect(&self, effect: Self::Effect) -> impl Future<Output = ()> + Send;
+
     fn claim(
         &self,
         request: ClaimRequest<'_>,

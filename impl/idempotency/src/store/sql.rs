@@ -128,7 +128,7 @@ WHERE scope = $1 AND method = $2 AND path = $3 AND idempotency_key = $4
 const PURGE_SQL: &str = "DELETE FROM idempotency_keys WHERE expires_at <= $1";
 
 macro_rules! sql_store {
-    ($(#[$doc:meta])* $store:ident, $database:ty, $pool:ty, $migration:literal, claim_reads_row: $combined:expr) => {
+    ($(#[$doc:meta])* $store:ident, $database:ty, $pool:ty, $migration:literal, claim_reads_row: $combined:expr, begin: $begin:expr) => {
         $(#[$doc])*
         #[derive(Debug, Clone)]
         pub struct $store {
@@ -254,6 +254,66 @@ macro_rules! sql_store {
         }
 
         impl CacheStore for $store {
+            type Effect = sqlx::Transaction<'static, $database>;
+
+            async fn begin_effect(&self) -> Result<Self::Effect, StoreError> {
+                let millis_max = self.limits.acquire_ms_max;
+                let begun = crate::sync::within(
+                    Duration::from_millis(millis_max),
+                    self.pool.begin_with($begin),
+                )
+                .await;
+                match begun {
+                    Some(transaction) => Ok(transaction?),
+                    None => Err(StoreError::Timeout { waited: "acquiring a connection", millis_max }),
+                }
+            }
+
+            async fn finalize_succeeded_in(
+                &self,
+                mut effect: Self::Effect,
+                key: &CacheKey,
+                generation: i64,
+                record: SuccessRecord<'_>,
+                now_millis: i64,
+            ) -> Result<FinalizeOutcome, StoreError> {
+                self.round_trips.fetch_add(1, Ordering::Relaxed);
+                let headers = serde_json::to_string(record.headers)
+                    .map_err(|error| StoreError::Malformed(format!("response headers: {error}")))?;
+                let (body, too_large): (Option<&[u8]>, bool) = match record.body {
+                    CachedBody::Full(data) => (Some(data), false),
+                    CachedBody::TooLarge => (None, true),
+                };
+                //= specs/idempotency-middleware.md#M8
+                //# Every finalize is conditional on its claim's generation and on the row still processing.
+                let done = self.answer(sqlx::query(SUCCEED_FENCED_SQL)
+                    .bind(&key.scope)
+                    .bind(&key.method)
+                    .bind(&key.path)
+                    .bind(&key.key)
+                    .bind(generation)
+                    .bind(i32::from(record.status))
+                    .bind(headers)
+                    .bind(body)
+                    .bind(too_large)
+                    .bind(now_millis)
+                    .execute(&mut *effect))
+                    .await?;
+                if done.rows_affected() == 0 {
+                    // The claim is no longer ours: its effects must not commit either.
+                    let _ = self.answer(effect.rollback()).await;
+                    return Ok(FinalizeOutcome::Lost);
+                }
+                self.answer(effect.commit()).await?;
+                Ok(FinalizeOutcome::Applied)
+            }
+
+            async fn abandon_effect(&self, effect: Self::Effect) {
+                // Dropping it rolls back too; rolling back now releases SQLite's write lock
+                // before the failed row is written on another connection.
+                let _ = self.answer(effect.rollback()).await;
+            }
+
             async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
                 use sqlx::Row;
                 let key = request.key;
@@ -422,7 +482,8 @@ sql_store!(
     sqlx::Postgres,
     sqlx::PgPool,
     "../../migrations/postgres/0001_idempotency_keys.sql",
-    claim_reads_row: true
+    claim_reads_row: true,
+    begin: "BEGIN"
 );
 
 sql_store!(
@@ -431,5 +492,7 @@ sql_store!(
     sqlx::Sqlite,
     sqlx::SqlitePool,
     "../../migrations/sqlite/0001_idempotency_keys.sql",
-    claim_reads_row: false
+    claim_reads_row: false,
+    // The write lock up front: a deferred transaction that reads first can fail to upgrade.
+    begin: "BEGIN IMMEDIATE"
 );
