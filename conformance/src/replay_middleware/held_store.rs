@@ -17,7 +17,7 @@
 use super::hub::{CallKind, CallTracker, Hub, Release};
 use oncecheck_idempotency::store::{
     CacheKey, CacheStore, ClaimOutcome, ClaimRequest, Fencing, FinalizeOutcome, RenewOutcome,
-    StoreError, SuccessRecord,
+    StoreError, SuccessRecord, UnknownOutcome,
 };
 use oncecheck_idempotency::{Clock, ManualClock};
 use std::future::Future;
@@ -115,6 +115,29 @@ impl<S: CacheStore> CacheStore for HeldStore<S> {
 
     async fn abandon_effect(&self, effect: S::Effect) {
         self.inner.abandon_effect(effect).await
+    }
+
+    async fn unknown_outcomes(
+        &self,
+        _now_millis: i64,
+        count_max: usize,
+    ) -> Result<Vec<UnknownOutcome>, StoreError> {
+        self.inner
+            .unknown_outcomes(self.now_millis(), count_max)
+            .await
+    }
+
+    /// Not held: the reconciler's step is one step of the model.
+    async fn resolve_unknown(
+        &self,
+        held: &UnknownOutcome,
+        applied: bool,
+        status: u16,
+        _now_millis: i64,
+    ) -> Result<FinalizeOutcome, StoreError> {
+        self.inner
+            .resolve_unknown(held, applied, status, self.now_millis())
+            .await
     }
 
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {

@@ -46,14 +46,20 @@ pub enum LayerBehaviour {
     Fenced,
     /// The layer as shipped: `Behaviour::Fenced` with its heartbeat, driven by the layer's clock.
     Renewed,
+    /// As shipped, the scripted handler's effect in the request's `EffectScope` transaction.
+    Atomic,
+    /// As shipped, built `fail_closed()`.
+    FailClosed,
 }
 
 impl LayerBehaviour {
-    pub const ALL: [LayerBehaviour; 4] = [
+    pub const ALL: [LayerBehaviour; 6] = [
         LayerBehaviour::PreFix,
         LayerBehaviour::Fixed,
         LayerBehaviour::Fenced,
         LayerBehaviour::Renewed,
+        LayerBehaviour::Atomic,
+        LayerBehaviour::FailClosed,
     ];
 
     /// The model variant's name, which `--store-variant` takes too.
@@ -63,7 +69,17 @@ impl LayerBehaviour {
             LayerBehaviour::Fixed => "fixed",
             LayerBehaviour::Fenced => "fenced",
             LayerBehaviour::Renewed => "renewed",
+            LayerBehaviour::Atomic => "atomic",
+            LayerBehaviour::FailClosed => "fail-closed",
         }
+    }
+
+    /// Whether the layer runs its lease heartbeat.
+    pub fn heartbeat(self) -> bool {
+        matches!(
+            self,
+            LayerBehaviour::Renewed | LayerBehaviour::Atomic | LayerBehaviour::FailClosed
+        )
     }
 }
 
@@ -101,6 +117,8 @@ pub struct MiddlewareView {
     /// it): `claim` (SQLite's read of the row is in the same call) or `finalize` (inline or the
     /// drop guard's).
     pub waiting: Vec<Option<&'static str>>,
+    /// `atomic`: the handler effects committed (rows of the effect table; the model's record).
+    pub effects: Option<usize>,
 }
 
 /// Whether the layer from impl/idempotency can reproduce `path` on `database`; `Err` names the
@@ -126,7 +144,13 @@ pub fn applicable(
     }
     for (index, (before, action)) in path.iter().enumerate() {
         let expired = before.row.is_some_and(|row| row.expires_at <= before.now);
+        let sqlite_write_waits = database == Database::Sqlite
+            && behaviour == LayerBehaviour::Atomic
+            && writes_beside_an_effect(before, action.as_ref());
         let reason = match action {
+            _ if sqlite_write_waits => {
+                "a write while another request's effect transaction is open: SQLite serializes writers, so it waits for that commit"
+            }
             // The pre-fix layer in impl/idempotency already decides expiry when it reads a row;
             // the model's pre-fix leaves it to the cleanup job (M10's counterexample).
             Some(
@@ -161,13 +185,45 @@ pub fn applicable(
     Ok(behaviour)
 }
 
+/// `atomic` on SQLite: whether `action` writes (a claim, a finalize, a begin, the heartbeat's
+/// renewals at a tick) while a client other than its own holds an open effect transaction (a
+/// 2xx captured or finalizing), or a tick comes while any does (its own renewal waits too).
+fn writes_beside_an_effect(state: &IdempotencyState, action: Option<&Action>) -> bool {
+    let open: Vec<usize> = state
+        .clients
+        .iter()
+        .enumerate()
+        .filter(|(_, client)| {
+            matches!(client.stage,
+                Stage::Capturing { outcome, .. } | Stage::Finalizing { outcome, .. } if outcome.is_success())
+        })
+        .map(|(index, _)| index)
+        .collect();
+    let other = |client: usize| open.iter().any(|holder| *holder != client);
+    match action {
+        Some(Action::ClockTicks) => !open.is_empty(),
+        Some(
+            Action::MiddlewareClaims { client }
+            | Action::MiddlewareClaimFails { client, .. }
+            | Action::MiddlewareReadsRow { client }
+            | Action::MiddlewareFinalizes { client, .. }
+            | Action::DropGuardFinalizes { client, .. }
+            | Action::HandlerResponds { client, .. },
+        ) => other(*client),
+        _ => false,
+    }
+}
+
 /// Whether the step at `index` directly follows `previous`.
 fn follows(path: &[(IdempotencyState, Option<Action>)], index: usize, previous: Action) -> bool {
     index > 0 && path[index - 1].1 == Some(previous)
 }
 
 /// The model's state after every step of `path`, in the words of [`MiddlewareView`].
-pub fn expected_views(path: &[(IdempotencyState, Option<Action>)]) -> Vec<MiddlewareView> {
+pub fn expected_views(
+    path: &[(IdempotencyState, Option<Action>)],
+    effects: bool,
+) -> Vec<MiddlewareView> {
     // The real generation restarts at 1 on a row claimed while absent; the model's continues.
     let mut offset: i64 = 0;
     let mut views = Vec::with_capacity(path.len());
@@ -214,6 +270,7 @@ pub fn expected_views(path: &[(IdempotencyState, Option<Action>)]) -> Vec<Middle
             row,
             handler_runs: state.history.ran_with.len(),
             waiting,
+            effects: effects.then_some(state.history.effects.len()),
         });
     }
     views
@@ -228,7 +285,7 @@ pub fn first_difference(
     other: &IdempotencyModel,
 ) -> Option<(usize, String)> {
     use stateright::Model;
-    let expected = expected_views(path);
+    let expected = expected_views(path, false);
     let mut states = vec![path.first()?.0.clone()];
     for (index, (_, action)) in path.iter().enumerate() {
         let Some(action) = action else { break };
@@ -248,7 +305,9 @@ pub fn first_difference(
         states.push(next);
         let replayed: Vec<(IdempotencyState, Option<Action>)> =
             states.iter().map(|state| (state.clone(), None)).collect();
-        let actual = expected_views(&replayed).pop().expect("one view per state");
+        let actual = expected_views(&replayed, false)
+            .pop()
+            .expect("one view per state");
         if actual != expected[index + 1] {
             return Some((
                 index + 1,
@@ -303,7 +362,7 @@ mod tests {
             applicable(&model, &path, Database::Postgres),
             Ok(LayerBehaviour::PreFix)
         );
-        let views = expected_views(&path);
+        let views = expected_views(&path, false);
         assert_eq!(views.len(), path.len());
         assert_eq!(
             views[0],
@@ -311,6 +370,7 @@ mod tests {
                 row: None,
                 handler_runs: 0,
                 waiting: vec![None, None],
+                effects: None,
             }
         );
         let last = views.last().unwrap();
@@ -460,7 +520,7 @@ mod tests {
     fn the_lease_crossing_shows_two_handler_runs_and_generation_two() {
         let model = model("fenced", &[]);
         let path = counterexample(&model, "M1 at-most-once");
-        let last = expected_views(&path).pop().unwrap();
+        let last = expected_views(&path, false).pop().unwrap();
         assert_eq!(last.handler_runs, 2);
         assert_eq!(last.row.map(|row| row.generation), Some(2));
     }

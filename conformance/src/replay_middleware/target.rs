@@ -288,6 +288,8 @@ pub struct MiddlewareTarget {
     outcomes: BTreeMap<usize, Outcome>,
     requests: usize,
     lost_responses: usize,
+    /// `atomic` on SQLite: the database file, removed at the end.
+    sqlite_file: Option<std::path::PathBuf>,
 }
 
 impl MiddlewareTarget {
@@ -306,6 +308,7 @@ impl MiddlewareTarget {
             outcomes: BTreeMap::new(),
             requests: 0,
             lost_responses: 0,
+            sqlite_file: None,
         }
     }
 
@@ -313,7 +316,10 @@ impl MiddlewareTarget {
         let behaviour = match self.behaviour {
             LayerBehaviour::PreFix => Behaviour::PreFix,
             LayerBehaviour::Fixed => Behaviour::Fixed,
-            LayerBehaviour::Fenced | LayerBehaviour::Renewed => Behaviour::Fenced,
+            LayerBehaviour::Fenced
+            | LayerBehaviour::Renewed
+            | LayerBehaviour::Atomic
+            | LayerBehaviour::FailClosed => Behaviour::Fenced,
         };
         let mut builder =
             IdempotencyLayer::builder(HeldStore::new(store, self.hub.clone(), self.clock.clone()));
@@ -328,8 +334,11 @@ impl MiddlewareTarget {
         }
         // The shipped heartbeat (a third of the lease, on the layer's clock) for `renewed`; none
         // for the variants before it.
-        if self.behaviour != LayerBehaviour::Renewed {
+        if !self.behaviour.heartbeat() {
             builder = builder.without_lease_renewal();
+        }
+        if self.behaviour == LayerBehaviour::FailClosed {
+            builder = builder.fail_closed();
         }
         builder
             .body_bytes_max(server::BODY_BYTES_MAX)
@@ -342,6 +351,52 @@ impl MiddlewareTarget {
             .build()
     }
 
+    fn atomic(&self) -> bool {
+        self.behaviour == LayerBehaviour::Atomic
+    }
+
+    /// The effects committed so far (`atomic`).
+    async fn effects(&self) -> Result<Option<usize>, Fault> {
+        if !self.atomic() {
+            return Ok(None);
+        }
+        let counted: Result<i64, sqlx::Error> = match &self.database {
+            Some(TraceDatabase::Sqlite(store)) => {
+                sqlx::query_scalar(EFFECTS_SQL)
+                    .fetch_one(store.pool())
+                    .await
+            }
+            Some(TraceDatabase::Postgres { store, .. }) => {
+                sqlx::query_scalar(EFFECTS_SQL)
+                    .fetch_one(store.pool())
+                    .await
+            }
+            None => return Err(Fault::Environment("no database".into())),
+        };
+        let counted =
+            counted.map_err(|error| Fault::Environment(format!("counting effects: {error}")))?;
+        Ok(Some(usize::try_from(counted).unwrap_or(usize::MAX)))
+    }
+
+    /// The reconciler's step: the held key resolved as the trace says, through the store's
+    /// resolution (the layer's `reconcile_unknown` runs the same two statements).
+    async fn reconcile(&self, applied: bool) -> Result<(), Fault> {
+        let now = oncecheck_idempotency::Clock::now_millis(&self.clock);
+        let resolved = match &self.database {
+            Some(TraceDatabase::Sqlite(store)) => resolve_held(store, applied, now).await,
+            Some(TraceDatabase::Postgres { store, .. }) => resolve_held(store, applied, now).await,
+            None => return Err(Fault::Environment("no database".into())),
+        };
+        match resolved {
+            Ok(oncecheck_idempotency::store::FinalizeOutcome::Applied) => Ok(()),
+            Ok(other) => Err(Fault::diverged(
+                "the held key resolved",
+                format!("{other:?}: no held key, or it changed"),
+            )),
+            Err(error) => Err(Fault::Environment(format!("reconciling: {error}"))),
+        }
+    }
+
     fn claims_over_live_leases(&self) -> bool {
         self.context
             .config
@@ -351,6 +406,30 @@ impl MiddlewareTarget {
 
     async fn open_database(&mut self) -> Result<(), String> {
         match &self.context.postgres {
+            None if self.atomic() => {
+                // An open effect transaction holds a connection while the row is read and other
+                // requests claim: a file in WAL mode, readers beside the one writer.
+                let path = std::env::temp_dir().join(format!("{}.db", fresh_schema()));
+                let options = sqlx::sqlite::SqliteConnectOptions::new()
+                    .filename(&path)
+                    .create_if_missing(true)
+                    .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal);
+                let pool = sqlx::sqlite::SqlitePoolOptions::new()
+                    .max_connections(4)
+                    .connect_with(options)
+                    .await
+                    .map_err(|error| {
+                        format!("cannot open SQLite at {}: {error}", path.display())
+                    })?;
+                self.sqlite_file = Some(path);
+                let store = SqliteStore::new(pool);
+                store.migrate().await.map_err(|error| error.to_string())?;
+                sqlx::raw_sql(EFFECTS_TABLE_SQL)
+                    .execute(store.pool())
+                    .await
+                    .map_err(|error| error.to_string())?;
+                self.database = Some(TraceDatabase::Sqlite(store));
+            }
             None => {
                 // One connection: an in-memory SQLite database lives as long as its connection.
                 let pool = sqlx::sqlite::SqlitePoolOptions::new()
@@ -378,8 +457,9 @@ impl MiddlewareTarget {
                 let search_path = format!("SET search_path TO {schema}");
                 // One connection: the trace releases one store call at a time and reads the row
                 // between steps, so 64 concurrent traces stay within PostgreSQL's default 100.
+                // `atomic` holds one per open effect transaction: four.
                 let pool = sqlx::postgres::PgPoolOptions::new()
-                    .max_connections(1)
+                    .max_connections(if self.atomic() { 4 } else { 1 })
                     .after_connect(move |connection, _| {
                         let search_path = search_path.clone();
                         Box::pin(async move {
@@ -400,6 +480,12 @@ impl MiddlewareTarget {
                     schema,
                 });
                 store.migrate().await.map_err(|error| error.to_string())?;
+                if self.atomic() {
+                    sqlx::raw_sql(EFFECTS_TABLE_SQL)
+                        .execute(store.pool())
+                        .await
+                        .map_err(|error| error.to_string())?;
+                }
             }
         }
         Ok(())
@@ -876,10 +962,9 @@ impl MiddlewareTarget {
                 purged.map_err(|error| Fault::Environment(format!("cleanup: {error}")))?;
                 None
             }
-            Action::ReconcilerResolves { .. } => {
-                return Err(Fault::Environment(
-                    "the reconciler: not applicable to this target".into(),
-                ))
+            Action::ReconcilerResolves { applied } => {
+                self.reconcile(applied).await?;
+                None
             }
             Action::ProcessStalls { .. } | Action::ProcessDies { .. } => {
                 return Err(Fault::Environment(
@@ -940,11 +1025,61 @@ impl MiddlewareTarget {
                 .collect();
             (state.handler_runs, waiting)
         });
+        let effects = self.effects().await?;
         Ok(MiddlewareView {
             row,
             handler_runs,
             waiting,
+            effects,
         })
+    }
+}
+
+/// `atomic`: the table the scripted handler's effects go to, one row per committed effect.
+const EFFECTS_TABLE_SQL: &str = "CREATE TABLE replay_effects (client BIGINT NOT NULL)";
+const EFFECTS_SQL: &str = "SELECT COUNT(*) FROM replay_effects";
+const EFFECT_SQL: &str = "INSERT INTO replay_effects (client) VALUES ($1)";
+
+/// `atomic`: the scripted handler's effect, one row naming its client, in its transaction.
+macro_rules! effect_writer {
+    ($name:ident, $effect:ty) => {
+        fn $name(
+            transaction: &mut $effect,
+            client: usize,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + '_>> {
+            Box::pin(async move {
+                sqlx::query(EFFECT_SQL)
+                    .bind(client as i64)
+                    .execute(&mut **transaction)
+                    .await
+                    .map(|_| ())
+                    .map_err(|error| error.to_string())
+            })
+        }
+    };
+}
+effect_writer!(sqlite_effect, oncecheck_idempotency::store::SqliteEffect);
+effect_writer!(
+    postgres_effect,
+    oncecheck_idempotency::store::PostgresEffect
+);
+
+/// Resolves the one held key of a trace's database.
+async fn resolve_held<St: CacheStore>(
+    store: &St,
+    applied: bool,
+    now: i64,
+) -> Result<oncecheck_idempotency::store::FinalizeOutcome, oncecheck_idempotency::store::StoreError>
+{
+    use oncecheck_idempotency::reconcile::{RECONCILED_STATUS, RECONCILE_KEYS_MAX};
+    let held = store.unknown_outcomes(now, RECONCILE_KEYS_MAX).await?;
+    match held.first() {
+        Some(held) => {
+            store
+                .resolve_unknown(held, applied, RECONCILED_STATUS, now)
+                .await
+        }
+        None => Ok(oncecheck_idempotency::store::FinalizeOutcome::Lost),
     }
 }
 
@@ -996,7 +1131,10 @@ impl ReplayTarget for MiddlewareTarget {
     }
 
     async fn set_up(&mut self, trace: &LoadedTrace<IdempotencyModel>) -> Result<(), Fault> {
-        self.views = expected_views(&trace.path);
+        self.views = expected_views(
+            &trace.path,
+            oncecheck_model::check::ModelSpec::variant(&trace.model) == "atomic",
+        );
         self.clients = trace.path[0].0.clients.len();
         let variant = applicable(&trace.model, &trace.path, self.context.database)
             .map_err(Fault::Environment)?;
@@ -1004,10 +1142,20 @@ impl ReplayTarget for MiddlewareTarget {
         self.open_database().await.map_err(Fault::Environment)?;
         let started = match &self.database {
             Some(TraceDatabase::Sqlite(store)) => {
-                Server::start(self.layer(store.clone()), self.hub.clone()).await
+                let effect: Option<
+                    server::EffectWriter<oncecheck_idempotency::store::SqliteEffect>,
+                > = self
+                    .atomic()
+                    .then(|| std::sync::Arc::new(sqlite_effect) as server::EffectWriter<_>);
+                Server::start(self.layer(store.clone()), self.hub.clone(), effect).await
             }
             Some(TraceDatabase::Postgres { store, .. }) => {
-                Server::start(self.layer(store.clone()), self.hub.clone()).await
+                let effect: Option<
+                    server::EffectWriter<oncecheck_idempotency::store::PostgresEffect>,
+                > = self
+                    .atomic()
+                    .then(|| std::sync::Arc::new(postgres_effect) as server::EffectWriter<_>);
+                Server::start(self.layer(store.clone()), self.hub.clone(), effect).await
             }
             None => unreachable!("the database was just opened"),
         };
@@ -1070,7 +1218,14 @@ impl ReplayTarget for MiddlewareTarget {
             server.stop();
         }
         match self.database.take() {
-            Some(TraceDatabase::Sqlite(store)) => store.pool().close().await,
+            Some(TraceDatabase::Sqlite(store)) => {
+                store.pool().close().await;
+                if let Some(path) = self.sqlite_file.take() {
+                    for suffix in ["", "-wal", "-shm"] {
+                        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+                    }
+                }
+            }
             Some(TraceDatabase::Postgres { store, schema }) => {
                 store.pool().close().await;
                 if let Some((_, admin)) = &self.context.postgres {

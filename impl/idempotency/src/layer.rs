@@ -107,6 +107,11 @@ pub struct Config {
     pub finalize_backoff_ms: u64,
     /// The `Retry-After` of the layer's 503 (cache unavailable): how long a client should wait.
     pub retry_after_secs: u64,
+    /// Unknown outcomes fail closed: a processing row whose lease lapsed is held (409
+    /// `outcome-unknown`) until reconciled, never taken over and re-run. For handlers with
+    /// effects outside the cache's database; off, the key re-runs after the lease (handlers that
+    /// are naturally idempotent).
+    pub fail_closed: bool,
     /// The methods the layer covers; others pass through.
     pub methods: Vec<Method>,
     pub behaviour: Behaviour,
@@ -136,6 +141,7 @@ impl Default for Config {
             finalize_budget_ms: 2_000,
             finalize_backoff_ms: 25,
             retry_after_secs: crate::problem::RETRY_AFTER_SECS_DEFAULT,
+            fail_closed: false,
             methods: vec![Method::POST, Method::PATCH],
             behaviour: Behaviour::Fenced,
             #[cfg(feature = "test-seams")]
@@ -222,6 +228,11 @@ impl<St: CacheStore> IdempotencyLayer<St> {
         &self.shared.config
     }
 
+    /// The layer's clock, now.
+    pub(crate) fn now_millis(&self) -> i64 {
+        self.shared.clock.now_millis()
+    }
+
     pub fn stats(&self) -> StatsSnapshot {
         let stats = &self.shared.stats;
         StatsSnapshot {
@@ -306,6 +317,13 @@ impl<St: CacheStore> IdempotencyLayerBuilder<St> {
     /// lease crossing). For handlers with their own deadline shorter than the lease.
     pub fn without_lease_renewal(mut self) -> Self {
         self.renewal = Renewal::Off;
+        self
+    }
+
+    /// Unknown outcomes fail closed (see [`Config::fail_closed`]); resolve held keys with
+    /// [`IdempotencyLayer::reconcile_unknown`] or [`IdempotencyLayer::resolve_unknown`].
+    pub fn fail_closed(mut self) -> Self {
+        self.config.fail_closed = true;
         self
     }
 
@@ -522,6 +540,7 @@ where
             now_millis: shared.clock.now_millis(),
             lease_millis: secs_to_millis(config.lease_secs),
             row_ttl_millis: secs_to_millis(config.row_ttl_secs),
+            take_over_lapsed: !config.fail_closed,
         })
         .await;
     let generation = match claim {
@@ -532,6 +551,9 @@ where
         //= specs/idempotency-middleware.md#M5
         //# A key reused with another fingerprint gets 422 and never runs the handler.
         Ok(ClaimOutcome::FingerprintMismatch) => return Ok(problem_response(mismatch_problem())),
+        //= specs/idempotency-middleware.md#M1
+        //# The handler runs only for the request that won the atomic claim of its key.
+        Ok(ClaimOutcome::OutcomeUnknown) => return Ok(problem_response(outcome_unknown_problem())),
         Ok(ClaimOutcome::Replay(stored)) => {
             shared.stats.replays.fetch_add(1, Ordering::SeqCst);
             #[cfg(feature = "test-seams")]
@@ -633,6 +655,9 @@ struct Heartbeat<St> {
     key: CacheKey,
     generation: i64,
     interval: Duration,
+    /// The layer's clock when the heartbeat was made (just after the claim, before the work it
+    /// covers starts): its first beat is one interval after it, however late it is first polled.
+    started_millis: i64,
     /// Set when the finalizing this heartbeat covers has ended: a later renewal is not due.
     finalized: Arc<AtomicBool>,
 }
@@ -654,6 +679,7 @@ impl<St: CacheStore> Heartbeat<St> {
             key: key.clone(),
             generation,
             interval: shared.config.lease_renew_interval?,
+            started_millis: shared.clock.now_millis(),
             finalized: finalized.clone(),
         })
     }
@@ -663,18 +689,15 @@ impl<St: CacheStore> Heartbeat<St> {
     async fn run(self) {
         let lease_millis = secs_to_millis(self.shared.config.lease_secs);
         let interval_millis = i64::try_from(self.interval.as_millis()).unwrap_or(i64::MAX);
+        let mut next = self.started_millis.saturating_add(interval_millis);
         loop {
             // On the layer's own clock, the one the lease is measured in.
-            let next = self
-                .shared
-                .clock
-                .now_millis()
-                .saturating_add(interval_millis);
             self.shared.clock.sleep_until(next).await;
             if self.finalized.load(Ordering::SeqCst) {
                 return;
             }
             let now = self.shared.clock.now_millis();
+            next = now.saturating_add(interval_millis);
             let renewed = self
                 .shared
                 .store
@@ -787,6 +810,16 @@ fn empty_principal_problem() -> Problem {
         kind: "empty-principal",
         title: "The request's credentials name no one",
         detail: "the authentication layer accepted credentials with an empty principal".into(),
+    }
+}
+
+fn outcome_unknown_problem() -> Problem {
+    Problem {
+        status: StatusCode::CONFLICT,
+        kind: "outcome-unknown",
+        title: "The outcome of the first request with this Idempotency-Key is unknown",
+        detail: "the key is held until its effect is reconciled; it will not run again until then"
+            .into(),
     }
 }
 
@@ -1395,6 +1428,7 @@ mod tests {
             now_millis: 0,
             lease_millis: 1000,
             row_ttl_millis: 10_000,
+            take_over_lapsed: true,
         };
         let ClaimOutcome::Claimed { generation } = store.claim(claim).await.unwrap() else {
             panic!("claimed")
@@ -1417,6 +1451,7 @@ mod tests {
             now_millis: 0,
             lease_millis: 1000,
             row_ttl_millis: 10_000,
+            take_over_lapsed: true,
         };
         assert_eq!(
             futures_util::FutureExt::now_or_never(store.claim(claim))

@@ -28,6 +28,7 @@ pub mod fingerprint;
 pub mod key;
 pub mod layer;
 pub mod problem;
+pub mod reconcile;
 pub mod store;
 pub mod sync;
 
@@ -40,4 +41,5 @@ pub use layer::{
     Behaviour, Config, IdempotencyLayer, IdempotencyLayerBuilder, IdempotencyService, Principal,
     StatsSnapshot, BODY_BYTES_MAX_DEFAULT, REPLAYED_HEADER,
 };
+pub use reconcile::{ReconcileHook, ReconcileReport};
 pub use store::{CacheKey, CacheStore, MemoryStore, PostgresStore, SqliteStore};

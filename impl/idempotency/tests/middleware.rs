@@ -564,6 +564,51 @@ async fn without_heartbeat_the_lease_crossing_runs_twice<St: TestStore>(store: S
     assert_eq!(layer.stats().lease_renewed, 0);
 }
 
+/// The reconcile hook of the fail-closed test: the effect of key k1 happened.
+struct EffectHappened;
+
+impl oncecheck_idempotency::ReconcileHook for EffectHappened {
+    async fn effect_happened(&self, key: &oncecheck_idempotency::CacheKey) -> Option<bool> {
+        Some(key.key == "k1")
+    }
+}
+
+/// Fail closed: a request dropped mid-handler leaves its row processing; once its lease lapsed
+/// the key is held (409 `outcome-unknown`), not re-run, until the reconcile hook says the effect
+/// happened: then the sentinel is replayed. The handler ran once. With the default policy the
+/// same retry runs the handler again (`heartbeat_stops_with_its_request`).
+//= specs/idempotency-middleware.md#M1
+//# The handler runs only for the request that won the atomic claim of its key.
+async fn fail_closed_holds_a_lapsed_key_until_reconciled<St: TestStore>(store: St) {
+    let clock = clock();
+    let handler = slow_then_fast();
+    let layer = layer_builder(store.clone(), &clock).fail_closed().build();
+    let app = app(layer.clone(), handler.clone());
+    let dropped = start_first(&app, &handler).await;
+    dropped.abort();
+    let _ = dropped.await;
+    clock.advance_secs(31);
+    let held = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(held.status, StatusCode::CONFLICT);
+    let problem: serde_json::Value = serde_json::from_slice(&held.data).unwrap();
+    assert!(
+        problem["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("#outcome-unknown"),
+        "{problem}"
+    );
+    assert_eq!(handler.runs(), 1, "the held key was not run again");
+    assert_eq!(layer.unknown_outcomes().await.unwrap().len(), 1);
+    let report = layer.reconcile_unknown(&EffectHappened).await.unwrap();
+    assert_eq!((report.applied, report.still_held), (1, 0));
+    let replay = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(replay.replayed(), Some("true"));
+    assert_eq!(replay.headers["content-type"], "application/problem+json");
+    assert_eq!(handler.runs(), 1);
+    assert!(layer.unknown_outcomes().await.unwrap().is_empty());
+}
+
 /// A handler whose first run holds its response (3 bytes) until gate 0 is released; later
 /// runs answer 7 bytes at once.
 fn slow_then_fast() -> std::sync::Arc<Handler> {
@@ -759,6 +804,7 @@ on_both_stores! {
     heartbeat_outlives_the_lease: 4,
     heartbeat_stops_with_its_request: 4,
     without_heartbeat_the_lease_crossing_runs_twice: 4,
+    fail_closed_holds_a_lapsed_key_until_reconciled: 4,
     tenant_scoping: 4,
     key_validation: 4,
     routing_and_principals: 4,

@@ -46,6 +46,9 @@ pub struct ClaimRequest<'a> {
     pub now_millis: i64,
     pub lease_millis: i64,
     pub row_ttl_millis: i64,
+    /// Whether a `processing` row whose lease lapsed is taken over (the default policy) or held
+    /// as an unknown outcome (`fail_closed`: answered [`ClaimOutcome::OutcomeUnknown`]).
+    pub take_over_lapsed: bool,
 }
 
 /// The answer to a claim.
@@ -59,6 +62,16 @@ pub enum ClaimOutcome {
     FingerprintMismatch,
     /// The key already succeeded: serve the stored response.
     Replay(StoredResponse),
+    /// `fail_closed`: a processing row whose lease lapsed; its outcome is unknown until it is
+    /// resolved (409 `outcome-unknown`).
+    OutcomeUnknown,
+}
+
+/// A held key (`fail_closed`): a processing row whose lease lapsed, and the claim it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownOutcome {
+    pub key: CacheKey,
+    pub generation: i64,
 }
 
 /// A stored success, as replayed.
@@ -199,6 +212,24 @@ pub trait CacheStore: Clone + Send + Sync + 'static {
     /// Rolls `effect` back (the handler answered a non-2xx or an error, or its claim is gone).
     fn abandon_effect(&self, effect: Self::Effect) -> impl Future<Output = ()> + Send;
 
+    /// The held keys at `now_millis`: processing rows whose lease lapsed, not expired (at most
+    /// `count_max`).
+    fn unknown_outcomes(
+        &self,
+        now_millis: i64,
+        count_max: usize,
+    ) -> impl Future<Output = Result<Vec<UnknownOutcome>, StoreError>> + Send;
+
+    /// Resolves a held key: the sentinel (status `status`) when its effects happened, `failed`
+    /// when not; conditional on the row still being that claim's, processing, its lease lapsed.
+    fn resolve_unknown(
+        &self,
+        held: &UnknownOutcome,
+        applied: bool,
+        status: u16,
+        now_millis: i64,
+    ) -> impl Future<Output = Result<FinalizeOutcome, StoreError>> + Send;
+
     fn claim(
         &self,
         request: ClaimRequest<'_>,
@@ -260,6 +291,7 @@ pub(crate) fn classify(
     row: ExistingRow,
     fingerprint: &Fingerprint,
     now_millis: i64,
+    take_over_lapsed: bool,
 ) -> Result<Classified, StoreError> {
     //= specs/idempotency-middleware.md#M10
     //# Expired keys are free. A key whose row has passed its expiry is free: no request is refused on an expired row.
@@ -273,6 +305,7 @@ pub(crate) fn classify(
         "processing" if row.lease_expires_at > now_millis => {
             Ok(Classified::Outcome(ClaimOutcome::InFlight))
         }
+        "processing" if !take_over_lapsed => Ok(Classified::Outcome(ClaimOutcome::OutcomeUnknown)),
         "processing" | "failed" => Ok(Classified::Retry),
         "succeeded" => {
             let status = row

@@ -54,6 +54,8 @@ RETURNING generation"
     };
 }
 const CLAIM_SQL: &str = claim_sql!();
+/// `fail_closed`: a processing row whose lease lapsed is held, never taken over.
+const CLAIM_HELD_SQL: &str = claim_sql!("FALSE");
 
 /// The claim that takes a processing row over while its lease is live (M6 broken). Tests only.
 #[cfg(feature = "test-seams")]
@@ -79,6 +81,7 @@ LEFT JOIN idempotency_keys AS stored
     };
 }
 const CLAIM_AND_READ_SQL: &str = claim_and_read_sql!(claim_sql!());
+const CLAIM_HELD_AND_READ_SQL: &str = claim_and_read_sql!(claim_sql!("FALSE"));
 #[cfg(feature = "test-seams")]
 const CLAIM_OVER_LIVE_LEASE_AND_READ_SQL: &str = claim_and_read_sql!(claim_sql!("TRUE"));
 
@@ -123,6 +126,26 @@ UPDATE idempotency_keys
 SET lease_expires_at = $6, updated_at = $7
 WHERE scope = $1 AND method = $2 AND path = $3 AND idempotency_key = $4
   AND generation = $5 AND status = 'processing' AND expires_at > $7";
+
+/// The held keys (`fail_closed`): processing rows whose lease lapsed, not expired.
+const UNKNOWN_SQL: &str = "
+SELECT scope, method, path, idempotency_key, generation FROM idempotency_keys
+WHERE status = 'processing' AND lease_expires_at <= $1 AND expires_at > $1
+ORDER BY lease_expires_at LIMIT $2";
+
+/// A held key resolved: its effects happened (the sentinel) or not (failed), conditional on the
+/// claim, `processing` and its lease lapsed.
+const RESOLVE_APPLIED_SQL: &str = "
+UPDATE idempotency_keys
+SET status = 'succeeded', response_status = $6, response_headers = '[]', response_body = NULL,
+    body_too_large = TRUE, updated_at = $7
+WHERE scope = $1 AND method = $2 AND path = $3 AND idempotency_key = $4
+  AND generation = $5 AND status = 'processing' AND lease_expires_at <= $7";
+const RESOLVE_NOT_APPLIED_SQL: &str = "
+UPDATE idempotency_keys
+SET status = 'failed', response_status = $6, updated_at = $7
+WHERE scope = $1 AND method = $2 AND path = $3 AND idempotency_key = $4
+  AND generation = $5 AND status = 'processing' AND lease_expires_at <= $7";
 
 /// Deletes rows that expired before `now`; optional housekeeping (expiry never waits for it).
 const PURGE_SQL: &str = "DELETE FROM idempotency_keys WHERE expires_at <= $1";
@@ -197,13 +220,19 @@ macro_rules! sql_store {
                 self
             }
 
-            /// The claim statement: with the read of the row when `combined`.
-            fn claim_statement(&self, combined: bool) -> &'static str {
+            /// The claim statement: with the read of the row when `combined`; one that holds a
+            /// lapsed processing row unless `take_over_lapsed`.
+            fn claim_statement(&self, combined: bool, take_over_lapsed: bool) -> &'static str {
                 #[cfg(feature = "test-seams")]
                 if self.claim_over_live_lease {
                     return if combined { CLAIM_OVER_LIVE_LEASE_AND_READ_SQL } else { CLAIM_OVER_LIVE_LEASE_SQL };
                 }
-                if combined { CLAIM_AND_READ_SQL } else { CLAIM_SQL }
+                match (combined, take_over_lapsed) {
+                    (true, true) => CLAIM_AND_READ_SQL,
+                    (true, false) => CLAIM_HELD_AND_READ_SQL,
+                    (false, true) => CLAIM_SQL,
+                    (false, false) => CLAIM_HELD_SQL,
+                }
             }
 
             pub fn pool(&self) -> &$pool {
@@ -308,6 +337,58 @@ macro_rules! sql_store {
                 Ok(FinalizeOutcome::Applied)
             }
 
+            async fn unknown_outcomes(
+                &self,
+                now_millis: i64,
+                count_max: usize,
+            ) -> Result<Vec<UnknownOutcome>, StoreError> {
+                use sqlx::Row;
+                self.round_trips.fetch_add(1, Ordering::Relaxed);
+                let mut connection = self.connection().await?;
+                let rows = self.answer(sqlx::query(UNKNOWN_SQL)
+                    .bind(now_millis)
+                    .bind(i64::try_from(count_max).unwrap_or(i64::MAX))
+                    .fetch_all(&mut *connection))
+                    .await?;
+                rows.iter()
+                    .map(|row| {
+                        Ok(UnknownOutcome {
+                            key: CacheKey {
+                                scope: row.try_get("scope")?,
+                                method: row.try_get("method")?,
+                                path: row.try_get("path")?,
+                                key: row.try_get("idempotency_key")?,
+                            },
+                            generation: row.try_get("generation")?,
+                        })
+                    })
+                    .collect()
+            }
+
+            async fn resolve_unknown(
+                &self,
+                held: &UnknownOutcome,
+                applied: bool,
+                status: u16,
+                now_millis: i64,
+            ) -> Result<FinalizeOutcome, StoreError> {
+                self.round_trips.fetch_add(1, Ordering::Relaxed);
+                let mut connection = self.connection().await?;
+                let sql = if applied { RESOLVE_APPLIED_SQL } else { RESOLVE_NOT_APPLIED_SQL };
+                let key = &held.key;
+                let done = self.answer(sqlx::query(sql)
+                    .bind(&key.scope)
+                    .bind(&key.method)
+                    .bind(&key.path)
+                    .bind(&key.key)
+                    .bind(held.generation)
+                    .bind(i32::from(status))
+                    .bind(now_millis)
+                    .execute(&mut *connection))
+                    .await?;
+                Ok(if done.rows_affected() == 0 { FinalizeOutcome::Lost } else { FinalizeOutcome::Applied })
+            }
+
             async fn abandon_effect(&self, effect: Self::Effect) {
                 // Dropping it rolls back too; rolling back now releases SQLite's write lock
                 // before the failed row is written on another connection.
@@ -321,7 +402,7 @@ macro_rules! sql_store {
                 for _ in 0..CLAIM_ATTEMPTS_MAX {
                     self.round_trips.fetch_add(1, Ordering::Relaxed);
                     if $combined {
-                        let row = self.answer(sqlx::query(self.claim_statement(true))
+                        let row = self.answer(sqlx::query(self.claim_statement(true, request.take_over_lapsed))
                             .bind(&key.scope)
                             .bind(&key.method)
                             .bind(&key.path)
@@ -350,12 +431,12 @@ macro_rules! sql_store {
                             None => self.read(&mut connection, key).await?,
                         };
                         let Some(existing) = found else { continue };
-                        match classify(existing, request.fingerprint, request.now_millis)? {
+                        match classify(existing, request.fingerprint, request.now_millis, request.take_over_lapsed)? {
                             Classified::Outcome(outcome) => return Ok(outcome),
                             Classified::Retry => continue,
                         }
                     }
-                    let claimed = self.answer(sqlx::query(self.claim_statement(false))
+                    let claimed = self.answer(sqlx::query(self.claim_statement(false, request.take_over_lapsed))
                         .bind(&key.scope)
                         .bind(&key.method)
                         .bind(&key.path)
@@ -372,7 +453,7 @@ macro_rules! sql_store {
                     // The row exists and is not claimable: read it to say why. If it was deleted
                     // or became claimable in between, the claim is simply tried again.
                     let Some(existing) = self.read(&mut connection, key).await? else { continue };
-                    match classify(existing, request.fingerprint, request.now_millis)? {
+                    match classify(existing, request.fingerprint, request.now_millis, request.take_over_lapsed)? {
                         Classified::Outcome(outcome) => return Ok(outcome),
                         Classified::Retry => continue,
                     }
