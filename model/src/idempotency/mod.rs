@@ -42,6 +42,7 @@ mod properties;
 mod spec;
 #[cfg(test)]
 mod tests;
+mod words;
 
 pub use encoding::{result_name, row_json};
 pub use properties::*;
