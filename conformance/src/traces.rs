@@ -462,8 +462,9 @@ fn on_sqlite(name: &str, variant: &str) -> String {
 }
 
 /// The middleware corpus's kept files: on each database's claim, the counterexamples of
-/// `fenced` and `fixed` and the examples of `fenced`; on PostgreSQL's, the pre-fix
-/// counterexamples of M2 and M3, which the layer's fixes are replayed against.
+/// `fenced` and `fixed` and the examples of `fenced`, `renewed` (the layer as shipped),
+/// `atomic` and `fail-closed`; on PostgreSQL's, the pre-fix counterexamples of M2 and M3, which
+/// the layer's fixes are replayed against.
 pub fn middleware_corpus_documents() -> Result<Vec<(String, serde_json::Value)>, String> {
     let mut documents = Vec::new();
     for sqlite in [0, 1] {
@@ -472,6 +473,9 @@ pub fn middleware_corpus_documents() -> Result<Vec<(String, serde_json::Value)>,
         for (variant, kinds) in [
             ("fenced", &[Kind::Always, Kind::Sometimes][..]),
             ("fixed", &[Kind::Always][..]),
+            ("renewed", &[Kind::Sometimes][..]),
+            ("atomic", &[Kind::Sometimes][..]),
+            ("fail-closed", &[Kind::Sometimes][..]),
         ] {
             let model = idempotency_model(variant, &bounds)?;
             documents.extend(property_documents(&model, kinds).into_iter().map(

@@ -80,6 +80,44 @@ pub async fn sleep_between_renewals(interval: std::time::Duration) {
     tokio::time::sleep(interval).await;
 }
 
+/// A wake-up for whoever waits on a condition another task changes (the manual clock's moves).
+/// Under shuttle and loom nothing waits on it: there the heartbeat never beats (see
+/// [`sleep_between_renewals`]).
+#[derive(Debug, Default)]
+pub struct Signal {
+    #[cfg(not(any(oncecheck_shuttle, oncecheck_loom)))]
+    changed: tokio::sync::Notify,
+}
+
+impl Signal {
+    /// Wakes every current waiter.
+    pub fn notify(&self) {
+        #[cfg(not(any(oncecheck_shuttle, oncecheck_loom)))]
+        self.changed.notify_waiters();
+    }
+
+    /// Returns once `ready()` holds, checking it after every notification. Under shuttle and
+    /// loom it never returns, like the heartbeat's sleep.
+    pub async fn wait_until(&self, ready: impl Fn() -> bool) {
+        #[cfg(any(oncecheck_shuttle, oncecheck_loom))]
+        {
+            let _ = ready;
+            std::future::pending::<()>().await;
+        }
+        #[cfg(not(any(oncecheck_shuttle, oncecheck_loom)))]
+        loop {
+            let notified = self.changed.notified();
+            let mut notified = std::pin::pin!(notified);
+            // Registered before the check, so a move between the check and the wait wakes it.
+            notified.as_mut().enable();
+            if ready() {
+                return;
+            }
+            notified.await;
+        }
+    }
+}
+
 /// Runs `future` for at most `limit`; `None` when the limit passed first (the future is
 /// dropped). Under shuttle and loom the limit is not enforced.
 pub async fn within<F: std::future::Future>(

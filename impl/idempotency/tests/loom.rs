@@ -134,6 +134,7 @@ fn claim(store: &MemoryStore) -> i64 {
         now_millis: 0,
         lease_millis: 1000,
         row_ttl_millis: 10_000,
+        take_over_lapsed: true,
     };
     match loom::future::block_on(store.claim(request)).unwrap() {
         ClaimOutcome::Claimed { generation } => generation,

@@ -7,7 +7,7 @@
 //! budget spent, no stall) is absent; one role per client and per generation, so a step's
 //! changes name who it moved.
 
-use super::{Answer, Ending, IdempotencyState, Live, RowStatus, Seen, Stage, Stored};
+use super::{Answer, Ending, IdempotencyState, Received, RowStatus, Seen, Stage, Stored};
 use crate::view::element_name;
 
 fn stored_words(stored: Stored) -> &'static str {
@@ -21,13 +21,10 @@ fn stored_words(stored: Stored) -> &'static str {
 fn answer_words(answer: Answer) -> String {
     let expired = |row_expired: bool| if row_expired { " (row expired)" } else { "" };
     match answer {
-        Answer::Fresh { success, live } => format!(
+        Answer::Fresh { success, received } => format!(
             "answered fresh: {}{}",
             if success { "2xx" } else { "non-2xx" },
-            match live {
-                Live::Exact => "",
-                Live::Empty => " with an EMPTY body",
-            }
+            received_words(received)
         ),
         Answer::Replay {
             stored,
@@ -46,7 +43,22 @@ fn answer_words(answer: Answer) -> String {
         Answer::Mismatch { row_expired } => {
             format!("answered 422: fingerprint mismatch{}", expired(row_expired))
         }
-        Answer::Unavailable => "answered 503: the claim failed".to_string(),
+        Answer::Unavailable => {
+            "answered 503: the claim failed, or (atomic) the effects did not commit".to_string()
+        }
+        Answer::OutcomeUnknown { row_expired } => {
+            format!("answered 409: outcome unknown{}", expired(row_expired))
+        }
+    }
+}
+
+/// What of the handler's body reached the client, in words.
+fn received_words(received: Received) -> &'static str {
+    match (received.head, received.tail) {
+        (true, true) => " with the body up to the cap and its tail",
+        (true, false) => " with the body up to the cap",
+        (false, true) => " with the over-cap tail ALONE",
+        (false, false) => " with an EMPTY body",
     }
 }
 
@@ -78,7 +90,9 @@ fn stage_words(stage: Stage) -> String {
             write.words(),
             attempts + 1
         ),
-        Stage::Streaming => "streaming the over-cap tail".to_string(),
+        Stage::Streaming { generation, .. } => {
+            format!("streaming the over-cap tail (generation {generation})")
+        }
         Stage::Guarding {
             generation,
             attempts,
@@ -110,6 +124,7 @@ fn ending_words(ending: Ending) -> &'static str {
         Ending::Unknown => "finalize unknown: every attempt answered an error",
         Ending::Cancelled => "cancelled before a non-2xx was finalized",
         Ending::Died => "the process died",
+        Ending::Reconciled => "its unknown outcome reconciled",
     }
 }
 
@@ -189,11 +204,32 @@ fn history_roles(state: &IdempotencyState, roles: &mut Vec<(String, String)>) {
         if let Some(outcome) = history.handler.get(&generation) {
             parts.push(format!("handler returned {}", outcome.words()));
         }
-        if let Some(live) = history.delivered.get(&generation) {
-            parts.push(match live {
-                Live::Exact => "its client received the exact body".to_string(),
-                Live::Empty => "its client received an EMPTY body".to_string(),
+        if history.effects.contains(&generation) {
+            parts.push("its effects committed".to_string());
+        }
+        if let Some(received) = history.delivered.get(&generation) {
+            let exact = history
+                .handler
+                .get(&generation)
+                .is_some_and(|outcome| *received == Received::exactly(*outcome));
+            parts.push(if exact {
+                "its client received the exact body".to_string()
+            } else {
+                format!("its client received{}", received_words(*received))
             });
+        }
+        let errors = history
+            .finalize_errors
+            .get(&generation)
+            .copied()
+            .unwrap_or(0);
+        if errors > 0 {
+            parts.push(format!("{errors} finalize statements answered an error"));
+        }
+        for (written, stored) in &history.written {
+            if *written == generation {
+                parts.push(format!("wrote {} to the table", stored_words(*stored)));
+            }
         }
         if let Some(ending) = history.ended.get(&generation) {
             parts.push(ending_words(*ending).to_string());
