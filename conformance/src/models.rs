@@ -372,10 +372,7 @@ pub fn write_human(report: &CheckReport, out: &mut dyn Write) -> std::io::Result
         } else {
             "FAIL"
         };
-        let kind = match property.kind {
-            Kind::Always => "always",
-            Kind::Sometimes => "sometimes",
-        };
+        let kind = property.kind.word();
         writeln!(
             out,
             "  {mark} {:<9} {:<74} {:<9} (expected {})",

@@ -11,7 +11,7 @@
 //! text is escaped; a page is written only from a finished `CheckReport`.
 
 use crate::diagram::{sequence_svg, text_width};
-use oncecheck_model::check::{CheckReport, Kind, Verdict};
+use oncecheck_model::check::{CheckReport, Verdict};
 use oncecheck_model::view::Change;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -179,10 +179,7 @@ pub fn page(report: &CheckReport, detail: &PageDetail) -> String {
     );
     html.push_str("<h2>Properties</h2>\n<table id=\"properties\"><tr><th>ID</th><th>kind</th><th>property</th><th>verdict</th><th>expected</th><th></th></tr>\n");
     for property in &report.properties {
-        let kind = match property.kind {
-            Kind::Always => "always",
-            Kind::Sometimes => "sometimes",
-        };
+        let kind = property.kind.word();
         let name = if detail.traces.contains_key(property.name) {
             format!(
                 "<a href=\"#{}\">{}</a>",

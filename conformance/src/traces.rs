@@ -109,8 +109,8 @@ where
             continue;
         };
         let kind = match def.kind {
-            Kind::Always => "counterexample",
             Kind::Sometimes => "example",
+            Kind::Always | Kind::Eventually | Kind::LeadsTo => "counterexample",
         };
         let meta = TraceMeta {
             kind: kind.to_string(),
