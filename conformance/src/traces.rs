@@ -190,7 +190,7 @@ where
 /// One path per coverage label ([`coverage_label`], with the model's coverage context): the
 /// shortest path whose last step has that label, found breadth-first over the whole reachable
 /// state space by the checker's fingerprint search, then continued by a seeded walk until
-/// nothing is enabled, so every client in it finishes. Ordered by label.
+/// nothing but a self-loop is enabled, so every client in it finishes. Ordered by label.
 pub fn covering_paths<M>(
     model: &M,
     seed: u64,
@@ -222,6 +222,7 @@ where
                 let state = path.last().expect("a path has a state").0.clone();
                 enabled.clear();
                 model.actions(&state, &mut enabled);
+                oncecheck_model::trace::drop_self_loops(model, &state, &mut enabled);
                 if enabled.is_empty() {
                     break;
                 }

@@ -470,8 +470,26 @@ impl SplitMix64 {
 
 pub use crate::check::ModelPath;
 
-/// Up to `count` distinct random walks, each run until no action is enabled or `depth_max`
-/// steps, starting from the initial states in turn. Reproducible from `seed`.
+/// Removes the actions whose step leaves `state` as it is (a puller's Query that returns
+/// nothing): a walk that takes them goes nowhere, and a state whose only steps are such loops is
+/// where a walk ends. An action that produces no state is kept (the walk stops on it, as before).
+pub fn drop_self_loops<M: stateright::Model>(
+    model: &M,
+    state: &M::State,
+    actions: &mut Vec<M::Action>,
+) where
+    M::State: PartialEq,
+    M::Action: Clone,
+{
+    actions.retain(|action| {
+        model
+            .next_state(state, action.clone())
+            .is_none_or(|next| next != *state)
+    });
+}
+
+/// Up to `count` distinct random walks, each run until no action but a self-loop is enabled or
+/// `depth_max` steps, starting from the initial states in turn. Reproducible from `seed`.
 pub fn random_paths<M>(model: &M, count: usize, seed: u64, depth_max: usize) -> Vec<ModelPath<M>>
 where
     M: ModelSpec,
@@ -494,6 +512,7 @@ where
         for _ in 0..depth_max {
             actions.clear();
             model.actions(&state, &mut actions);
+            drop_self_loops(model, &state, &mut actions);
             if actions.is_empty() {
                 break;
             }
@@ -690,11 +709,17 @@ mod tests {
         assert_eq!(actions(&first), actions(&again));
         let other = random_paths(&model, 20, 8, 200);
         assert_ne!(actions(&first), actions(&other));
-        // Walks run until nothing is enabled: every writer finished, every pull used.
+        // Walks run until nothing but a self-loop is enabled: every writer finished, and a pull
+        // would return nothing (or the puller spent its pages with ops).
         for path in &first {
+            let last = &path.last().unwrap().0;
             let mut enabled = Vec::new();
-            model.actions(&path.last().unwrap().0, &mut enabled);
+            model.actions(last, &mut enabled);
+            drop_self_loops(&model, last, &mut enabled);
             assert!(enabled.is_empty());
+            assert!(path.iter().all(|(state, action)| action
+                .as_ref()
+                .is_none_or(|action| model.next_state(state, *action).as_ref() != Some(state))));
         }
     }
 }
