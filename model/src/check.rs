@@ -390,6 +390,9 @@ pub struct CheckOptions {
     /// Measures the process's memory in bytes (the caller's: this crate does no I/O). Without
     /// a probe `memory_bytes_max` is not enforced.
     pub memory_probe: Option<fn() -> Option<u64>>,
+    /// Decide the liveness properties (their own exploration, after the safety search). False
+    /// leaves them `unknown` and the run incomplete: what a benchmark compares against.
+    pub liveness: bool,
 }
 
 impl Default for CheckOptions {
@@ -401,6 +404,7 @@ impl Default for CheckOptions {
             states_max: None,
             memory_bytes_max: None,
             memory_probe: None,
+            liveness: true,
         }
     }
 }
@@ -916,7 +920,7 @@ where
     drop(searched);
     let liveness_defs = model.liveness_defs();
     let mut decided = BTreeMap::new();
-    if !liveness_defs.is_empty() && measured.stopped.is_none() {
+    if !liveness_defs.is_empty() && measured.stopped.is_none() && options.liveness {
         let checked = liveness::check(model, &liveness_defs, options, started, progress);
         measured.liveness = Some(LivenessRun {
             unique_states: checked.unique_states,

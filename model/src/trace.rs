@@ -190,6 +190,24 @@ where
     M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
     M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
 {
+    to_itf_lasso(model, path, meta, None)
+}
+
+/// Writes a path as an ITF trace; a lasso (a liveness counterexample) says where its cycle
+/// starts: `loop` is the index of the state the last state returns to — the last state *is*
+/// that state again, and the steps after it repeat forever. It is written where ADR-015 and the
+/// `itf` crate read it (a top-level number) and, as every `#meta` value, as a string in `#meta`.
+pub fn to_itf_lasso<M>(
+    model: &M,
+    path: &[(M::State, Option<M::Action>)],
+    meta: &TraceMeta,
+    lasso_start: Option<usize>,
+) -> Json
+where
+    M: TraceEncoding,
+    M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
     let mut states = Vec::with_capacity(path.len());
     let mut taken: Option<&M::Action> = None;
     for (index, (state, next_action)) in path.iter().enumerate() {
@@ -226,7 +244,12 @@ where
     if let Some(property) = &meta.property {
         header["property"] = Json::String(property.clone());
     }
-    json!({ "#meta": header, "vars": vars, "states": states })
+    let mut document = json!({ "#meta": header, "vars": vars, "states": states });
+    if let Some(start) = lasso_start {
+        document["#meta"]["loop"] = Json::String(start.to_string());
+        document["loop"] = json!(start);
+    }
+    document
 }
 
 /// A trace read back and re-executed against the model.
@@ -235,6 +258,9 @@ pub struct LoadedTrace<M: stateright::Model> {
     pub meta: TraceMeta,
     /// The model's path: every state, with the action taken from it (none for the last).
     pub path: Vec<(M::State, Option<M::Action>)>,
+    /// A lasso's `loop`: the index of the state the last state is again; the steps after it
+    /// repeat forever.
+    pub lasso_start: Option<usize>,
 }
 
 impl<M: stateright::Model> std::fmt::Debug for LoadedTrace<M> {
@@ -442,7 +468,65 @@ where
         }
         path.push((state, None));
     }
-    Ok(LoadedTrace { model, meta, path })
+    let lasso_start = read_loop(document, &path)?;
+    Ok(LoadedTrace {
+        model,
+        meta,
+        path,
+        lasso_start,
+    })
+}
+
+/// A trace's `loop` (top level, as ADR-015 places it; `#meta.loop` must agree when both are
+/// there): an index before the last state whose state the last state is again.
+fn read_loop<S: PartialEq, A>(
+    document: &Json,
+    path: &[(S, Option<A>)],
+) -> Result<Option<usize>, TraceError> {
+    let top = match document.get("loop") {
+        None | Some(Json::Null) => None,
+        Some(value) => Some(
+            value
+                .as_u64()
+                .ok_or_else(|| error(None, "loop", format!("`{value}` is not an index")))?,
+        ),
+    };
+    let in_meta = match document.get("#meta").and_then(|meta| meta.get("loop")) {
+        None => None,
+        Some(value) => Some(
+            value
+                .as_str()
+                .and_then(|text| text.parse::<u64>().ok())
+                .ok_or_else(|| error(None, "#meta.loop", format!("`{value}` is not an index")))?,
+        ),
+    };
+    let index = match (top, in_meta) {
+        (Some(top), Some(in_meta)) if top != in_meta => {
+            return Err(error(
+                None,
+                "#meta.loop",
+                format!("says {in_meta} but `loop` says {top}"),
+            ))
+        }
+        (Some(index), _) | (None, Some(index)) => index as usize,
+        (None, None) => return Ok(None),
+    };
+    let last = path.len() - 1;
+    if index >= last {
+        return Err(error(
+            None,
+            "loop",
+            format!("{index} is not a state before the last ({last})"),
+        ));
+    }
+    if path[index].0 != path[last].0 {
+        return Err(error(
+            Some(last),
+            "loop",
+            format!("the last state is not state {index} again: the cycle does not close"),
+        ));
+    }
+    Ok(Some(index))
 }
 
 /// A small deterministic generator (SplitMix64) so sampled paths are reproducible from a seed
