@@ -319,3 +319,25 @@ fn a_state_limit_leaves_liveness_unknown() {
     assert!(!checked.report.complete);
     assert!(!checked.report.matches_expectations());
 }
+
+#[test]
+fn a_memory_limit_leaves_liveness_unknown() {
+    fn always_full() -> Option<u64> {
+        Some(u64::MAX)
+    }
+    let options = CheckOptions {
+        memory_bytes_max: Some(1 << 20),
+        memory_probe: Some(always_full),
+        ..CheckOptions::default()
+    };
+    let checked = run_with_paths(&ring(200), &options, &mut |_| {});
+    assert_eq!(checked.report.property("L1 goal").verdict, Verdict::Unknown);
+    assert!(matches!(
+        checked.report.stopped,
+        Some(Stop::Memory {
+            memory_bytes_max: 1048576,
+            ..
+        })
+    ));
+    assert!(!checked.report.matches_expectations());
+}
