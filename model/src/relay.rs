@@ -1892,6 +1892,10 @@ impl ModelSpec for RelayModel {
     fn step_words(&self, before: &RelayState, action: &Action, after: &RelayState) -> String {
         describe(self, before, action, after)
     }
+
+    fn state_roles(&self, state: &RelayState) -> Vec<(String, String)> {
+        words::roles(self, state)
+    }
 }
 
 impl RelayModel {
@@ -2175,6 +2179,7 @@ pub fn describe(
 
 pub mod encoding;
 mod liveness;
+mod words;
 
 #[cfg(test)]
 mod tests;

@@ -59,6 +59,7 @@
 
 mod encoding;
 mod liveness;
+mod words;
 
 use crate::check::{BoundSpec, Bounds, Kind, ModelSpec, PropertyDef, SpecError, Verdict};
 use stateright::{Model, Property};
@@ -1252,6 +1253,10 @@ impl ModelSpec for TokenModel {
             (_, liveness::T6_OUTCOME_KNOWN) => holds(true),
             (_, name) => panic!("no expectation for property {name}"),
         }
+    }
+
+    fn state_roles(&self, state: &TokenState) -> Vec<(String, String)> {
+        words::roles(self, state)
     }
 
     fn step_words(&self, before: &TokenState, action: &Action, after: &TokenState) -> String {

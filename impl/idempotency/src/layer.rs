@@ -988,7 +988,7 @@ impl<St: CacheStore> ClaimOwner<St> {
         // or finalize, the guard still finalizes the sentinel.
         let guard = FinalizeGuard::arm(&self, status, headers.clone());
         // Seeded bug (loom only): the guard stops covering the capture and the finalize.
-        #[cfg(feature = "loom")]
+        #[cfg(oncecheck_loom)]
         let guard = if sync::loom_mutation("guard-disarmed-early") {
             guard.disarm();
             FinalizeGuard { armed: None }
@@ -1140,7 +1140,7 @@ impl<St: CacheStore> Drop for FinalizeGuard<St> {
     }
 }
 
-#[cfg(all(test, not(feature = "shuttle"), not(feature = "loom")))]
+#[cfg(all(test, not(oncecheck_shuttle), not(oncecheck_loom)))]
 mod tests {
     use super::*;
     use crate::clock::ManualClock;

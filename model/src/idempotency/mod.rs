@@ -35,6 +35,7 @@ mod properties;
 mod spec;
 #[cfg(test)]
 mod tests;
+mod words;
 
 pub use encoding::{result_name, row_json};
 pub use liveness::M11_ANSWERED;

@@ -325,6 +325,10 @@ impl ModelSpec for IdempotencyModel {
         }
     }
 
+    fn state_roles(&self, state: &IdempotencyState) -> Vec<(String, String)> {
+        super::words::roles(state)
+    }
+
     fn step_words(
         &self,
         before: &IdempotencyState,

@@ -82,7 +82,7 @@ impl MemoryStore {
         }
         // Seeded bug (loom only): the lock is released between the fencing check and the write,
         // so two finalizers of one generation can both pass the check.
-        #[cfg(feature = "loom")]
+        #[cfg(oncecheck_loom)]
         let row = if sync::loom_mutation("split-finalize") {
             drop(rows);
             rows = sync::lock(&self.rows);
@@ -113,7 +113,7 @@ impl CacheStore for MemoryStore {
         let Some(row) = rows.get(request.key) else {
             // Seeded bug (loom only): the lock is released between finding no row and inserting
             // one, so two claims can both find none.
-            #[cfg(feature = "loom")]
+            #[cfg(oncecheck_loom)]
             if sync::loom_mutation("split-claim") {
                 drop(rows);
                 rows = sync::lock(&self.rows);
