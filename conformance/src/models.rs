@@ -238,18 +238,28 @@ where
     M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
 {
     use oncecheck_model::view::changes;
+    let shown = |name: &str| {
+        let property = report.property(name);
+        property.trace.is_some() && crate::report::shows_trace(property.verdict, property.expected)
+    };
     let definitions = model.property_defs();
     let wanted: Vec<crate::traces::Wanted<M>> = definitions
         .iter()
-        .filter(|def| {
-            let property = report.property(def.name);
-            property.trace.is_some()
-                && crate::report::shows_trace(property.verdict, property.expected)
-        })
+        .filter(|def| shown(def.name))
         .map(|def| (def.name, def.condition, def.kind == Kind::Sometimes))
         .collect();
+    let mut paths: Vec<(&'static str, check::ModelPath<M>)> =
+        check::shortest_paths(model, &wanted).into_iter().collect();
+    // A liveness lasso is not a shortest path to a state: the liveness run finds it again.
+    if model.liveness_defs().iter().any(|def| shown(def.name)) {
+        for (name, (_, violation)) in check::liveness_paths(model, &CheckOptions::default()) {
+            if let (true, Some((path, _))) = (shown(name), violation) {
+                paths.push((name, path));
+            }
+        }
+    }
     let mut traces = std::collections::BTreeMap::new();
-    for (name, path) in check::shortest_paths(model, &wanted) {
+    for (name, path) in paths {
         let mut views = Vec::with_capacity(path.len());
         let mut previous: Vec<(String, String)> = Vec::new();
         for (index, (state, _)) in path.iter().enumerate() {
@@ -369,13 +379,16 @@ pub fn write_human(report: &CheckReport, out: &mut dyn Write) -> std::io::Result
         )?;
     }
     for property in &report.properties {
-        let kind = match property.kind {
-            Kind::Always => "always",
-            Kind::Sometimes => "sometimes",
+        let kind = crate::verdict_words::kind_word(property.kind);
+        let cut = match property.bound_cut_states {
+            Some(cut) if cut > 0 => {
+                format!("; {cut} states cut by a bound count as reaching the goal")
+            }
+            _ => String::new(),
         };
         writeln!(
             out,
-            "  {:<4} {:<9} {:<74} {:<9} ({})",
+            "  {:<4} {:<10} {:<74} {:<9} ({}{cut})",
             outcome.mark(report, property),
             kind,
             property.name,
@@ -394,6 +407,20 @@ pub fn write_human(report: &CheckReport, out: &mut dyn Write) -> std::io::Result
         let Some(trace) = property.trace.as_ref().filter(|_| show) else {
             continue;
         };
+        write_trace(out, property, trace)?;
+    }
+    Ok(())
+}
+
+/// One shown trace. A liveness counterexample is a lasso — its prefix, a line `cycle:`, then the
+/// steps that repeat forever (the last returns to the state after step `lasso_start`) — or a
+/// run that stops where no fair step is enabled.
+pub fn write_trace(
+    out: &mut dyn Write,
+    property: &oncecheck_model::check::PropertyReport,
+    trace: &[oncecheck_model::check::TraceStep],
+) -> std::io::Result<()> {
+    if !property.kind.is_liveness() {
         writeln!(
             out,
             "  shortest trace for {} ({}):",
@@ -402,6 +429,38 @@ pub fn write_human(report: &CheckReport, out: &mut dyn Write) -> std::io::Result
         for step in trace {
             writeln!(out, "    {:>3}. {}", step.step, step.words)?;
         }
+        return Ok(());
+    }
+    match property.lasso_start {
+        Some(start) => writeln!(
+            out,
+            "  shortest lasso for {} ({}): a run that never reaches the goal, {} steps then a cycle of {} repeated forever:",
+            property.name,
+            property.verdict,
+            start,
+            trace.len() - start
+        )?,
+        None => writeln!(
+            out,
+            "  shortest run for {} ({}) that stops short of the goal:",
+            property.name, property.verdict
+        )?,
+    }
+    for step in trace {
+        if property.lasso_start == Some(step.step - 1) {
+            let back_to = match step.step - 1 {
+                0 => "the initial state".to_string(),
+                after => format!("the state after step {after}"),
+            };
+            writeln!(out, "    cycle: (from {back_to}, repeated forever)")?;
+        }
+        writeln!(out, "    {:>3}. {}", step.step, step.words)?;
+    }
+    if property.lasso_start.is_none() {
+        writeln!(
+            out,
+            "    the run stops here: no step of a family the property assumes fair is enabled"
+        )?;
     }
     Ok(())
 }
@@ -480,10 +539,10 @@ pub fn write_diagrams(
             "{}/{}: {} ({})",
             report.model, report.variant, property.name, property.verdict
         );
-        let breaking = format!("{} {}", property.name, property.verdict);
+        let (breaking, lasso_start) = crate::report::breaking_of(property);
         std::fs::write(
             &file,
-            crate::diagram::sequence_svg(&title, trace, Some(&breaking)),
+            crate::diagram::sequence_svg(&title, trace, breaking.as_deref(), lasso_start),
         )?;
         written.push(file);
     }

@@ -4,14 +4,15 @@
 //! A page shows the verdict of every property against its expectation; for every violation
 //! (and every verdict that differs from its expectation) the shortest trace as protocol words
 //! with only the roles that changed at each step (as TLC's difftrace does), and its sequence
-//! diagram with the breaking step marked; and the coverage: how often each action fired and
+//! diagram with the breaking step marked — for a liveness lasso, its cycle (the rows that repeat
+//! forever) instead; and the coverage: how often each action fired and
 //! how many states each BFS depth holds, as pictures.
 //!
 //! Invariants: every page is self-contained (inline CSS and SVG, no script, no network); all
 //! text is escaped; a page is written only from a finished `CheckReport`.
 
 use crate::diagram::{sequence_svg, text_width};
-use oncecheck_model::check::{CheckReport, Verdict};
+use oncecheck_model::check::{CheckReport, PropertyReport, Verdict};
 use oncecheck_model::view::Change;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -73,6 +74,26 @@ pub fn shows_trace(verdict: Verdict, expected: Verdict) -> bool {
     verdict == Verdict::Violated || verdict != expected
 }
 
+/// How a trace's diagram marks where the property breaks: the last step of a safety
+/// counterexample, the last step of a liveness run that stops there, or nothing but the cycle
+/// of a lasso (what never ends is the cycle, not one step). Answers (breaking, lasso start).
+pub fn breaking_of(property: &PropertyReport) -> (Option<String>, Option<usize>) {
+    match (property.kind.is_liveness(), property.lasso_start) {
+        (true, Some(start)) => (None, Some(start)),
+        (true, None) => (
+            Some(format!(
+                "{} {}: the run stops",
+                property.name, property.verdict
+            )),
+            None,
+        ),
+        (false, _) => (
+            Some(format!("{} {}", property.name, property.verdict)),
+            None,
+        ),
+    }
+}
+
 const STYLE: &str = "
 body { font-family: system-ui, sans-serif; margin: 24px; color: #222; max-width: 1400px; }
 h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 32px; } h3 { font-size: 15px; }
@@ -83,6 +104,7 @@ th { background: #eef; }
 .words, .change, code { font-family: 'DejaVu Sans Mono', monospace; font-size: 12px; }
 .change { margin: 1px 0; } .before { color: #888; } .after { color: #124; }
 tr.breaking td { background: #fde2e2; }
+tr.cycle td { background: #e2ecfd; } tr.cycle-start td { background: #c8dafa; }
 .diagram { overflow-x: auto; border: 1px solid #ccd; padding: 4px; margin: 8px 0; }
 .summary { font-size: 14px; }
 .charts { display: flex; flex-wrap: wrap; align-items: flex-start; gap: 24px; }
@@ -222,32 +244,60 @@ pub fn page(report: &CheckReport, detail: &PageDetail) -> String {
         else {
             continue;
         };
-        let breaking = format!("{} {}", property.name, property.verdict);
+        let (breaking, lasso_start) = breaking_of(property);
+        let shape = match lasso_start {
+            Some(start) => format!(
+                "The shortest lasso: {start} steps, then a cycle of {} steps repeated forever (marked), on which the goal never holds",
+                trace.len() - start
+            ),
+            None if property.kind.is_liveness() => format!(
+                "The shortest run that stops short of the goal, {} steps: after it no step of a family the property assumes fair is enabled",
+                trace.len()
+            ),
+            None => format!("The shortest trace, {} steps", trace.len()),
+        };
         let _ = write!(
             html,
-            "<section class=\"counterexample\" id=\"{}\"><h2>{} &mdash; {} (expected {})</h2>\n<p>The shortest trace, {} steps; each step shows only the roles it changed.</p>\n<table class=\"steps\"><tr><th>#</th><th>step</th><th>changed</th></tr>\n",
+            "<section class=\"counterexample\" id=\"{}\"><h2>{} &mdash; {} (expected {})</h2>\n<p>{shape}; each step shows only the roles it changed.</p>\n<table class=\"steps\"><tr><th>#</th><th>step</th><th>changed</th></tr>\n",
             anchor(property.name),
             escape(property.name),
             property.verdict,
             property.expected,
-            trace.len()
         );
         for view in steps {
-            let last = view.step == trace.len() && view.step > 0;
+            let last = view.step == trace.len() && view.step > 0 && breaking.is_some();
+            let in_cycle = lasso_start.is_some_and(|start| view.step > start);
+            if lasso_start.is_some_and(|start| view.step == start + 1) {
+                let back_to = match view.step - 1 {
+                    0 => "the initial state".to_string(),
+                    after => format!("the state after step {after}"),
+                };
+                let _ = writeln!(
+                    html,
+                    "<tr class=\"cycle-start\"><td></td><td colspan=\"2\"><b>cycle:</b> the steps below repeat forever; the last returns to {back_to}</td></tr>"
+                );
+            }
             let words = if view.step == 0 {
                 "initial state".to_string()
             } else {
                 escape(&view.words)
             };
-            let mark = if last {
-                format!("<div class=\"fail\">{} here</div>", escape(&breaking))
+            let mark = match &breaking {
+                Some(breaking) if last => {
+                    format!("<div class=\"fail\">{} here</div>", escape(breaking))
+                }
+                _ => String::new(),
+            };
+            let class = if last {
+                " class=\"breaking\""
+            } else if in_cycle {
+                " class=\"cycle\""
             } else {
-                String::new()
+                ""
             };
             let _ = writeln!(
                 html,
-                "<tr{}><td>{}</td><td class=\"words\">{words}{mark}</td><td>{}</td></tr>",
-                if last { " class=\"breaking\"" } else { "" },
+                "<tr{class}><td>{}</td><td class=\"words\">{words}{mark}</td><td>{}</td></tr>",
                 view.step,
                 changes_html(&view.changes)
             );
@@ -257,7 +307,12 @@ pub fn page(report: &CheckReport, detail: &PageDetail) -> String {
             "{}/{}: {} ({})",
             report.model, report.variant, property.name, property.verdict
         );
-        html.push_str(&sequence_svg(&title, trace, Some(&breaking)));
+        html.push_str(&sequence_svg(
+            &title,
+            trace,
+            breaking.as_deref(),
+            lasso_start,
+        ));
         html.push_str("</div></section>\n");
     }
     html.push_str("<h2 id=\"coverage\">Coverage</h2>\n");

@@ -8,7 +8,8 @@ use oncecheck_model::check::{shortest_paths, Kind};
 use oncecheck_model::idempotency::IdempotencyModel;
 use oncecheck_model::relay::RelayModel;
 use oncecheck_model::trace::{
-    from_itf, random_paths, read_header, to_itf, LoadedTrace, TraceEncoding, TraceError, TraceMeta,
+    from_itf, random_paths, read_header, to_itf, to_itf_lasso, LoadedTrace, TraceEncoding,
+    TraceError, TraceMeta,
 };
 use std::path::{Path, PathBuf};
 
@@ -76,8 +77,13 @@ pub fn canonical_text(document: &serde_json::Value) -> String {
         .as_array()
         .map(|states| states.iter().map(compact).collect())
         .unwrap_or_default();
+    // A lasso's `loop` (ADR-015's top-level field) follows the states.
+    let lasso = match document.get("loop") {
+        Some(value) => format!(",\n\"loop\": {}", compact(value)),
+        None => String::new(),
+    };
     format!(
-        "{{\"#meta\": {},\n\"vars\": {},\n\"states\": [\n{}\n]}}\n",
+        "{{\"#meta\": {},\n\"vars\": {},\n\"states\": [\n{}\n]{lasso}}}\n",
         compact(&document["#meta"]),
         compact(&document["vars"]),
         states.join(",\n")
@@ -109,8 +115,8 @@ where
             continue;
         };
         let kind = match def.kind {
-            Kind::Always => "counterexample",
             Kind::Sometimes => "example",
+            Kind::Always | Kind::Eventually | Kind::LeadsTo => "counterexample",
         };
         let meta = TraceMeta {
             kind: kind.to_string(),
@@ -120,6 +126,45 @@ where
         documents.push((
             format!("{}-{variant}-{kind}-{}.itf.json", M::NAME, slug(def.name)),
             to_itf(model, path, &meta),
+        ));
+    }
+    documents
+}
+
+/// (file name, document) of the counterexample of every violated liveness property: a lasso
+/// with its `loop`, or a run that stops short of the goal. One liveness run of the model.
+pub fn liveness_documents<M>(model: &M) -> Vec<(String, serde_json::Value)>
+where
+    M: TraceEncoding,
+    M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
+{
+    let variant = model.variant();
+    let options = oncecheck_model::check::CheckOptions::default();
+    let mut documents = Vec::new();
+    for (name, (_, violation)) in oncecheck_model::check::liveness_paths(model, &options) {
+        let Some((path, lasso_start)) = violation else {
+            continue;
+        };
+        let shape = match lasso_start {
+            Some(start) => format!("a lasso: the steps after state {start} repeat forever"),
+            None => "a run that stops short of the goal".to_string(),
+        };
+        let meta = TraceMeta {
+            kind: "counterexample".to_string(),
+            property: Some(name.to_string()),
+            description: format!(
+                "counterexample of `{name}` in {}/{variant}, {shape}",
+                M::NAME
+            ),
+        };
+        documents.push((
+            format!(
+                "{}-{variant}-counterexample-{}.itf.json",
+                M::NAME,
+                slug(name)
+            ),
+            to_itf_lasso(model, &path, &meta, lasso_start),
         ));
     }
     documents
@@ -190,7 +235,7 @@ where
 /// One path per coverage label ([`coverage_label`], with the model's coverage context): the
 /// shortest path whose last step has that label, found breadth-first over the whole reachable
 /// state space by the checker's fingerprint search, then continued by a seeded walk until
-/// nothing is enabled, so every client in it finishes. Ordered by label.
+/// nothing but a self-loop is enabled, so every client in it finishes. Ordered by label.
 pub fn covering_paths<M>(
     model: &M,
     seed: u64,
@@ -222,6 +267,7 @@ where
                 let state = path.last().expect("a path has a state").0.clone();
                 enabled.clear();
                 model.actions(&state, &mut enabled);
+                oncecheck_model::trace::drop_self_loops(model, &state, &mut enabled);
                 if enabled.is_empty() {
                     break;
                 }
@@ -237,8 +283,8 @@ where
         .collect()
 }
 
-/// Writes the counterexample of every violated `always`, an example of every reached
-/// `sometimes`, one path per coverage label ([`covering_paths`]) and `paths_count` random
+/// Writes the counterexample of every violated `always` and liveness property, an example of
+/// every reached `sometimes`, one path per coverage label ([`covering_paths`]) and `paths_count` random
 /// paths. Answers the files written.
 pub fn export<M>(model: &M, out: &Path, options: &ExportOptions) -> std::io::Result<Vec<PathBuf>>
 where
@@ -247,6 +293,7 @@ where
     M::Action: Clone + std::fmt::Debug + PartialEq + Eq + std::hash::Hash + Send + Sync + 'static,
 {
     let mut documents = property_documents(model, &[Kind::Always, Kind::Sometimes]);
+    documents.extend(liveness_documents(model));
     documents.extend(covering_documents(
         model,
         options.seed,

@@ -43,6 +43,7 @@ fn assert_report_shape(report: &serde_json::Value) {
             "action_coverage",
             "bounds",
             "complete",
+            "liveness",
             "max_depth",
             "model",
             "ok",
@@ -106,11 +107,37 @@ fn assert_report_shape(report: &serde_json::Value) {
         .iter()
         .any(|(kind, count)| natural(count, kind) > 0));
     assert!(report["stopped"].is_null() || report["stopped"]["limit"].is_string());
+    // The liveness exploration's own graph: the model's reachable states (no reduction of the
+    // checker's), so as many as the safety search's when both finished.
+    if !report["liveness"].is_null() {
+        let live = natural(
+            &report["liveness"]["unique_states"],
+            "liveness.unique_states",
+        );
+        assert!(natural(&report["liveness"]["edges"], "liveness.edges") + 1 >= live);
+        if mode == "exhaustive" && report["complete"] == true {
+            assert_eq!(live, unique);
+        }
+    }
     for property in report["properties"].as_array().expect("properties") {
         for key in ["id", "name"] {
             assert!(property[key].is_string(), "{key}");
         }
-        assert!(["always", "sometimes"].contains(&property["kind"].as_str().unwrap()));
+        let kind = property["kind"].as_str().unwrap();
+        assert!(["always", "sometimes", "eventually", "leads-to"].contains(&kind));
+        let liveness = kind == "eventually" || kind == "leads-to";
+        let lasso_start = &property["lasso_start"];
+        match lasso_start.as_u64() {
+            Some(start) => {
+                assert!(liveness, "only a liveness counterexample is a lasso");
+                assert!((start as usize) < property["trace"].as_array().unwrap().len());
+            }
+            None => assert!(lasso_start.is_null()),
+        }
+        assert!(
+            liveness || property["bound_cut_states"].is_null(),
+            "bound cuts count for liveness only"
+        );
         assert!(VERDICTS.contains(&property["expected"].as_str().unwrap()));
         assert!(VERDICTS.contains(&property["verdict"].as_str().unwrap()));
         if let Some(trace) = property["trace"].as_array() {
@@ -145,7 +172,7 @@ fn check_json_is_one_versioned_document_with_a_verdict_and_numeric_bounds() {
     assert_eq!(report["bounds"]["add_era_writers"], 2);
     assert_eq!(report["search"]["mode"], "exhaustive");
     assert_eq!(report["complete"], true);
-    assert_eq!(report["unique_states"], 4992);
+    assert_eq!(report["unique_states"], 1923);
     let r1 = report["properties"]
         .as_array()
         .unwrap()

@@ -133,7 +133,7 @@ fn a_bound_that_changes_an_expectation_is_worded_as_such() {
         "{r1}"
     );
     assert!(
-        report.contains("3 verdicts differ from the expectations, which are stated for the CI bounds; these bounds differ: window=0 (CI: 1)"),
+        report.contains("4 verdicts differ from the expectations, which are stated for the CI bounds; these bounds differ: window=0 (CI: 1)"),
         "{report}"
     );
     assert!(

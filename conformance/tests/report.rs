@@ -136,12 +136,26 @@ fn every_counterexample_diagram_keeps_every_text_inside_its_box_and_the_canvas()
                 );
             }
         }
+        // A safety counterexample marks its breaking step; a liveness lasso its cycle instead.
+        let lasso = svg.contains("class=\"cycle\"");
         assert!(
-            svg.contains("class=\"breaking\"") && svg.contains(" here</text>"),
+            lasso || (svg.contains("class=\"breaking\"") && svg.contains(" here</text>")),
             "{}: the breaking step is marked",
             file.display()
         );
+        if lasso {
+            assert!(svg.contains("^ cycle: step"), "{}", file.display());
+            assert!(!svg.contains("class=\"breaking\""), "{}", file.display());
+        }
     }
+    // The relay's R10 lassos (add-era, counter-only, mixed) are among the diagrams.
+    assert_eq!(
+        files
+            .iter()
+            .filter(|file| file.to_string_lossy().contains("r10-pull-progress"))
+            .count(),
+        3
+    );
     // Client steps sit on the client's lifeline: no idempotency step starting with `C1:` is a
     // server dot (a dot on the last lane) — checked in the layout test; here the lane exists.
     let idempotency = files

@@ -725,8 +725,13 @@ fn check(
         let label = format!("{}/{}", job.model, job.variant);
         let mut last = (0usize, Duration::ZERO);
         let mut on_progress = |progress: oncecheck_model::check::Progress| {
-            let rate = (progress.states - last.0) as f64
-                / (progress.elapsed - last.1).as_secs_f64().max(1e-3);
+            // The liveness exploration, which follows the safety search, counts from zero again.
+            let rate = progress.states.saturating_sub(last.0) as f64
+                / progress
+                    .elapsed
+                    .saturating_sub(last.1)
+                    .as_secs_f64()
+                    .max(1e-3);
             last = (progress.states, progress.elapsed);
             bar.set_message(format!(
                 "{label}: {} states, {} unique, {:.0} states/s, depth {}",

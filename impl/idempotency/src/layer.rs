@@ -636,6 +636,8 @@ where
 /// Runs `work` with the heartbeat beside it in the same future: whichever way `work` ends
 /// (or is dropped), the heartbeat ends with it. A heartbeat that ends first (its claim was
 /// taken over) leaves `work` running alone; its finalize is fenced.
+//= specs/idempotency-middleware.md#M11
+//# Every request eventually gets an answer once faults stop, and a claim no request works on any more is eventually released.
 async fn with_heartbeat<St: CacheStore, T>(
     heartbeat: Heartbeat<St>,
     work: impl Future<Output = T>,

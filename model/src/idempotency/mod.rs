@@ -38,6 +38,7 @@
 //! row's time to live (24 h) is far beyond any handler.
 
 mod encoding;
+mod liveness;
 mod properties;
 mod spec;
 #[cfg(test)]
@@ -45,6 +46,7 @@ mod tests;
 mod words;
 
 pub use encoding::{result_name, row_json};
+pub use liveness::M11_ANSWERED;
 pub use properties::*;
 pub use spec::*;
 
@@ -570,6 +572,10 @@ pub enum Mutation {
     AtomicEffectsCommitAtResponse,
     /// `fail-closed`: the reconciler resolves a claim whose process still works on it (M1).
     ReconcilerDoesNotWait,
+    /// The heartbeat is a task of its own that only a finalize stops: a request cancelled before
+    /// its finalize (a cancelled handler, which no drop guard covers) leaves it renewing the
+    /// claim forever, so the key is never released (M11).
+    HeartbeatDetached,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -985,16 +991,25 @@ impl IdempotencyModel {
     /// Whether the clock may tick: never to the row expiry of a claim whose process is still
     /// working on it, unless the process stalled (a handler never outlives the 24 h row).
     fn may_tick(&self, state: &IdempotencyState) -> bool {
-        if state.budget.ticks == 0 {
-            return false;
-        }
-        let Some(row) = state.row else { return true };
+        state.budget.ticks > 0 && !self.clock_held(state)
+    }
+
+    /// The clock may not tick to the row expiry of a claim a process still works on.
+    fn clock_held(&self, state: &IdempotencyState) -> bool {
+        let Some(row) = state.row else { return false };
         let protected = row.status == RowStatus::Processing
-            && state
-                .clients
-                .iter()
-                .any(|client| client.stage.working_on() == Some(row.generation) && !client.stalled);
-        !(protected && row.expires_at <= state.now + 1)
+            && (state.clients.iter().any(|client| {
+                client.stage.working_on() == Some(row.generation) && !client.stalled
+            }) || self.detached_heartbeat_renews(state, row.generation));
+        protected && row.expires_at <= state.now + 1
+    }
+
+    /// Under [`Mutation::HeartbeatDetached`]: the claim of `generation` was taken by a request
+    /// (its heartbeat started) and no finalize or death has ended it, so its heartbeat still runs.
+    fn detached_heartbeat_renews(&self, state: &IdempotencyState, generation: u8) -> bool {
+        self.mutated(Mutation::HeartbeatDetached)
+            && state.history.ran_with.contains_key(&generation)
+            && !state.history.ended.contains_key(&generation)
     }
 
     /// The heartbeat renews the row's lease within the tick: conditional on key, generation
@@ -1021,6 +1036,12 @@ impl IdempotencyModel {
                 };
                 renews && !client.stalled
             });
+        let (generation, processing) = (row.generation, row.status == RowStatus::Processing);
+        let renewing =
+            renewing || (processing && self.detached_heartbeat_renews(state, generation));
+        let Some(row) = state.row.as_mut() else {
+            return;
+        };
         if renewing {
             row.lease_expires_at = now + LEASE_TICKS;
         }

@@ -271,6 +271,18 @@ impl ModelSpec for IdempotencyModel {
         ]
     }
 
+    fn liveness_defs(&self) -> Vec<crate::check::LivenessDef<Self>> {
+        liveness::definitions()
+    }
+
+    fn fairness(&self, action: &Action) -> Option<&'static str> {
+        liveness::family_of(action)
+    }
+
+    fn families_cut(&self, state: &IdempotencyState, cut: &mut Vec<&'static str>) {
+        liveness::families_cut(self, state, cut);
+    }
+
     /// The table of specs/idempotency-middleware.md section 5 at the CI bounds; where a bound
     /// removes a case (no clock, one client, no process fault) the expectation follows it.
     fn expected(&self, property: &PropertyDef<Self>) -> Verdict {
@@ -355,6 +367,7 @@ impl ModelSpec for IdempotencyModel {
             }
             "M5 a 422 is answered" => reached(duplicates && self.fingerprints.len() == 2),
             "M6 a 409 is answered" | "M9 a failed key runs again" => reached(duplicates),
+            M11_ANSWERED => holds(true),
             name => panic!("no expectation for property {name}"),
         }
     }
