@@ -7,6 +7,7 @@
 //! main job builds the model checker only.
 
 pub mod diagram;
+pub mod implemented;
 pub mod models;
 #[cfg(feature = "replay")]
 pub mod probe;
@@ -27,3 +28,4 @@ pub mod replay_session;
 pub mod replay_token;
 pub mod report;
 pub mod traces;
+pub mod transitions;

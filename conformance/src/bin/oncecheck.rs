@@ -186,6 +186,10 @@ enum Command {
         /// or stall (no answer until the client times out). Default: close.
         #[arg(long, value_name = "close|stall")]
         lose_by: Option<String>,
+        /// Also write the run's summary as one JSON document to FILE: counts, and per (model,
+        /// variant, bounds) the transitions the conforming traces drove of those reachable.
+        #[arg(long, value_name = "FILE")]
+        summary_json: Option<PathBuf>,
     },
     /// Check an endpoint's DynamoDB semantics with real requests on a fresh table (deleted after);
     /// exit 0 when it ran, 2 on a bad target or an unreachable endpoint.
@@ -200,6 +204,14 @@ enum Command {
         /// endpoint's own).
         #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
         token_table: String,
+    },
+    /// Print the implemented-variant table (which implementation, configured how, implements
+    /// which model variant, replayed on which targets), or check replay summaries against it.
+    Implemented {
+        /// `oncecheck replay --summary-json` files: exit 1 unless every row was replayed on every
+        /// target at its CI bounds with no divergence and every reachable transition driven.
+        #[arg(long, value_name = "SUMMARY", num_args = 1..)]
+        verify: Vec<PathBuf>,
     },
     /// Serve the stateright Explorer for one model variant on 127.0.0.1 (blocks until ctrl-c).
     Explore {
@@ -362,6 +374,7 @@ fn main() -> ExitCode {
             only_replayable,
             jobs,
             lose_by,
+            summary_json,
         } => replay(
             &traces,
             &target,
@@ -370,12 +383,14 @@ fn main() -> ExitCode {
             only_replayable,
             jobs,
             lose_by.as_deref(),
+            summary_json,
         ),
         Command::Probe {
             target,
             proxy,
             token_table,
         } => probe(&target, proxy, token_table == "on"),
+        Command::Implemented { verify } => implemented(&verify),
         Command::Explore {
             model,
             variant,
@@ -391,6 +406,32 @@ fn main() -> ExitCode {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => bad_input(error),
             }
+        }
+    }
+}
+
+fn implemented(summaries: &[PathBuf]) -> ExitCode {
+    use oncecheck_conformance::implemented;
+    if summaries.is_empty() {
+        print!("{}", implemented::markdown_table());
+        return ExitCode::SUCCESS;
+    }
+    match implemented::verify(summaries) {
+        Ok(lines) => {
+            for line in lines {
+                println!("ok   {line}");
+            }
+            ExitCode::SUCCESS
+        }
+        Err(failures) => {
+            for failure in &failures {
+                println!("FAIL {failure}");
+            }
+            eprintln!(
+                "oncecheck: {} implemented-variant rows not replayed in full",
+                failures.len()
+            );
+            ExitCode::from(1)
         }
     }
 }
@@ -439,6 +480,7 @@ fn corpus(
 }
 
 #[cfg(feature = "replay")]
+#[allow(clippy::too_many_arguments)]
 fn replay(
     traces: &[PathBuf],
     target: &str,
@@ -447,6 +489,7 @@ fn replay(
     only_replayable: bool,
     jobs: usize,
     lose_by: Option<&str>,
+    summary_json: Option<PathBuf>,
 ) -> ExitCode {
     let target: oncecheck_conformance::replay::Target = match target.parse() {
         Ok(target) => target,
@@ -473,12 +516,21 @@ fn replay(
         Ok(config) => config,
         Err(message) => return bad_input(message),
     };
-    oncecheck_conformance::replay_command::run(traces, &target, config, only_replayable, jobs)
+    let outputs = oncecheck_conformance::replay_command::Outputs { summary_json };
+    oncecheck_conformance::replay_command::run(
+        traces,
+        &target,
+        config,
+        only_replayable,
+        jobs,
+        &outputs,
+    )
 }
 
 /// Without the `replay` feature the binary carries no store, SDK or database driver: say how to
 /// get one that does, in one line.
 #[cfg(not(feature = "replay"))]
+#[allow(clippy::too_many_arguments)]
 fn replay(
     _: &[PathBuf],
     _: &str,
@@ -487,6 +539,7 @@ fn replay(
     _: bool,
     _: usize,
     _: Option<&str>,
+    _: Option<PathBuf>,
 ) -> ExitCode {
     bad_input(
         "this oncecheck was built without replay; build one with it: \
