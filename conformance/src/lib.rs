@@ -13,6 +13,7 @@ pub mod models;
 pub mod probe;
 #[cfg(feature = "replay")]
 pub mod proxy;
+pub mod reach;
 #[cfg(feature = "replay")]
 pub mod replay;
 #[cfg(feature = "replay")]

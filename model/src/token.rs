@@ -963,8 +963,20 @@ pub const T5_BAD_TOKEN: &str = "T5 bad-token";
 pub const T5_LONG_TOKEN_REJECTED: &str = "T5 an over-long token is rejected";
 pub const T5_DAMAGED_RECORD_REFUSED: &str = "T5 a request meeting a damaged record is refused";
 
+/// The bound set `oncecheck check` runs beside `tokened`'s CI bounds: a client that may generate
+/// an over-long token, so T5's malformed-token half is checked on reached states. Not a CI
+/// bound: the reliable-write client refuses such a token before sending, so traces with it are
+/// not replayable, and the CI bounds are the replayed ones.
+pub const BOUND_SETS: &[crate::check::BoundSet] = &[crate::check::BoundSet {
+    name: "reach",
+    variant: "tokened",
+    overrides: &[("long_tokens", 1)],
+    reaches: &["T5"],
+}];
+
 impl ModelSpec for TokenModel {
     const NAME: &'static str = "token";
+    const BOUND_SETS: &'static [crate::check::BoundSet] = BOUND_SETS;
     const VARIANTS: &'static [&'static str] = &["tokened", "tokenless", "late-retry"];
     const BOUNDS: &'static [BoundSpec] = &[
         BoundSpec {
@@ -2189,6 +2201,24 @@ mod tests {
             state = honest.next_state(&state, Action::ClockTicks).unwrap();
         }
         assert_eq!(state.tokens[&0].phase, TokenPhase::InvalidTimestamp);
+    }
+
+    //= specs/tokened-writes.md#T5
+    //# A request whose token is over 36 characters, or whose token record has no valid timestamp, is refused and applies nothing.
+    #[test]
+    fn the_reach_bound_set_checks_the_malformed_token_half_of_t5() {
+        let set = &BOUND_SETS[0];
+        assert_eq!(
+            (set.name, set.variant, set.reaches),
+            ("reach", "tokened", &["T5"][..])
+        );
+        let ci = check(model("tokened", &[]));
+        assert_eq!(ci.property(T5_LONG_TOKEN_REJECTED).verdict, Unreached);
+        let reach = check(model(set.variant, set.overrides));
+        assert!(reach.complete && reach.matches_expectations());
+        for name in [T5_LONG_TOKEN_REJECTED, T5_DAMAGED_RECORD_REFUSED] {
+            assert_eq!(reach.property(name).verdict, Reached, "{name}");
+        }
     }
 
     //= specs/tokened-writes.md#T5

@@ -320,6 +320,13 @@ fn main() -> ExitCode {
                 diagrams: diagrams.as_deref(),
                 html: html.as_deref(),
             };
+            // At the CI bounds, each variant's named bound sets run too (S6: the reaches the CI
+            // bounds miss); a simulation reaches nothing it could call unreached.
+            let jobs = if simulation.is_none() {
+                models::with_bound_sets(jobs)
+            } else {
+                jobs
+            };
             check(&jobs, &options, simulation.as_ref(), &outputs)
         }
         Command::Traces {
@@ -586,7 +593,10 @@ fn check(
         let bar = ProgressBar::new_spinner();
         bar.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("a valid template"));
         bar.enable_steady_tick(Duration::from_millis(120));
-        let label = format!("{}/{}", job.model, job.variant);
+        let label = match job.bound_set {
+            Some(set) => format!("{}/{} (bound set `{set}`)", job.model, job.variant),
+            None => format!("{}/{}", job.model, job.variant),
+        };
         let mut last = (0usize, Duration::ZERO);
         let mut on_progress = |progress: oncecheck_model::check::Progress| {
             let rate = (progress.states - last.0) as f64
@@ -611,6 +621,9 @@ fn check(
             Some(line) => eprintln!("oncecheck: {line}"),
             None => verdict_differs |= !report.matches_expectations(),
         }
+        // Pages and diagrams are one per (model, variant): the CI bounds' run.
+        let diagrams = diagrams.filter(|_| job.bound_set.is_none());
+        let html = html.filter(|_| job.bound_set.is_none());
         if let Some(directory) = diagrams {
             if let Err(error) = models::write_diagrams(&report, directory) {
                 return bad_input(format!(
@@ -643,15 +656,51 @@ fn check(
             }
         }
         if !json {
-            if let Err(error) = models::write_human(&report, &mut stdout.lock()) {
+            let mut out = stdout.lock();
+            let written = match models::bound_set_of(job) {
+                Some(set) => writeln!(
+                    out,
+                    "bound set `{}` of {}/{} (for the reach of {}):",
+                    set.name,
+                    job.model,
+                    job.variant,
+                    set.reaches.join(", ")
+                ),
+                None => Ok(()),
+            }
+            .and_then(|_| models::write_human(&report, &mut out))
+            .and_then(|_| {
+                oncecheck_conformance::reach::run_lines(&report)
+                    .iter()
+                    .try_for_each(|line| writeln!(out, "{line}"))
+            });
+            if let Err(error) = written {
                 return bad_input(format!("cannot write the report: {error}"));
             }
         }
         reports.push(report);
     }
+    let runs: Vec<_> = jobs.iter().zip(&reports).collect();
+    if !json && simulation.is_none() {
+        let mut out = stdout.lock();
+        let written = writeln!(
+            out,
+            "\nreach over every run (CI bounds and bound sets): the sometimes partners of each always"
+        )
+        .and_then(|_| {
+            oncecheck_conformance::reach::summary_lines(&runs)
+                .iter()
+                .try_for_each(|line| writeln!(out, "  {line}"))
+        });
+        if let Err(error) = written {
+            return bad_input(format!("cannot write the report: {error}"));
+        }
+    }
     if json {
         let mut out = stdout.lock();
-        let written = serde_json::to_writer(&mut out, &models::json_document(&reports))
+        let mut document = models::json_document(&reports);
+        oncecheck_conformance::reach::annotate(&mut document, &runs);
+        let written = serde_json::to_writer(&mut out, &document)
             .map_err(std::io::Error::from)
             .and_then(|_| writeln!(out));
         if let Err(error) = written {
