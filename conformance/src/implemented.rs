@@ -225,10 +225,18 @@ fn group_key(model: &str, variant: &str, bounds: &BTreeMap<String, u64>) -> Stri
     format!("{model}/{variant} [{}]", bounds.join(" "))
 }
 
+/// One (row, target) checked against the summaries: whether it passed, and the line saying so.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Verified {
+    pub ok: bool,
+    pub line: String,
+}
+
 /// Checks replay summaries against the table: every row on every target replayed, no divergence,
-/// every reachable transition driven. Answers one line per (row, target), or every failure.
-pub fn verify(files: &[std::path::PathBuf]) -> Result<Vec<String>, Vec<String>> {
-    let replayed = read_summaries(files).map_err(|error| vec![error])?;
+/// every reachable transition driven. Answers one line per (row, target); an unreadable summary
+/// is an error.
+pub fn verify(files: &[std::path::PathBuf]) -> Result<Vec<Verified>, String> {
+    let replayed = read_summaries(files)?;
     let mut lines = Vec::new();
     let mut failures = Vec::new();
     for row in ROWS {
@@ -247,8 +255,8 @@ pub fn verify(files: &[std::path::PathBuf]) -> Result<Vec<String>, Vec<String>> 
                 .collect();
             let key = group_key(row.model, row.variant, &bounds);
             let name = format!(
-                "{} ({}) → {key} on {}",
-                row.implementation, row.configuration, target.name
+                "{}/{} on {} ({}, {}; {key})",
+                row.model, row.variant, target.name, row.implementation, row.configuration
             );
             let runs: Vec<&Replayed> = replayed
                 .iter()
@@ -277,16 +285,67 @@ pub fn verify(files: &[std::path::PathBuf]) -> Result<Vec<String>, Vec<String>> 
             }
         }
     }
-    if failures.is_empty() {
-        Ok(lines)
-    } else {
-        Err(failures)
-    }
+    let verified = lines
+        .into_iter()
+        .map(|line| Verified { ok: true, line })
+        .chain(
+            failures
+                .into_iter()
+                .map(|line| Verified { ok: false, line }),
+        )
+        .collect();
+    Ok(verified)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A summary of one replay run of the token row at `covered` of 16 transitions.
+    fn token_summary(name: &str, ok: bool, covered: u64) -> std::path::PathBuf {
+        let row = ROWS.iter().find(|row| row.model == "token").unwrap();
+        let bounds = row_bounds(row, &row.targets[0]).unwrap();
+        let document = serde_json::json!({
+            "schema": crate::transitions::SUMMARY_JSON_SCHEMA,
+            "target": "tokened-dynamodb=http://127.0.0.1:1",
+            "target_kind": "tokened-dynamodb",
+            "ok": ok,
+            "coverage": [{"model": "token", "variant": "tokened", "bounds": bounds.0,
+                          "traces": 25, "covered": covered, "reachable": 16,
+                          "missing": [], "unexpected": []}],
+        });
+        let file = std::env::temp_dir().join(format!(
+            "oncecheck-implemented-{}-{name}.json",
+            std::process::id()
+        ));
+        std::fs::write(&file, document.to_string()).unwrap();
+        file
+    }
+
+    fn token_row(verified: &[Verified]) -> &Verified {
+        verified
+            .iter()
+            .find(|row| row.line.starts_with("token/tokened on tokened-dynamodb"))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_row_passes_only_replayed_in_full_without_divergence() {
+        let full = verify(&[token_summary("full", true, 16)]).unwrap();
+        assert!(token_row(&full).ok, "{full:?}");
+        assert!(full
+            .iter()
+            .filter(|row| !row.ok)
+            .all(|row| row.line.contains("no replay")));
+        let partial = verify(&[token_summary("partial", true, 15)]).unwrap();
+        assert!(!token_row(&partial).ok);
+        assert!(token_row(&partial)
+            .line
+            .contains("15 of 16 transitions driven"));
+        let diverged = verify(&[token_summary("diverged", false, 16)]).unwrap();
+        assert!(!token_row(&diverged).ok);
+        assert!(token_row(&diverged).line.contains("diverged"));
+    }
 
     #[test]
     fn every_row_names_a_variant_and_bounds_its_model_has() {
