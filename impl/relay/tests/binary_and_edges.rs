@@ -78,7 +78,17 @@ async fn pull_status(base: &str, limit: usize) -> StatusCode {
 
 #[tokio::test]
 async fn the_binary_serves_with_the_limits_its_flags_set() {
-    let binary = start(&["--pull-limit-max", "2", "--ops-per-push-max", "1"]).await;
+    let binary = start(&[
+        "--pull-limit-max",
+        "2",
+        "--ops-per-push-max",
+        "1",
+        "--body-bytes-max",
+        "200",
+        "--op-id-bytes-max",
+        "4",
+    ])
+    .await;
     let client = reqwest::Client::new();
     let push = |ops: serde_json::Value| {
         client
@@ -96,6 +106,22 @@ async fn the_binary_serves_with_the_limits_its_flags_set() {
         two.status(),
         StatusCode::PAYLOAD_TOO_LARGE,
         "--ops-per-push-max 1"
+    );
+    let big = push(json!([{"op_id": "d", "payload": "z".repeat(300)}]))
+        .await
+        .unwrap();
+    assert_eq!(
+        big.status(),
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "--body-bytes-max 200"
+    );
+    let long_id = push(json!([{"op_id": "eeeee", "payload": "5"}]))
+        .await
+        .unwrap();
+    assert_eq!(
+        long_id.status(),
+        StatusCode::UNPROCESSABLE_ENTITY,
+        "--op-id-bytes-max 4"
     );
     assert_eq!(pull_status(&binary.base, 2).await, StatusCode::OK);
     assert_eq!(
