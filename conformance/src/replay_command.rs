@@ -100,6 +100,8 @@ pub fn check_jobs(jobs: usize) -> Result<usize, String> {
 pub struct Outputs {
     /// `--summary-json FILE`: the run's counts and transition coverage as one JSON document.
     pub summary_json: Option<PathBuf>,
+    /// `--junit FILE`: a JUnit XML report, a test case per trace.
+    pub junit: Option<PathBuf>,
 }
 
 pub fn run(
@@ -318,6 +320,11 @@ async fn run_session<S: ReplaySession>(
     }
     close(session).await;
     let seconds = started.elapsed().as_secs_f64();
+    if let Some(file) = outputs.junit.as_deref() {
+        if let Err(status) = write_junit(file, target, only_replayable, &outcomes, seconds) {
+            return status;
+        }
+    }
     println!(
         "replayed {replayed} of {} traces against {target} ({jobs} at a time): {} steps, {} requests, {} lost responses, {:.2}s, {diverged} diverged, {environment} environment failures, {refused} rejected, {not_applicable} not applicable to this target",
         files.len(),
@@ -384,6 +391,35 @@ async fn run_session<S: ReplaySession>(
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Writes `--junit FILE` (a test case per trace) and says so; an unwritable file is exit 2.
+fn write_junit(
+    file: &Path,
+    target: &Target,
+    only_replayable: bool,
+    outcomes: &Outcomes,
+    seconds: f64,
+) -> Result<(), ExitCode> {
+    let document = crate::replay_junit::replay_document(
+        &target.to_string(),
+        only_replayable,
+        outcomes,
+        seconds,
+    );
+    if let Err(error) = std::fs::write(file, document) {
+        eprintln!(
+            "oncecheck: cannot write the JUnit report to {}: {error}",
+            file.display()
+        );
+        return Err(ExitCode::from(2));
+    }
+    eprintln!(
+        "oncecheck: wrote the JUnit report to {} ({} test cases)",
+        file.display(),
+        outcomes.len()
+    );
+    Ok(())
 }
 
 async fn close<S: ReplaySession>(session: Arc<S>) {

@@ -248,6 +248,7 @@ mod tests {
                     description: String::new(),
                 },
                 path,
+                lasso_start: None,
             })
             .collect();
         assert_eq!(reachable.len(), 10, "{reachable:#?}");
