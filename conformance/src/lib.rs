@@ -8,6 +8,7 @@
 
 pub mod action_names;
 pub mod diagram;
+pub mod implemented;
 pub mod junit;
 pub mod model_facts;
 pub mod models;
@@ -15,6 +16,7 @@ pub mod models;
 pub mod probe;
 #[cfg(feature = "replay")]
 pub mod proxy;
+pub mod reach;
 #[cfg(feature = "replay")]
 pub mod replay;
 #[cfg(feature = "replay")]
@@ -36,5 +38,6 @@ pub mod report;
 pub mod run_info;
 pub mod terminal;
 pub mod traces;
+pub mod transitions;
 pub mod variants;
 pub mod verdict_words;

@@ -50,6 +50,8 @@ pub struct Job {
     pub model: &'static str,
     pub variant: &'static str,
     pub overrides: Vec<(String, u32)>,
+    /// The named bound set (`ModelSpec::BOUND_SETS`) these overrides are, if any.
+    pub bound_set: Option<&'static str>,
 }
 
 /// Resolves what `check [MODEL] [--variant V] [--bound K=N]` names into jobs, validating every
@@ -100,10 +102,53 @@ pub fn resolve(
                 model,
                 variant,
                 overrides: overrides.to_vec(),
+                bound_set: None,
             });
         }
     }
     Ok(jobs)
+}
+
+/// `jobs` and, after each job at a variant's CI bounds (no overrides), one job per named bound
+/// set of that variant (`ModelSpec::BOUND_SETS`): what `oncecheck check` runs, so a requirement
+/// whose reach the CI bounds miss is checked where it is reached.
+pub fn with_bound_sets(jobs: Vec<Job>) -> Vec<Job> {
+    let mut all = Vec::with_capacity(jobs.len());
+    for job in jobs {
+        let sets: &'static [check::BoundSet] = if job.overrides.is_empty() {
+            with_model!(job.model, |M| M::BOUND_SETS, &[])
+        } else {
+            &[]
+        };
+        let (model, variant) = (job.model, job.variant);
+        all.push(job);
+        for set in sets.iter().filter(|set| set.variant == variant) {
+            all.push(Job {
+                model,
+                variant,
+                overrides: set
+                    .overrides
+                    .iter()
+                    .map(|(key, value)| (key.to_string(), *value))
+                    .collect(),
+                bound_set: Some(set.name),
+            });
+        }
+    }
+    all
+}
+
+/// The bound set a job runs, with what it is for.
+pub fn bound_set_of(job: &Job) -> Option<check::BoundSet> {
+    let name = job.bound_set?;
+    with_model!(
+        job.model,
+        |M| M::BOUND_SETS
+            .iter()
+            .find(|set| set.name == name && set.variant == job.variant)
+            .copied(),
+        None
+    )
 }
 
 /// The part of `oncecheck check --help` that comes from the registry: every model with its

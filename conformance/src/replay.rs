@@ -102,6 +102,20 @@ impl std::str::FromStr for Target {
     }
 }
 
+impl Target {
+    /// The target's name without its URL, as the implemented-variant table names targets.
+    pub fn kind(&self) -> &'static str {
+        match self {
+            Target::Memory => "memory",
+            Target::Sqlite => "sqlite",
+            Target::Dynamodb(_) => "dynamodb",
+            Target::TokenedDynamodb(_) => "tokened-dynamodb",
+            Target::MiddlewareSqlite => "middleware-sqlite",
+            Target::MiddlewarePostgres(_) => "middleware-postgres",
+        }
+    }
+}
+
 impl std::fmt::Display for Target {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {

@@ -1,9 +1,12 @@
 //! `oncecheck replay TRACE... --target T [--jobs N]`: loads every file first (a file that is not
 //! a usable trace of the target's model stops the run before anything is replayed), replays the
 //! traces, `jobs` at a time, prints one line per trace in the order given and a summary (traces,
-//! steps, requests, lost responses, seconds), and answers the exit code: 0 all replayed without
-//! divergence, 1 a divergence or an environment failure mid-run, 2 bad input (a file, a target
-//! that cannot be reached, a trace the target cannot show without `--only-replayable`).
+//! steps, requests, lost responses, seconds), then per (model, variant, bounds) the transitions
+//! the conforming traces drove through the real code of those reachable in the model
+//! (`crate::transitions`; with `--summary-json FILE` all of it as JSON), and answers the exit
+//! code: 0 all replayed without divergence, 1 a divergence or an environment failure mid-run, 2
+//! bad input (a file, a target that cannot be reached, a trace the target cannot show without
+//! `--only-replayable`).
 
 use crate::replay::{ReplayError, ReplayStats, Target};
 use crate::replay_dynamodb::StoreConfig;
@@ -65,7 +68,7 @@ pub enum TargetConfig {
 /// What a run keeps across its traces, for one model's targets: how a file is loaded as a trace
 /// of the target's model, and how one trace is replayed on a database (table, stream) of its own.
 pub trait ReplaySession: Send + Sync + 'static {
-    type Trace: Send + Sync + 'static;
+    type Trace: Send + Sync + 'static + crate::transitions::Covered;
     /// Reads a trace of the model this session's target serves.
     fn load(&self, file: &Path) -> Result<Self::Trace, ReplayError>;
     /// Replays one loaded trace.
@@ -92,13 +95,22 @@ pub fn check_jobs(jobs: usize) -> Result<usize, String> {
     }
 }
 
+/// What a run prints besides its lines: where its JSON summary goes.
+#[derive(Debug, Clone, Default)]
+pub struct Outputs {
+    /// `--summary-json FILE`: the run's counts and transition coverage as one JSON document.
+    pub summary_json: Option<PathBuf>,
+    /// `--junit FILE`: a JUnit XML report, a test case per trace.
+    pub junit: Option<PathBuf>,
+}
+
 pub fn run(
     files: &[PathBuf],
     target: &Target,
     config: TargetConfig,
     only_replayable: bool,
     jobs: usize,
-    junit: Option<&Path>,
+    outputs: &Outputs,
 ) -> ExitCode {
     let jobs = match check_jobs(jobs) {
         Ok(jobs) => jobs,
@@ -117,7 +129,14 @@ pub fn run(
             return ExitCode::from(1);
         }
     };
-    runtime.block_on(run_all(files, target, config, only_replayable, jobs, junit))
+    runtime.block_on(run_all(
+        files,
+        target,
+        config,
+        only_replayable,
+        jobs,
+        outputs,
+    ))
 }
 
 /// The result of every trace, in the order of `files`.
@@ -177,7 +196,7 @@ async fn run_all(
     config: TargetConfig,
     only_replayable: bool,
     jobs: usize,
-    junit: Option<&Path>,
+    outputs: &Outputs,
 ) -> ExitCode {
     let started = Instant::now();
     let unreachable = |detail: String| {
@@ -194,7 +213,7 @@ async fn run_all(
                     only_replayable,
                     jobs,
                     started,
-                    junit,
+                    outputs,
                 )
                 .await
             }
@@ -209,7 +228,7 @@ async fn run_all(
                     only_replayable,
                     jobs,
                     started,
-                    junit,
+                    outputs,
                 )
                 .await
             }
@@ -218,6 +237,7 @@ async fn run_all(
     }
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn run_session<S: ReplaySession>(
     session: Arc<S>,
     files: &[PathBuf],
@@ -225,7 +245,7 @@ async fn run_session<S: ReplaySession>(
     only_replayable: bool,
     jobs: usize,
     started: Instant,
-    junit: Option<&Path>,
+    outputs: &Outputs,
 ) -> ExitCode {
     // Every file first: bad input stops the run before anything is replayed.
     let mut traces = Vec::with_capacity(files.len());
@@ -247,6 +267,15 @@ async fn run_session<S: ReplaySession>(
         close(session).await;
         return ExitCode::from(2);
     }
+    // The reachable transitions of every (model, variant, bounds) first: one search each.
+    for group in traces
+        .iter()
+        .map(|(_, trace)| crate::transitions::Covered::group(trace))
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        eprintln!("oncecheck: searching the transitions reachable in {group}");
+    }
+    let plan = crate::transitions::Plan::of(traces.iter().map(|(_, trace)| trace));
     let reproductions: BTreeMap<PathBuf, String> = traces
         .iter()
         .filter_map(|(file, trace)| Some((file.clone(), session.reproduction(trace)?)))
@@ -291,7 +320,7 @@ async fn run_session<S: ReplaySession>(
     }
     close(session).await;
     let seconds = started.elapsed().as_secs_f64();
-    if let Some(file) = junit {
+    if let Some(file) = outputs.junit.as_deref() {
         if let Err(status) = write_junit(file, target, only_replayable, &outcomes, seconds) {
             return status;
         }
@@ -304,6 +333,57 @@ async fn run_session<S: ReplaySession>(
         totals.lost_responses,
         seconds
     );
+    let coverage = plan.measure(|index| outcomes[index].1.is_ok());
+    for group in &coverage {
+        if group.traces == 0 {
+            // Not applicable here, or diverged (said above): nothing drove its transitions.
+            println!("coverage {} on {target}: no conforming trace", group.group);
+            continue;
+        }
+        println!("{}", crate::transitions::line(group, &target.to_string()));
+        // The summary JSON lists all of them; a long list of another variant's is cut here.
+        const LISTED_MAX: usize = 8;
+        for label in group.missing.iter().take(LISTED_MAX) {
+            println!("  not driven: {label}");
+        }
+        if group.missing.len() > LISTED_MAX {
+            println!(
+                "  ... and {} more not driven (all in --summary-json)",
+                group.missing.len() - LISTED_MAX
+            );
+        }
+        for label in &group.unexpected {
+            println!("  driven but not reachable at these bounds: {label}");
+        }
+    }
+    if let Some(file) = &outputs.summary_json {
+        let document = serde_json::json!({
+            "schema": crate::transitions::SUMMARY_JSON_SCHEMA,
+            "target": target.to_string(),
+            "target_kind": target.kind(),
+            "ok": diverged == 0 && environment == 0 && refused == 0,
+            "traces": {
+                "given": files.len(),
+                "replayed": replayed,
+                "diverged": diverged,
+                "environment_failures": environment,
+                "rejected": refused,
+                "not_applicable": not_applicable,
+            },
+            "steps": totals.steps,
+            "requests": totals.requests,
+            "lost_responses": totals.lost_responses,
+            "coverage": coverage,
+        });
+        let text = serde_json::to_string_pretty(&document).expect("the summary serializes") + "\n";
+        if let Err(error) = std::fs::write(file, text) {
+            eprintln!(
+                "oncecheck: cannot write the summary to {}: {error}",
+                file.display()
+            );
+            return ExitCode::from(2);
+        }
+    }
     if diverged > 0 || environment > 0 {
         ExitCode::from(1)
     } else if refused > 0 {

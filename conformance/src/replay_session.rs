@@ -39,6 +39,29 @@ impl SessionTrace {
     }
 }
 
+impl crate::transitions::Covered for SessionTrace {
+    fn group(&self) -> crate::transitions::Group {
+        match self {
+            SessionTrace::Relay(trace) => trace.group(),
+            SessionTrace::Token(trace) => trace.group(),
+        }
+    }
+
+    fn transitions(&self) -> std::collections::BTreeSet<String> {
+        match self {
+            SessionTrace::Relay(trace) => trace.transitions(),
+            SessionTrace::Token(trace) => trace.transitions(),
+        }
+    }
+
+    fn reachable(&self) -> std::collections::BTreeSet<String> {
+        match self {
+            SessionTrace::Relay(trace) => trace.reachable(),
+            SessionTrace::Token(trace) => trace.reachable(),
+        }
+    }
+}
+
 pub enum Session {
     /// A locked log shared by every trace of the run: `memory` or `sqlite`.
     Log {

@@ -41,6 +41,7 @@ fn assert_report_shape(report: &serde_json::Value) {
         keys,
         [
             "action_coverage",
+            "bound_set",
             "bounds",
             "complete",
             "liveness",
@@ -54,9 +55,17 @@ fn assert_report_shape(report: &serde_json::Value) {
             "states_per_depth",
             "stopped",
             "unique_states",
+            "unreached_reaches",
             "variant",
         ]
     );
+    assert!(report["bound_set"].is_null() || report["bound_set"].is_string());
+    for entry in report["unreached_reaches"].as_array().expect("a list") {
+        assert!(entry["id"].is_string() && entry["partners"].is_u64());
+        assert!(entry["unreached"]
+            .as_array()
+            .is_some_and(|names| !names.is_empty()));
+    }
     assert!(report["model"].is_string() && report["variant"].is_string());
     let bounds = report["bounds"].as_object().expect("bounds are an object");
     assert!(!bounds.is_empty());

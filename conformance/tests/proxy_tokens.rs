@@ -377,6 +377,63 @@ async fn a_damaged_token_record_fails_closed_and_never_expires() {
     setup.proxy.delete_token_table().await.expect("deleted");
 }
 
+/// The token decides before the items' locks, as DynamoDB's transaction coordinator does: a
+/// replay, a mismatch and a damaged record are answered from the token record while another
+/// transaction holds the items; only a request that would execute meets the locks.
+//= specs/tokened-writes.md#T5
+//# Bad input and damaged records fail closed.
+#[tokio::test]
+async fn the_token_record_is_decided_before_the_locks_of_another_transaction() {
+    let setup = setup().await;
+    let items = || vec![add(&setup.table, "k", 5)];
+    assert_eq!(code(&through(&setup, items(), Some("t-live")).await), None);
+    assert_eq!(
+        code(&through(&setup, items(), Some("t-damaged")).await),
+        None
+    );
+    setup
+        .proxy
+        .damage_token_record("t-damaged")
+        .await
+        .expect("damaged");
+    let holder = tokio::spawn({
+        let client = setup.client.clone();
+        let items = items();
+        async move { send(&client, items, Some("t-holder")).await }
+    });
+    let held = take(&setup.proxy).await;
+    setup.proxy.begin(&held).await.expect("begun");
+    assert_eq!(
+        code(&through(&setup, items(), Some("t-live")).await),
+        None,
+        "a replay executes nothing, so the held items do not refuse it"
+    );
+    assert_eq!(
+        code(&through(&setup, vec![add(&setup.table, "k", 6)], Some("t-live")).await).as_deref(),
+        Some("IdempotentParameterMismatchException")
+    );
+    assert_eq!(
+        code(&through(&setup, items(), Some("t-damaged")).await).as_deref(),
+        Some("InternalServerError"),
+        "a damaged record fails closed whoever holds the items"
+    );
+    assert_eq!(
+        cancellation_codes(through(&setup, items(), Some("t-new")).await),
+        ["TransactionConflict"],
+        "a new token executes, and meets the lock"
+    );
+    assert_eq!(
+        counter(&setup, "k").await,
+        Some(10),
+        "nothing ran while held"
+    );
+    let answer = setup.proxy.forward(&held).await.expect("forwarded");
+    setup.proxy.deliver(held, answer).unwrap();
+    assert_eq!(code(&holder.await.unwrap()), None);
+    assert_eq!(counter(&setup, "k").await, Some(15));
+    setup.proxy.delete_token_table().await.expect("deleted");
+}
+
 /// Only a write transaction can be held begun; anything else is refused, nothing held.
 #[tokio::test]
 async fn only_a_transaction_can_be_begun() {

@@ -227,6 +227,19 @@ impl<M: Model> PropertyDef<M> {
     }
 }
 
+/// A named set of bounds that `oncecheck check` runs beside a variant's CI bounds. The CI bounds
+/// are sized for time; a requirement whose `sometimes` partners they leave unreached (so its
+/// `always` holds vacuously there) is checked again here, at bounds that reach them.
+#[derive(Debug, Clone, Copy)]
+pub struct BoundSet {
+    pub name: &'static str,
+    pub variant: &'static str,
+    /// Overrides over the variant's CI bounds.
+    pub overrides: &'static [(&'static str, u32)],
+    /// The requirement IDs whose reach the CI bounds miss and this set reaches.
+    pub reaches: &'static [&'static str],
+}
+
 /// A liveness property as a model declares it: `eventually goal` (no trigger: every fair run
 /// from an initial state reaches a goal state) or `trigger leads to goal` (from every reachable
 /// trigger state, every fair run reaches a goal state), under weak fairness of the action
@@ -288,6 +301,8 @@ where
     const BOUNDS: &'static [BoundSpec];
     /// CI bounds that differ per variant: (variant, key, value). Overrides still win.
     const VARIANT_DEFAULTS: &'static [(&'static str, &'static str, u32)] = &[];
+    /// Named bound sets `oncecheck check` also runs ([`BoundSet`]).
+    const BOUND_SETS: &'static [BoundSet] = &[];
 
     /// Resolves a variant's bounds: the table's defaults, the variant's own, then `overrides`.
     fn resolve_bounds(variant: &str, overrides: &[(String, u32)]) -> Result<Bounds, SpecError> {

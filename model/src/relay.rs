@@ -513,6 +513,23 @@ pub const VARIANT_DEFAULTS: &[(&str, &str, u32)] = &[
     ("mixed", "lost_responses_max", 1),
 ];
 
+/// The bound set `oncecheck check` runs beside `fixed`'s CI bounds: the stream fold and the
+/// truncator, which the CI bounds leave out for time (the fold alone multiplies the state space
+/// by 2.6), so that R8 and R9 are checked on reached states. One puller page, no push deadline
+/// and no lost response keep it to 98,111 states; every initial table stays.
+pub const BOUND_SETS: &[crate::check::BoundSet] = &[crate::check::BoundSet {
+    name: "reach",
+    variant: "fixed",
+    overrides: &[
+        ("stream_folders", 1),
+        ("truncations_max", 1),
+        ("pulls_per_puller", 1),
+        ("push_rounds_max", 0),
+        ("lost_responses_max", 0),
+    ],
+    reaches: &["R8", "R9"],
+}];
+
 impl RelayModel {
     pub fn new(variant: Variant, bounds: RelayBounds) -> RelayModel {
         let mut mutations = BTreeSet::new();
@@ -1789,6 +1806,7 @@ impl ModelSpec for RelayModel {
     const VARIANTS: &'static [&'static str] = &["add-era", "counter-only", "fixed", "mixed"];
     const BOUNDS: &'static [BoundSpec] = BOUNDS;
     const VARIANT_DEFAULTS: &'static [(&'static str, &'static str, u32)] = VARIANT_DEFAULTS;
+    const BOUND_SETS: &'static [crate::check::BoundSet] = BOUND_SETS;
 
     fn build(variant: &str, bounds: &Bounds) -> Result<Self, SpecError> {
         let variant = match Self::resolve_variant(variant)? {

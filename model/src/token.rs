@@ -49,8 +49,9 @@
 //! after a lost, committed response follow from what the server met (a live identical token or
 //! not, the item present or not) and are observed on the table, not looked up in a table of
 //! patterns; T5 an over-long token or a damaged record is refused and applies nothing. Every
-//! property reads `applied` as observed on the client's items and `TokenSeen` as recorded beside
-//! the answer, apart from the server's decision.
+//! property reads `applied` as observed on the client's items and what the request met as the
+//! token record the server read (`met`, beside the answer), classified by the properties
+//! themselves (`observed.rs`), never by the classifier the server decides with.
 //!
 //! Variants are the team's choice for the transaction: `tokened` (token, identical retries inside
 //! the window), `tokenless` (no token) and `late-retry` (token, retries only once the window has
@@ -59,6 +60,7 @@
 
 mod encoding;
 mod liveness;
+mod observed;
 mod words;
 
 use crate::check::{BoundSpec, Bounds, Kind, ModelSpec, PropertyDef, SpecError, Verdict};
@@ -135,12 +137,11 @@ impl Answer {
     }
 }
 
-/// What the client's token record looked like when the server took up a request. Recorded
-/// beside the answer, independently of the server's decision, so T2 can compare the two.
+/// The server's classification of a request's token record ([`TokenModel::token_seen`]): what
+/// the server decides with. The properties never read it; they classify the record the server
+/// read (`met`) on their own (`observed.rs`), so a wrong classifier shows as a wrong answer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum TokenSeen {
-    /// The request carries no token.
-    NotTokened,
     /// No record, or an expired one: the token is new.
     Absent,
     LiveSameParameters,
@@ -153,15 +154,6 @@ pub enum TokenSeen {
     InvalidRecord,
 }
 
-impl TokenSeen {
-    fn is_other_parameters(self) -> bool {
-        matches!(
-            self,
-            TokenSeen::LiveOtherParameters | TokenSeen::RunningOtherParameters
-        )
-    }
-}
-
 /// The server's side of one attempt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum ServerSide {
@@ -171,14 +163,16 @@ pub enum ServerSide {
     /// under [`Mutation::CommitItemsOneByOne`].
     Running {
         items_applied: u8,
-        token_seen: TokenSeen,
+        met: Option<TokenRecord>,
     },
     /// Answered: `applied` says whether this request changed the table (observed on the
-    /// client's items, not declared by the server's decision).
+    /// client's items, not declared by the server's decision); `met` is the record stored under
+    /// the request's token when the server took it up (`None`: no record, or no token), read
+    /// from the table apart from the decision.
     Done {
         answer: Answer,
         applied: bool,
-        token_seen: TokenSeen,
+        met: Option<TokenRecord>,
     },
     /// The request outlived its lifetime and was never processed.
     Dropped,
@@ -333,6 +327,12 @@ enum Variant {
 pub enum Mutation {
     /// The server keys token records by token alone and treats other parameters as a replay.
     IgnoreFingerprint,
+    /// The server's classifier of token records (`token_seen`) compares no fingerprint: a
+    /// record of other parameters reads as one of the same. The decision rules are untouched.
+    ClassifierIgnoresFingerprint,
+    /// The server's classifier reads a completed record as live whatever its age: a token past
+    /// its window is replayed. The decision rules are untouched.
+    ClassifierIgnoresWindow,
     /// The server makes a transaction's item writes visible one at a time.
     CommitItemsOneByOne,
     /// Internal per-request receipts wrongly replay across new HTTP requests, so a tokenless
@@ -377,10 +377,10 @@ pub struct TokenModel {
 /// The server's decision for a pending request, computed from the state alone.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Decision {
-    Begin(TokenSeen),
+    Begin,
     Commit,
-    Replay(TokenSeen),
-    Reject(Answer, TokenSeen),
+    Replay,
+    Reject(Answer),
 }
 
 impl TokenModel {
@@ -451,6 +451,8 @@ impl TokenModel {
         client as ClientId
     }
 
+    /// The server's classifier: what a tokened request's record means to the decision (the
+    /// spec's server rules read the record through it).
     fn token_seen(
         &self,
         state: &TokenState,
@@ -465,18 +467,38 @@ impl TokenModel {
         match state.tokens.get(&self.token_of(state, client)) {
             None => TokenSeen::Absent,
             Some(record) => match record.phase {
-                TokenPhase::Running if record.rebuilt == rebuilt => {
+                TokenPhase::Running if self.same_fingerprint(record, rebuilt) => {
                     TokenSeen::RunningSameParameters
                 }
                 TokenPhase::Running => TokenSeen::RunningOtherParameters,
-                TokenPhase::Completed { at } if !self.is_live(at, clock) => TokenSeen::Absent,
-                TokenPhase::Completed { .. } if record.rebuilt == rebuilt => {
+                TokenPhase::Completed { at }
+                    if !self.is_live(at, clock)
+                        && self.mutation != Some(Mutation::ClassifierIgnoresWindow) =>
+                {
+                    TokenSeen::Absent
+                }
+                TokenPhase::Completed { .. } if self.same_fingerprint(record, rebuilt) => {
                     TokenSeen::LiveSameParameters
                 }
                 TokenPhase::Completed { .. } => TokenSeen::LiveOtherParameters,
                 TokenPhase::InvalidTimestamp => TokenSeen::InvalidRecord,
             },
         }
+    }
+
+    /// Whether a request of these parameters has the record's fingerprint.
+    fn same_fingerprint(&self, record: &TokenRecord, rebuilt: bool) -> bool {
+        self.mutation == Some(Mutation::ClassifierIgnoresFingerprint) || record.rebuilt == rebuilt
+    }
+
+    /// The record stored under the token of client `client`'s request, as the table holds it
+    /// when the server takes the request up (`None` for a request without a token): what the
+    /// properties classify on their own.
+    fn record_met(&self, state: &TokenState, client: usize) -> Option<TokenRecord> {
+        if !state.clients[client].pattern.has_token() {
+            return None;
+        }
+        state.tokens.get(&self.token_of(state, client)).copied()
     }
 
     /// Every transaction writes the same accounts, so one running transaction locks them all.
@@ -499,56 +521,56 @@ impl TokenModel {
                 .iter()
                 .any(|earlier| earlier.rebuilt == request.rebuilt && earlier.applied());
         if receipt_replay {
-            return Decision::Replay(TokenSeen::NotTokened);
+            return Decision::Replay;
         }
         let fingerprint_checked = self.mutation != Some(Mutation::IgnoreFingerprint);
         match owner.pattern {
             Pattern::AddCounter | Pattern::PutFixedProfile => Decision::Commit,
             Pattern::CreateOrderIfAbsent if state.table.order_owner.is_some() => {
-                Decision::Reject(Answer::ConditionalCheckFailed, TokenSeen::NotTokened)
+                Decision::Reject(Answer::ConditionalCheckFailed)
             }
             Pattern::CreateOrderIfAbsent => Decision::Commit,
             Pattern::TransactWithoutToken if Self::accounts_locked(state) => {
-                Decision::Reject(Answer::TransactionConflict, TokenSeen::NotTokened)
+                Decision::Reject(Answer::TransactionConflict)
             }
-            Pattern::TransactWithoutToken => Decision::Begin(TokenSeen::NotTokened),
+            Pattern::TransactWithoutToken => Decision::Begin,
             Pattern::TransactWithToken => {
                 let seen = self.token_seen(state, client, request.rebuilt, request.host);
                 match seen {
                     TokenSeen::RunningSameParameters => {
-                        Decision::Reject(Answer::TransactionInProgress, seen)
+                        Decision::Reject(Answer::TransactionInProgress)
                     }
                     TokenSeen::RunningOtherParameters if fingerprint_checked => {
-                        Decision::Reject(Answer::IdempotentParameterMismatch, seen)
+                        Decision::Reject(Answer::IdempotentParameterMismatch)
                     }
                     TokenSeen::RunningOtherParameters => {
-                        Decision::Reject(Answer::TransactionInProgress, seen)
+                        Decision::Reject(Answer::TransactionInProgress)
                     }
-                    TokenSeen::LiveSameParameters => Decision::Replay(seen),
+                    TokenSeen::LiveSameParameters => Decision::Replay,
                     TokenSeen::LiveOtherParameters if fingerprint_checked => {
-                        Decision::Reject(Answer::IdempotentParameterMismatch, seen)
+                        Decision::Reject(Answer::IdempotentParameterMismatch)
                     }
-                    TokenSeen::LiveOtherParameters => Decision::Replay(seen),
+                    TokenSeen::LiveOtherParameters => Decision::Replay,
                     TokenSeen::Malformed if self.mutation != Some(Mutation::LongTokenTruncated) => {
-                        Decision::Reject(Answer::ValidationError, seen)
+                        Decision::Reject(Answer::ValidationError)
                     }
                     TokenSeen::InvalidRecord
                         if self.mutation != Some(Mutation::DamagedRecordReadAsExpired) =>
                     {
-                        Decision::Reject(Answer::InternalServerError, seen)
+                        Decision::Reject(Answer::InternalServerError)
                     }
                     // Under the mutations: the long token cut to size, the damaged record read
                     // as expired; either way the request runs as new.
                     TokenSeen::Malformed | TokenSeen::InvalidRecord
                         if Self::accounts_locked(state) =>
                     {
-                        Decision::Reject(Answer::TransactionConflict, seen)
+                        Decision::Reject(Answer::TransactionConflict)
                     }
-                    TokenSeen::Malformed | TokenSeen::InvalidRecord => Decision::Begin(seen),
-                    TokenSeen::Absent | TokenSeen::NotTokened if Self::accounts_locked(state) => {
-                        Decision::Reject(Answer::TransactionConflict, seen)
+                    TokenSeen::Malformed | TokenSeen::InvalidRecord => Decision::Begin,
+                    TokenSeen::Absent if Self::accounts_locked(state) => {
+                        Decision::Reject(Answer::TransactionConflict)
                     }
-                    TokenSeen::Absent | TokenSeen::NotTokened => Decision::Begin(seen),
+                    TokenSeen::Absent => Decision::Begin,
                 }
             }
         }
@@ -674,13 +696,13 @@ impl TokenModel {
 /// k+1 is the identical request, answered. Left out are retries the table has no row for:
 /// refused for concurrency (TransactionConflict, TransactionInProgress), or meeting the token of
 /// the client's own rebuilt request (T2's case, possible once a late retry re-opened the token).
-fn identical_retries_after_lost_commit(
-    client: &Client,
-) -> impl Iterator<Item = (&Attempt, &Attempt)> {
-    client.attempts.windows(2).filter_map(|pair| {
+fn identical_retries_after_lost_commit<'a>(
+    model: &'a TokenModel,
+    client: &'a Client,
+) -> impl Iterator<Item = (&'a Attempt, &'a Attempt)> {
+    client.attempts.windows(2).filter_map(move |pair| {
         let (first, retry) = (&pair[0], &pair[1]);
-        let met_other_parameters =
-            matches!(retry.server, ServerSide::Done { token_seen, .. } if token_seen.is_other_parameters());
+        let met_other_parameters = observed::met(model, client, retry).is_other_parameters();
         let relevant = first.applied()
             && first.client == ClientSide::GaveUp
             && retry.rebuilt == first.rebuilt
@@ -713,7 +735,7 @@ fn retry_outcome_reached(
         .iter()
         .filter(|client| client.pattern == pattern)
         .any(|client| {
-            identical_retries_after_lost_commit(client)
+            identical_retries_after_lost_commit(model, client)
                 .any(|(first, retry)| want(model, first, retry))
         })
 }
@@ -736,29 +758,28 @@ fn t1_exactly_once(_: &TokenModel, state: &TokenState) -> bool {
 //# Some transaction is retried identically within the window after its first attempt committed and its response was lost.
 fn t1_retry_within_window(model: &TokenModel, state: &TokenState) -> bool {
     transaction_clients(state).any(|(_, client)| {
-        identical_retries_after_lost_commit(client)
+        identical_retries_after_lost_commit(model, client)
             .any(|(first, retry)| retry_within_window(model, first, retry))
     })
 }
 
 //= specs/tokened-writes.md#T2
 //# A request that meets a live or running token of other parameters is answered IdempotentParameterMismatch and applies nothing.
-fn t2_mismatch(_: &TokenModel, state: &TokenState) -> bool {
-    state
-        .clients
-        .iter()
-        .flat_map(|client| client.attempts.iter())
-        .all(|attempt| match attempt.server {
-            ServerSide::Done {
-                answer,
-                applied,
-                token_seen,
-            } if token_seen.is_other_parameters() => {
-                answer == Answer::IdempotentParameterMismatch && !applied
+/// Observed: the record the request met, classified here (`observed::met`), and whether the
+/// client's items changed; the server's classifier is not consulted.
+fn t2_mismatch(model: &TokenModel, state: &TokenState) -> bool {
+    state.clients.iter().all(|client| {
+        client.attempts.iter().all(|attempt| {
+            let other_parameters = observed::met(model, client, attempt).is_other_parameters();
+            match attempt.server {
+                ServerSide::Done {
+                    answer, applied, ..
+                } if other_parameters => answer == Answer::IdempotentParameterMismatch && !applied,
+                ServerSide::Running { .. } => !other_parameters,
+                _ => true,
             }
-            ServerSide::Running { token_seen, .. } => !token_seen.is_other_parameters(),
-            _ => true,
         })
+    })
 }
 
 //= specs/tokened-writes.md#T2
@@ -814,20 +835,19 @@ fn t3_read_back_whole(_: &TokenModel, state: &TokenState) -> bool {
 /// success that changed nothing must have met a live record of the identical request (a
 /// replay); a success that changed the items must not have (an execution); a condition failure
 /// must find the item in the table; any other answer changes nothing.
-fn t4_honest_retry(_: &TokenModel, state: &TokenState) -> bool {
+fn t4_honest_retry(model: &TokenModel, state: &TokenState) -> bool {
     state.clients.iter().all(|client| {
-        identical_retries_after_lost_commit(client).all(|(_, retry)| {
+        identical_retries_after_lost_commit(model, client).all(|(_, retry)| {
             let ServerSide::Done {
-                answer,
-                applied,
-                token_seen,
+                answer, applied, ..
             } = retry.server
             else {
                 return true;
             };
+            let replayable = observed::met(model, client, retry) == observed::Met::LiveSame;
             match answer {
-                Answer::Success if applied => token_seen != TokenSeen::LiveSameParameters,
-                Answer::Success => token_seen == TokenSeen::LiveSameParameters,
+                Answer::Success if applied => !replayable,
+                Answer::Success => replayable,
                 Answer::ConditionalCheckFailed => !applied && state.table.order_owner.is_some(),
                 _ => !applied,
             }
@@ -898,29 +918,32 @@ fn t4_expired_token_reexecutes(model: &TokenModel, state: &TokenState) -> bool {
 
 //= specs/tokened-writes.md#T5
 //# A request whose token is over 36 characters, or whose token record has no valid timestamp, is refused and applies nothing.
-/// Observed: what the server found (recorded beside the answer, apart from the decision) and
+/// Observed: the request's token and the record it met, classified here (`observed::met`), and
 /// whether the client's items changed.
-fn t5_bad_token(_: &TokenModel, state: &TokenState) -> bool {
-    state
-        .clients
-        .iter()
-        .flat_map(|client| client.attempts.iter())
-        .all(|attempt| match attempt.server {
-            ServerSide::Done {
-                answer,
-                applied,
-                token_seen: TokenSeen::Malformed,
-            } => answer == Answer::ValidationError && !applied,
-            ServerSide::Done {
-                answer,
-                applied,
-                token_seen: TokenSeen::InvalidRecord,
-            } => answer == Answer::InternalServerError && !applied,
-            ServerSide::Running { token_seen, .. } => {
-                !matches!(token_seen, TokenSeen::Malformed | TokenSeen::InvalidRecord)
+fn t5_bad_token(model: &TokenModel, state: &TokenState) -> bool {
+    state.clients.iter().all(|client| {
+        client.attempts.iter().all(|attempt| {
+            let met = observed::met(model, client, attempt);
+            match (attempt.server, met) {
+                (
+                    ServerSide::Done {
+                        answer, applied, ..
+                    },
+                    observed::Met::Malformed,
+                ) => answer == Answer::ValidationError && !applied,
+                (
+                    ServerSide::Done {
+                        answer, applied, ..
+                    },
+                    observed::Met::Damaged,
+                ) => answer == Answer::InternalServerError && !applied,
+                (ServerSide::Running { .. }, met) => {
+                    !matches!(met, observed::Met::Malformed | observed::Met::Damaged)
+                }
+                _ => true,
             }
-            _ => true,
         })
+    })
 }
 
 //= specs/tokened-writes.md#T5
@@ -963,8 +986,20 @@ pub const T5_BAD_TOKEN: &str = "T5 bad-token";
 pub const T5_LONG_TOKEN_REJECTED: &str = "T5 an over-long token is rejected";
 pub const T5_DAMAGED_RECORD_REFUSED: &str = "T5 a request meeting a damaged record is refused";
 
+/// The bound set `oncecheck check` runs beside `tokened`'s CI bounds: a client that may generate
+/// an over-long token, so T5's malformed-token half is checked on reached states. Not a CI
+/// bound: the reliable-write client refuses such a token before sending, so traces with it are
+/// not replayable, and the CI bounds are the replayed ones.
+pub const BOUND_SETS: &[crate::check::BoundSet] = &[crate::check::BoundSet {
+    name: "reach",
+    variant: "tokened",
+    overrides: &[("long_tokens", 1)],
+    reaches: &["T5"],
+}];
+
 impl ModelSpec for TokenModel {
     const NAME: &'static str = "token";
+    const BOUND_SETS: &'static [crate::check::BoundSet] = BOUND_SETS;
     const VARIANTS: &'static [&'static str] = &["tokened", "tokenless", "late-retry"];
     const BOUNDS: &'static [BoundSpec] = &[
         BoundSpec {
@@ -1556,7 +1591,7 @@ impl Model for TokenModel {
                 let at = number as u8;
                 match attempt.server {
                     ServerSide::Pending => actions.push(match self.decide(state, index, number) {
-                        Decision::Begin(_) => Action::ServerBegins {
+                        Decision::Begin => Action::ServerBegins {
                             client: id,
                             attempt: at,
                         },
@@ -1564,11 +1599,11 @@ impl Model for TokenModel {
                             client: id,
                             attempt: at,
                         },
-                        Decision::Replay(_) => Action::ServerReplays {
+                        Decision::Replay => Action::ServerReplays {
                             client: id,
                             attempt: at,
                         },
-                        Decision::Reject(answer, _) => Action::ServerRejects {
+                        Decision::Reject(answer) => Action::ServerRejects {
                             client: id,
                             attempt: at,
                             answer,
@@ -1635,15 +1670,14 @@ impl Model for TokenModel {
                 });
             }
             Action::ServerBegins { client, attempt } => {
-                let Decision::Begin(token_seen) =
-                    self.decide(last, client as usize, attempt as usize)
-                else {
+                if self.decide(last, client as usize, attempt as usize) != Decision::Begin {
                     return None;
-                };
+                }
+                let met = self.record_met(last, client as usize);
                 let request = &mut state.clients[client as usize].attempts[attempt as usize];
                 request.server = ServerSide::Running {
                     items_applied: 0,
-                    token_seen,
+                    met,
                 };
                 let rebuilt = request.rebuilt;
                 if state.clients[client as usize].pattern.has_token() {
@@ -1668,13 +1702,10 @@ impl Model for TokenModel {
                         state.clients[index].attempts[number].server = ServerSide::Done {
                             answer: Answer::Success,
                             applied: Self::table_changed(last, &state, index),
-                            token_seen: TokenSeen::NotTokened,
+                            met: None,
                         };
                     }
-                    ServerSide::Running {
-                        items_applied,
-                        token_seen,
-                    } => {
+                    ServerSide::Running { items_applied, met } => {
                         let items = ACCOUNTS;
                         let upto = if self.mutation == Some(Mutation::CommitItemsOneByOne) {
                             items_applied + 1
@@ -1689,13 +1720,13 @@ impl Model for TokenModel {
                         if upto < items {
                             request.server = ServerSide::Running {
                                 items_applied: upto,
-                                token_seen,
+                                met,
                             };
                         } else {
                             request.server = ServerSide::Done {
                                 answer: Answer::Success,
                                 applied,
-                                token_seen,
+                                met,
                             };
                             let (rebuilt, host) = (request.rebuilt, request.host);
                             if state.clients[index].pattern.has_token() {
@@ -1715,17 +1746,15 @@ impl Model for TokenModel {
                 }
             }
             Action::ServerReplays { client, attempt } => {
-                let Decision::Replay(token_seen) =
-                    self.decide(last, client as usize, attempt as usize)
-                else {
+                if self.decide(last, client as usize, attempt as usize) != Decision::Replay {
                     return None;
-                };
+                }
                 let applied = Self::table_changed(last, &state, client as usize);
                 state.clients[client as usize].attempts[attempt as usize].server =
                     ServerSide::Done {
                         answer: Answer::Success,
                         applied,
-                        token_seen,
+                        met: self.record_met(last, client as usize),
                     };
             }
             Action::ServerRejects {
@@ -1733,12 +1762,8 @@ impl Model for TokenModel {
                 attempt,
                 answer,
             } => {
-                let Decision::Reject(decided, token_seen) =
-                    self.decide(last, client as usize, attempt as usize)
-                else {
-                    return None;
-                };
-                if decided != answer {
+                if self.decide(last, client as usize, attempt as usize) != Decision::Reject(answer)
+                {
                     return None;
                 }
                 let applied = Self::table_changed(last, &state, client as usize);
@@ -1746,7 +1771,7 @@ impl Model for TokenModel {
                     ServerSide::Done {
                         answer,
                         applied,
-                        token_seen,
+                        met: self.record_met(last, client as usize),
                     };
             }
             Action::ResponseDelivered { client, attempt } => {
@@ -2226,6 +2251,24 @@ mod tests {
             state = honest.next_state(&state, Action::ClockTicks).unwrap();
         }
         assert_eq!(state.tokens[&0].phase, TokenPhase::InvalidTimestamp);
+    }
+
+    //= specs/tokened-writes.md#T5
+    //# A request whose token is over 36 characters, or whose token record has no valid timestamp, is refused and applies nothing.
+    #[test]
+    fn the_reach_bound_set_checks_the_malformed_token_half_of_t5() {
+        let set = &BOUND_SETS[0];
+        assert_eq!(
+            (set.name, set.variant, set.reaches),
+            ("reach", "tokened", &["T5"][..])
+        );
+        let ci = check(model("tokened", &[]));
+        assert_eq!(ci.property(T5_LONG_TOKEN_REJECTED).verdict, Unreached);
+        let reach = check(model(set.variant, set.overrides));
+        assert!(reach.complete && reach.matches_expectations());
+        for name in [T5_LONG_TOKEN_REJECTED, T5_DAMAGED_RECORD_REFUSED] {
+            assert_eq!(reach.property(name).verdict, Reached, "{name}");
+        }
     }
 
     //= specs/tokened-writes.md#T5

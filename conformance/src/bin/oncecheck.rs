@@ -226,6 +226,10 @@ enum Command {
         /// or stall (no answer until the client times out). Default: close. dynamodb only.
         #[arg(long, value_name = "close|stall")]
         lose_by: Option<String>,
+        /// Also write the run's summary as one JSON document to FILE: counts, and per (model,
+        /// variant, bounds) the transitions the conforming traces drove of those reachable.
+        #[arg(long, value_name = "FILE")]
+        summary_json: Option<PathBuf>,
         /// Write a JUnit XML report into FILE: a test case per trace (failed on a divergence,
         /// skipped when not applicable with --only-replayable), for CI systems.
         #[arg(long, value_name = "FILE")]
@@ -245,6 +249,14 @@ enum Command {
         /// endpoint's own).
         #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
         token_table: String,
+    },
+    /// Print the implemented-variant table (which implementation, configured how, implements
+    /// which model variant, replayed on which targets), or check replay summaries against it.
+    Implemented {
+        /// `oncecheck replay --summary-json` files: exit 1 unless every row was replayed on every
+        /// target at its CI bounds with no divergence and every reachable transition driven.
+        #[arg(long, value_name = "SUMMARY", num_args = 1..)]
+        verify: Vec<PathBuf>,
     },
     /// Serve the stateright Explorer for one model variant on 127.0.0.1 (blocks until ctrl-c).
     #[command(after_help = EXPLORE_HELP)]
@@ -375,6 +387,13 @@ fn main() -> ExitCode {
                 html: html.as_deref(),
                 junit: junit.as_deref(),
             };
+            // At the CI bounds, each variant's named bound sets run too (S6: the reaches the CI
+            // bounds miss); a simulation reaches nothing it could call unreached.
+            let jobs = if simulation.is_none() {
+                models::with_bound_sets(jobs)
+            } else {
+                jobs
+            };
             check(&jobs, &options, simulation.as_ref(), &outputs)
         }
         Command::Traces {
@@ -434,6 +453,7 @@ fn main() -> ExitCode {
             only_replayable,
             jobs,
             lose_by,
+            summary_json,
             junit,
         } => replay(
             &traces,
@@ -443,6 +463,7 @@ fn main() -> ExitCode {
                 store_mutations,
                 lose_by,
                 junit,
+                summary_json,
             },
             only_replayable,
             jobs,
@@ -452,6 +473,7 @@ fn main() -> ExitCode {
             proxy,
             token_table,
         } => probe(&target, proxy, token_table == "on"),
+        Command::Implemented { verify } => implemented(&verify),
         Command::Explore {
             model,
             variant,
@@ -472,6 +494,29 @@ fn main() -> ExitCode {
                 Err(error) => bad_input(error),
             }
         }
+    }
+}
+
+fn implemented(summaries: &[PathBuf]) -> ExitCode {
+    use oncecheck_conformance::implemented;
+    if summaries.is_empty() {
+        print!("{}", implemented::markdown_table());
+        return ExitCode::SUCCESS;
+    }
+    match implemented::verify(summaries) {
+        Ok(verified) => {
+            for row in &verified {
+                println!("{} {}", if row.ok { "ok  " } else { "FAIL" }, row.line);
+            }
+            let failed = verified.iter().filter(|row| !row.ok).count();
+            if failed == 0 {
+                ExitCode::SUCCESS
+            } else {
+                eprintln!("oncecheck: {failed} implemented-variant rows not replayed in full");
+                ExitCode::from(1)
+            }
+        }
+        Err(error) => bad_input(error),
     }
 }
 
@@ -543,9 +588,11 @@ struct ReplayFlags {
     store_mutations: Vec<String>,
     lose_by: Option<String>,
     junit: Option<PathBuf>,
+    summary_json: Option<PathBuf>,
 }
 
 #[cfg(feature = "replay")]
+#[allow(clippy::too_many_arguments)]
 fn replay(
     traces: &[PathBuf],
     target: &str,
@@ -594,13 +641,17 @@ fn replay(
         Ok(config) => config,
         Err(message) => return bad_input(message),
     };
+    let outputs = oncecheck_conformance::replay_command::Outputs {
+        summary_json: flags.summary_json,
+        junit: flags.junit,
+    };
     oncecheck_conformance::replay_command::run(
         traces,
         &target,
         config,
         only_replayable,
         jobs,
-        flags.junit.as_deref(),
+        &outputs,
     )
 }
 
@@ -722,7 +773,10 @@ fn check(
         let bar = ProgressBar::new_spinner();
         bar.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("a valid template"));
         bar.enable_steady_tick(Duration::from_millis(120));
-        let label = format!("{}/{}", job.model, job.variant);
+        let label = match job.bound_set {
+            Some(set) => format!("{}/{} (bound set `{set}`)", job.model, job.variant),
+            None => format!("{}/{}", job.model, job.variant),
+        };
         let mut last = (0usize, Duration::ZERO);
         let mut on_progress = |progress: oncecheck_model::check::Progress| {
             // The liveness exploration, which follows the safety search, counts from zero again.
@@ -751,6 +805,9 @@ fn check(
         if let Some(line) = models::stop_line(&report) {
             note(line);
         }
+        // Pages and diagrams are one per (model, variant): the CI bounds' run.
+        let diagrams = diagrams.filter(|_| job.bound_set.is_none());
+        let html = html.filter(|_| job.bound_set.is_none());
         if let Some(directory) = diagrams {
             match models::write_diagrams(&report, directory) {
                 Ok(files) => diagrams_written += files.len(),
@@ -787,18 +844,54 @@ fn check(
             }
         }
         if !json {
-            if let Err(error) = models::write_human(&report, &mut stdout.lock()) {
+            let mut out = stdout.lock();
+            let written = match models::bound_set_of(job) {
+                Some(set) => writeln!(
+                    out,
+                    "bound set `{}` of {}/{} (for the reach of {}):",
+                    set.name,
+                    job.model,
+                    job.variant,
+                    set.reaches.join(", ")
+                ),
+                None => Ok(()),
+            }
+            .and_then(|_| models::write_human(&report, &mut out))
+            .and_then(|_| {
+                oncecheck_conformance::reach::run_lines(&report)
+                    .iter()
+                    .try_for_each(|line| writeln!(out, "{line}"))
+            });
+            if let Err(error) = written {
                 return bad_input(format!("cannot write the report: {error}"));
             }
         }
         reports.push(report);
+    }
+    let runs: Vec<_> = jobs.iter().zip(&reports).collect();
+    if !json && simulation.is_none() {
+        let mut out = stdout.lock();
+        let written = writeln!(
+            out,
+            "\nreach over every run (CI bounds and bound sets): the sometimes partners of each always"
+        )
+        .and_then(|_| {
+            oncecheck_conformance::reach::summary_lines(&runs)
+                .iter()
+                .try_for_each(|line| writeln!(out, "  {line}"))
+        });
+        if let Err(error) = written {
+            return bad_input(format!("cannot write the report: {error}"));
+        }
     }
     if let Err(message) = finish_outputs(&reports, outputs, diagrams_written, html_reports.len()) {
         return bad_input(message);
     }
     if json {
         let mut out = stdout.lock();
-        let written = serde_json::to_writer(&mut out, &models::json_document(&reports))
+        let mut document = models::json_document(&reports);
+        oncecheck_conformance::reach::annotate(&mut document, &runs);
+        let written = serde_json::to_writer(&mut out, &document)
             .map_err(std::io::Error::from)
             .and_then(|_| writeln!(out));
         if let Err(error) = written {

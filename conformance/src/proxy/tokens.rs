@@ -38,6 +38,13 @@
 //!   sharing one upstream never see each other's tokens or clocks.
 //! - **Locks of running transactions**: a write touching an item of a begun (held) transaction is
 //!   refused with TransactionConflict(Exception) and never forwarded.
+//! - **The token decides first**: a tokened transaction's record is decided before the locks
+//!   are looked at, so a replay, a mismatch or a damaged record is answered whoever holds the
+//!   items; only a request that executes meets the locks. DynamoDB documents the token as a
+//!   property of the request (identical calls have "no side effects", a retry of a running token
+//!   is TransactionInProgress and drives that transaction to completion), and conflicts as
+//!   those of a transaction that executes; the model's server (`decide` in
+//!   `model/src/token.rs`) has the same order.
 //!
 //! The switch ([`super::Proxy::set_token_table`]) turns the token rules off: tokened requests then
 //! pass through as sent, which is what the probe's red row shows. Locks stay on: they are the hold.
@@ -246,13 +253,20 @@ impl Tokens {
                 None => {}
             }
         }
+        // The token decides before the items' locks: a replay, a mismatch or a damaged record is
+        // answered from the token record without executing anything, so another transaction
+        // holding the items is no concern of it; only a request that executes meets the locks.
+        let screened = match token {
+            None => Screen::Forward,
+            Some(token) => self.decide(upstream, turn, request, token).await?,
+        };
+        if let Screen::Answer(_) = screened {
+            return Ok(screened);
+        }
         if let Some(answer) = self.conflict(upstream, turn, request).await? {
             return Ok(Screen::Answer(answer));
         }
-        match token {
-            None => Ok(Screen::Forward),
-            Some(token) => self.decide(upstream, turn, request, token).await,
-        }
+        Ok(screened)
     }
 
     /// TransactionConflict for a write touching an item of another running transaction.

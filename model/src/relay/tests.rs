@@ -804,3 +804,40 @@ fn the_re_push_fast_path_answers_stored_ops_from_one_batched_read() {
         Verdict::Reached
     );
 }
+
+// --- The bound set `oncecheck check` runs beside the CI bounds (R8, R9 reached).
+
+//= specs/relay-append.md#R8
+//# The fold watermark never passes an op that was not folded.
+#[test]
+fn the_reach_bound_set_checks_r8_and_r9_on_reached_states() {
+    let set = &BOUND_SETS[0];
+    assert_eq!((set.name, set.variant), ("reach", "fixed"));
+    // The CI bounds' expectation, not a run of them (903,106 states, checked elsewhere).
+    let ci = model_with("fixed", &[]);
+    let reach = check(model_with(set.variant, set.overrides));
+    assert!(reach.complete && reach.matches_expectations());
+    assert_eq!(reach.unique_states, 98_111);
+    for id in set.reaches {
+        let partners: Vec<_> = ci
+            .property_defs()
+            .into_iter()
+            .filter(|def| def.id == *id && def.kind == Kind::Sometimes)
+            .collect();
+        assert!(!partners.is_empty(), "{id} has no reach");
+        for def in partners {
+            assert_eq!(
+                ci.expected(&def),
+                Verdict::Unreached,
+                "{}: the CI bounds reach it; the bound set is not needed",
+                def.name
+            );
+            assert_eq!(
+                reach.property(def.name).verdict,
+                Verdict::Reached,
+                "{}: the bound set leaves it unreached",
+                def.name
+            );
+        }
+    }
+}

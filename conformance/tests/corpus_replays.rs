@@ -1,0 +1,36 @@
+//! The relay corpus replayed on DynamoDB as a cargo test: the "replays" score of
+//! `scripts/mutants store replays` (docs/mutants.md), which cargo-mutants can only run as a cargo
+//! test. CI replays the same traces in `scripts/replay-corpus`, so this test is ignored in the
+//! workspace run and run only there (`-- --ignored`): running it twice would cost CI time for
+//! nothing.
+//!
+//! Needs ONCECHECK_DDB_ENDPOINT (moto) and fails, never skips, without it.
+
+use std::process::Command;
+
+mod support {
+    pub mod corpus;
+}
+
+#[test]
+#[ignore = "the replays score of scripts/mutants; CI replays the corpus in scripts/replay-corpus"]
+fn the_relay_corpus_and_its_walks_replay_on_dynamodb_without_divergence() {
+    let endpoint = std::env::var("ONCECHECK_DDB_ENDPOINT")
+        .expect("ONCECHECK_DDB_ENDPOINT: this replay needs moto (scripts/services.sh)");
+    let mut files: Vec<std::path::PathBuf> = std::fs::read_dir(support::corpus::kept_dir())
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.to_string_lossy().ends_with(".itf.json"))
+        .collect();
+    files.sort();
+    files.extend(support::corpus::walks());
+    let output = Command::new(env!("CARGO_BIN_EXE_oncecheck"))
+        .args(["replay", "--only-replayable", "--jobs", "4", "--target"])
+        .arg(format!("dynamodb={endpoint}"))
+        .args(&files)
+        .output()
+        .expect("the oncecheck binary runs");
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(text.contains(" 0 diverged"), "{text}");
+}
