@@ -296,6 +296,7 @@ fn an_unreachable_database_exits_2_with_one_line() {
 }
 
 /// How many corpus traces a replay with `--store-mutation mutation` fails (each a divergence).
+/// Every caught trace waits out the target's bounded divergence wait, idle: 12 at once.
 fn catching_traces(target: &str, mutation: &str) -> usize {
     let mut arguments = vec!["replay"];
     arguments.extend(corpus_files().iter().map(String::as_str));
@@ -304,7 +305,7 @@ fn catching_traces(target: &str, mutation: &str) -> usize {
         target,
         "--only-replayable",
         "--jobs",
-        "4",
+        "12",
         "--store-mutation",
         mutation,
     ]);
