@@ -201,6 +201,11 @@ enum Command {
         #[arg(long, value_name = "on|off", default_value = "on", value_parser = ["on", "off"])]
         token_table: String,
     },
+    /// Run the relay or the idempotency layer under load and faults (kills, stalls, database
+    /// restarts), then check nothing was lost, duplicated or run twice; prints throughput and
+    /// latency. Exit 0 ok, 1 a violation (each listed), 2 the run could not be set up.
+    #[command(subcommand)]
+    Soak(oncecheck_conformance::soak::SoakCommand),
     /// Serve the stateright Explorer for one model variant on 127.0.0.1 (blocks until ctrl-c).
     Explore {
         /// The model: relay, idempotency or token.
@@ -376,6 +381,7 @@ fn main() -> ExitCode {
             proxy,
             token_table,
         } => probe(&target, proxy, token_table == "on"),
+        Command::Soak(soak_command) => soak(&soak_command),
         Command::Explore {
             model,
             variant,
@@ -505,6 +511,20 @@ fn probe(_: &str, _: bool, _: bool) -> ExitCode {
     bad_input(
         "this oncecheck was built without replay (the probe needs the AWS SDK); build one with it: \
          cargo run --release -p oncecheck-conformance --features replay --bin oncecheck -- probe ...",
+    )
+}
+
+#[cfg(feature = "replay")]
+fn soak(soak_command: &oncecheck_conformance::soak::SoakCommand) -> ExitCode {
+    oncecheck_conformance::soak::command(soak_command)
+}
+
+/// The soak runs the relay and the layer on real stores, which only the `replay` build carries.
+#[cfg(not(feature = "replay"))]
+fn soak(_: &oncecheck_conformance::soak::SoakCommand) -> ExitCode {
+    bad_input(
+        "this oncecheck was built without replay (the soak needs the stores); build one with it: \
+         cargo build --release -p oncecheck-conformance -p oncecheck-relay --features oncecheck-conformance/replay",
     )
 }
 
