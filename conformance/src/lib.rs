@@ -6,7 +6,10 @@
 //! without `replay` it depends on no implementation (no AWS SDK, no sqlx, no aws-lc), so the
 //! main job builds the model checker only.
 
+pub mod action_names;
 pub mod diagram;
+pub mod junit;
+pub mod model_facts;
 pub mod models;
 #[cfg(feature = "replay")]
 pub mod probe;
@@ -19,6 +22,10 @@ pub mod replay_command;
 #[cfg(feature = "replay")]
 pub mod replay_dynamodb;
 #[cfg(feature = "replay")]
+pub mod replay_flags;
+#[cfg(feature = "replay")]
+pub mod replay_junit;
+#[cfg(feature = "replay")]
 pub mod replay_log;
 pub mod replay_middleware;
 #[cfg(feature = "replay")]
@@ -26,5 +33,9 @@ pub mod replay_session;
 #[cfg(feature = "replay")]
 pub mod replay_token;
 pub mod report;
+pub mod run_info;
 pub mod soak;
+pub mod terminal;
 pub mod traces;
+pub mod variants;
+pub mod verdict_words;

@@ -6,7 +6,7 @@
 
 use oncecheck_model::check::{
     self, CheckOptions, CheckReport, Kind, ModelSpec, Progress, Search, SimulationOptions,
-    SpecError, Stop,
+    SpecError,
 };
 use oncecheck_model::idempotency::IdempotencyModel;
 use oncecheck_model::relay::RelayModel;
@@ -18,21 +18,22 @@ macro_rules! with_model {
     ($name:expr, |$model:ident| $body:expr, $unknown:expr) => {
         match $name {
             "relay" => {
-                type $model = RelayModel;
+                type $model = oncecheck_model::relay::RelayModel;
                 $body
             }
             "idempotency" => {
-                type $model = IdempotencyModel;
+                type $model = oncecheck_model::idempotency::IdempotencyModel;
                 $body
             }
             "token" => {
-                type $model = TokenModel;
+                type $model = oncecheck_model::token::TokenModel;
                 $body
             }
             _ => $unknown,
         }
     };
 }
+pub(crate) use with_model;
 
 pub const MODEL_NAMES: &[&str] = &["relay", "idempotency", "token"];
 
@@ -236,7 +237,7 @@ where
     M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
     M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
 {
-    use oncecheck_model::view::{changes, roles};
+    use oncecheck_model::view::changes;
     let definitions = model.property_defs();
     let wanted: Vec<crate::traces::Wanted<M>> = definitions
         .iter()
@@ -252,7 +253,7 @@ where
         let mut views = Vec::with_capacity(path.len());
         let mut previous: Vec<(String, String)> = Vec::new();
         for (index, (state, _)) in path.iter().enumerate() {
-            let now = roles(state);
+            let now = model.state_roles(state);
             let words = match index {
                 0 => String::new(),
                 _ => {
@@ -330,17 +331,18 @@ where
     coverage
 }
 
-/// The human report of one job: verdicts, and the shortest trace of every violation.
+/// The human report of one job: verdicts next to their expectations (worded by
+/// [`crate::verdict_words`]: a stopped run and a run at changed bounds say so), the actions
+/// that never fired, and the shortest trace of every violation.
 pub fn write_human(report: &CheckReport, out: &mut dyn Write) -> std::io::Result<()> {
-    let status = if report.matches_expectations() {
-        "ok"
-    } else {
-        "MISMATCH"
-    };
+    let outcome = crate::model_facts::outcome_of(report);
     writeln!(
         out,
         "{}/{} [{}]  {}",
-        report.model, report.variant, report.bounds, status
+        report.model,
+        report.variant,
+        report.bounds,
+        outcome.status()
     )?;
     writeln!(
         out,
@@ -367,23 +369,25 @@ pub fn write_human(report: &CheckReport, out: &mut dyn Write) -> std::io::Result
         )?;
     }
     for property in &report.properties {
-        let mark = if report.as_expected(property) {
-            "ok  "
-        } else {
-            "FAIL"
-        };
         let kind = match property.kind {
             Kind::Always => "always",
             Kind::Sometimes => "sometimes",
         };
         writeln!(
             out,
-            "  {mark} {:<9} {:<74} {:<9} (expected {})",
+            "  {:<4} {:<9} {:<74} {:<9} ({})",
+            outcome.mark(report, property),
             kind,
             property.name,
             property.verdict.to_string(),
-            property.expected
+            outcome.expectation(property)
         )?;
+    }
+    if let Some(explanation) = outcome.explanation() {
+        writeln!(out, "  {explanation}")?;
+    }
+    if let Some(line) = never_fired_line(report) {
+        writeln!(out, "  {line}")?;
     }
     for property in &report.properties {
         let show = crate::report::shows_trace(property.verdict, property.expected);
@@ -400,6 +404,17 @@ pub fn write_human(report: &CheckReport, out: &mut dyn Write) -> std::io::Result
         }
     }
     Ok(())
+}
+
+/// The actions an exhausted search never fired, if any: what a reviewer looks for first.
+fn never_fired_line(report: &CheckReport) -> Option<String> {
+    let never: Vec<String> = crate::action_names::with_zeros(report.model, &report.action_coverage)
+        .into_iter()
+        .filter(|(_, count)| *count == 0)
+        .map(|(name, _)| name)
+        .collect();
+    (!never.is_empty() && crate::model_facts::exhausted(report))
+        .then(|| format!("never fired: {}", never.join(", ")))
 }
 
 /// Writes the traces of one job (only models with a trace encoding can).
@@ -477,9 +492,11 @@ pub fn write_diagrams(
 
 // ---- `oncecheck check`: limits, simulation and the JSON document (owner: the checker) ----
 
-/// The version of the `oncecheck check --json` document (`docs/check-json.md`). Bumped on any
-/// change a reader could notice: a field removed, renamed or given another meaning.
-pub const CHECK_JSON_SCHEMA: u32 = 1;
+/// The version of the `oncecheck check --json` document (`docs/check-json.md`, its JSON Schema
+/// `docs/check-json.schema.json`). Bumped on any change a reader could notice: a field removed,
+/// renamed or given another meaning. 2: `trace[].action` in the Explorer's words (actors from 1)
+/// instead of Rust's Debug text; `action_coverage` lists every action kind, 0 included.
+pub const CHECK_JSON_SCHEMA: u32 = 2;
 
 /// The default of `--memory-max-mb`: a third of the 24 GiB machine the checks were sized on,
 /// so one run cannot starve the others sharing it.
@@ -514,16 +531,9 @@ pub fn simulate_job(
 
 /// The one line that says which limit stopped a run, if one did.
 pub fn stop_line(report: &CheckReport) -> Option<String> {
-    let stop = report.stopped?;
-    let flag = match stop {
-        Stop::Timeout { .. } => "--timeout-secs",
-        Stop::States { .. } => "--states-max",
-        Stop::Memory { .. } => "--memory-max-mb",
-    };
-    Some(format!(
-        "{}/{} stopped at {stop} after {} unique states: what it had not decided is unknown (raise {flag} or use --simulate)",
-        report.model, report.variant, report.unique_states
-    ))
+    report.stopped?;
+    let explanation = crate::model_facts::outcome_of(report).explanation()?;
+    Some(format!("{}/{} {explanation}", report.model, report.variant))
 }
 
 /// The `--json` document: the schema version, the overall verdict and one report per job, each
@@ -534,6 +544,13 @@ pub fn json_document(reports: &[CheckReport]) -> serde_json::Value {
         .map(|report| {
             let mut value = serde_json::to_value(report).expect("a report serialises");
             value["ok"] = serde_json::Value::Bool(report.matches_expectations());
+            // Every action kind of the model, 0 for those that never fired.
+            value["action_coverage"] =
+                crate::action_names::with_zeros(report.model, &report.action_coverage)
+                    .into_iter()
+                    .map(|(name, count)| (name, serde_json::Value::from(count)))
+                    .collect::<serde_json::Map<_, _>>()
+                    .into();
             value
         })
         .collect();

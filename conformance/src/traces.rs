@@ -359,6 +359,8 @@ pub fn load(file: &Path) -> Result<Loaded, LoadError> {
 
 /// Where the corpus lives, relative to the repository root.
 pub const CORPUS_DIR: &str = "conformance/traces/relay";
+/// The token corpus: every variant's counterexamples, examples and covering set.
+pub const TOKEN_CORPUS_DIR: &str = "conformance/traces/token";
 /// The middleware corpus: idempotency traces of the `fenced` and `fixed` layers on both
 /// databases, and the pre-fix counterexamples the layer's fixes are replayed against.
 pub const MIDDLEWARE_CORPUS_DIR: &str = "conformance/traces/middleware";
@@ -460,8 +462,9 @@ fn on_sqlite(name: &str, variant: &str) -> String {
 }
 
 /// The middleware corpus's kept files: on each database's claim, the counterexamples of
-/// `fenced` and `fixed` and the examples of `fenced`; on PostgreSQL's, the pre-fix
-/// counterexamples of M2 and M3, which the layer's fixes are replayed against.
+/// `fenced` and `fixed` and the examples of `fenced`, `renewed` (the layer as shipped),
+/// `atomic` and `fail-closed`; on PostgreSQL's, the pre-fix counterexamples of M2 and M3, which
+/// the layer's fixes are replayed against.
 pub fn middleware_corpus_documents() -> Result<Vec<(String, serde_json::Value)>, String> {
     let mut documents = Vec::new();
     for sqlite in [0, 1] {
@@ -470,6 +473,9 @@ pub fn middleware_corpus_documents() -> Result<Vec<(String, serde_json::Value)>,
         for (variant, kinds) in [
             ("fenced", &[Kind::Always, Kind::Sometimes][..]),
             ("fixed", &[Kind::Always][..]),
+            ("renewed", &[Kind::Sometimes][..]),
+            ("atomic", &[Kind::Sometimes][..]),
+            ("fail-closed", &[Kind::Sometimes][..]),
         ] {
             let model = idempotency_model(variant, &bounds)?;
             documents.extend(property_documents(&model, kinds).into_iter().map(
@@ -489,13 +495,33 @@ pub fn middleware_corpus_documents() -> Result<Vec<(String, serde_json::Value)>,
     Ok(documents)
 }
 
+/// The token corpus's kept files: what `oncecheck traces token --count 0` writes for every
+/// variant (counterexamples, examples and the covering set), replayed at `tokened-dynamodb`.
+pub fn token_corpus_documents() -> Result<Vec<(String, serde_json::Value)>, String> {
+    use oncecheck_model::check::ModelSpec;
+    use oncecheck_model::token::TokenModel;
+    let mut documents = Vec::new();
+    for variant in TokenModel::VARIANTS {
+        let bounds = TokenModel::resolve_bounds(variant, &[]).map_err(|error| error.to_string())?;
+        let model = TokenModel::build(variant, &bounds).map_err(|error| error.to_string())?;
+        documents.extend(property_documents(&model, &[Kind::Always, Kind::Sometimes]));
+        documents.extend(covering_documents(
+            &model,
+            CORPUS_COVER_SEED,
+            ExportOptions::default().path_steps_max,
+        ));
+    }
+    Ok(documents)
+}
+
 /// The kept files of the corpus of `model`.
 fn kept_documents(model: &str) -> Result<Vec<(String, serde_json::Value)>, String> {
     match model {
         "relay" => corpus_documents(),
         "idempotency" => middleware_corpus_documents(),
+        "token" => token_corpus_documents(),
         other => Err(format!(
-            "no corpus of model `{other}`; corpora: relay, idempotency"
+            "no corpus of model `{other}`; corpora: relay, idempotency, token"
         )),
     }
 }
@@ -551,7 +577,7 @@ pub fn walks_digest(documents: &[(String, serde_json::Value)]) -> String {
 
 /// Whether a file name is one the corpus generates (the rest are promoted traces, kept as is).
 fn generated_name(name: &str) -> bool {
-    (name.starts_with("relay-") || name.starts_with("idempotency-"))
+    (name.starts_with("relay-") || name.starts_with("idempotency-") || name.starts_with("token-"))
         && (name.contains("-counterexample-")
             || name.contains("-example-")
             || name.contains("-cover-")
@@ -571,7 +597,9 @@ pub fn read_manifest(directory: &Path) -> Result<Manifest, String> {
 /// defaults). Stale
 /// generated files are removed; promoted traces are left alone. Answers what it wrote.
 pub fn write_corpus(directory: &Path) -> Result<Vec<String>, String> {
-    let mut manifest = read_manifest(directory).unwrap_or_default();
+    // Only a directory that is a corpus already (its manifest names the model) is written: a
+    // default would write wherever the command happened to run.
+    let mut manifest = read_manifest(directory)?;
     let documents = kept_documents(&manifest.model)?;
     let failure = |error: std::io::Error| {
         format!(

@@ -250,6 +250,13 @@ where
         after: &Self::State,
     ) -> String;
 
+    /// The state role by role in the step text's words (`W1.phase`, `table: claim a`): what
+    /// the HTML report's changes and the Explorer's picture show. By default the state's Debug
+    /// form split by role ([`crate::view::roles`]); a model overrides it with its own words.
+    fn state_roles(&self, state: &Self::State) -> Vec<(String, String)> {
+        crate::view::roles(state)
+    }
+
     /// Resolves a variant name, listing the valid ones on error.
     fn resolve_variant(name: &str) -> Result<&'static str, SpecError> {
         Self::VARIANTS
@@ -393,7 +400,8 @@ pub struct Progress {
 pub struct TraceStep {
     /// 1-based step number; step 0 is the initial state.
     pub step: usize,
-    /// The action, as the model's `Debug` prints it.
+    /// The action as the Explorer lists it: its kind and parameters, actors numbered from 1
+    /// (`WriterSendsRound W1`), the model's `format_action`.
     pub action: String,
     /// The action in protocol words.
     pub words: String,
@@ -560,7 +568,7 @@ where
                 .expect("every state of a path but the last has an action");
             TraceStep {
                 step: index + 1,
-                action: format!("{action:?}"),
+                action: model.format_action(action),
                 words: model.step_words(&window[0].0, action, &window[1].0),
             }
         })

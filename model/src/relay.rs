@@ -1864,6 +1864,10 @@ impl ModelSpec for RelayModel {
     fn step_words(&self, before: &RelayState, action: &Action, after: &RelayState) -> String {
         describe(self, before, action, after)
     }
+
+    fn state_roles(&self, state: &RelayState) -> Vec<(String, String)> {
+        words::roles(self, state)
+    }
 }
 
 impl RelayModel {
@@ -2156,6 +2160,7 @@ pub fn describe(
 }
 
 pub mod encoding;
+mod words;
 
 #[cfg(test)]
 mod tests;

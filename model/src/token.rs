@@ -58,6 +58,7 @@
 //! to fail somewhere.
 
 mod encoding;
+mod words;
 
 use crate::check::{BoundSpec, Bounds, Kind, ModelSpec, PropertyDef, SpecError, Verdict};
 use stateright::{Model, Property};
@@ -1214,6 +1215,10 @@ impl ModelSpec for TokenModel {
             (_, T5_DAMAGED_RECORD_REFUSED) => reached(damaged_records >= 1 && retries_happen),
             (_, name) => panic!("no expectation for property {name}"),
         }
+    }
+
+    fn state_roles(&self, state: &TokenState) -> Vec<(String, String)> {
+        words::roles(self, state)
     }
 
     fn step_words(&self, before: &TokenState, action: &Action, after: &TokenState) -> String {
