@@ -644,7 +644,7 @@ fn soak(soak_command: &oncecheck_conformance::soak::SoakCommand) -> ExitCode {
 fn soak(_: &oncecheck_conformance::soak::SoakCommand) -> ExitCode {
     bad_input(
         "this oncecheck was built without replay (the soak needs the stores); build one with it: \
-         cargo build --release -p oncecheck-conformance -p oncecheck-relay --features oncecheck-conformance/replay",
+         cargo build --release -p oncecheck-conformance --features replay --bin oncecheck",
     )
 }
 

@@ -83,8 +83,9 @@ pub struct LayerArgs {
     #[arg(long, default_value_t = 500)]
     pub down_millis: u64,
     /// The handler behind the layer: `external` (its effect commits in its own transaction,
-    /// before the layer's finalize).
-    #[arg(long, default_value = "external", value_parser = ["external"])]
+    /// before the layer's finalize) or `atomic` (in the request's effect transaction, committed
+    /// by the layer with the cached response).
+    #[arg(long, default_value = "external", value_parser = ["external", "atomic"])]
     pub handler: String,
     /// Give up after this many seconds (exit 1).
     #[arg(long, default_value_t = 600)]

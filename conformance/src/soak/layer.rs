@@ -14,10 +14,10 @@
 //! connection) until a 2xx; a key is given up only when the run's time is up (a failure).
 //!
 //! The handler behind the layer is an [`EffectHandler`]: how its effect commits relative to the
-//! layer's finalize is what exactly-once depends on. `external` (the only kind the layer's API
-//! offers today) commits the effect in a transaction of its own before the layer finalizes; a
-//! handler kind that commits the effect and the finalize together plugs in as another
-//! implementation without changing the clients or the checks.
+//! layer's finalize is what exactly-once depends on. `external` commits the effect in a
+//! transaction of its own before the layer finalizes; `atomic` runs it in the request's effect
+//! transaction, which the layer commits with the cached response. Another kind plugs in as
+//! another implementation without changing the clients or the checks.
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -28,11 +28,12 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::routing::post;
+use axum::Extension;
 use axum::{Json, Router};
 use bytes::Bytes;
 use http::Method;
-use oncecheck_idempotency::store::PostgresStore;
-use oncecheck_idempotency::{IdempotencyLayer, REPLAYED_HEADER};
+use oncecheck_idempotency::store::{PostgresEffect, PostgresStore};
+use oncecheck_idempotency::{EffectScope, IdempotencyLayer, REPLAYED_HEADER};
 use oncecheck_model::trace::SplitMix64;
 use serde_json::{json, Value};
 use sqlx::postgres::{PgPool, PgPoolOptions};
@@ -150,11 +151,82 @@ impl EffectHandler for ExternalEffect {
     }
 }
 
+/// The effect runs in the request's effect transaction, which the layer commits with the cached
+/// response (specs/idempotency-middleware.md, "Atomic effects"): no outage can commit one without
+/// the other.
+pub struct AtomicEffect;
+
+async fn atomic_effect(
+    Extension(effects): Extension<EffectScope<PostgresEffect>>,
+    Path(key): Path<i64>,
+) -> Response {
+    let inserted = async {
+        let mut transaction = effects
+            .transaction()
+            .await
+            .map_err(|error| error.to_string())?;
+        sqlx::query_scalar::<_, i64>(
+            "INSERT INTO soak_effects (key) VALUES ($1) RETURNING execution",
+        )
+        .bind(key)
+        .fetch_one(&mut **transaction)
+        .await
+        .map_err(|error| error.to_string())
+    }
+    .await;
+    match inserted {
+        Ok(execution) => (
+            StatusCode::CREATED,
+            Json(json!({"key": key, "execution": execution})),
+        )
+            .into_response(),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the effect's database failed",
+        )
+            .into_response(),
+    }
+}
+
+impl EffectHandler for AtomicEffect {
+    fn name(&self) -> &'static str {
+        "atomic"
+    }
+
+    fn prepare<'a>(&'a self, pool: &'a PgPool) -> BoxFuture<'a, Result<(), String>> {
+        ExternalEffect.prepare(pool)
+    }
+
+    fn app<'a>(&'a self, pool: &'a PgPool) -> BoxFuture<'a, Result<Router, String>> {
+        Box::pin(async move {
+            let store = PostgresStore::new(pool.clone());
+            store
+                .migrate()
+                .await
+                .map_err(|error| format!("migrating the layer's table: {error}"))?;
+            let layer = IdempotencyLayer::builder(store)
+                .lease_secs(LEASE_SECS)
+                .build();
+            Ok(Router::new()
+                .route("/soak/{key}", post(atomic_effect))
+                .route_layer(layer))
+        })
+    }
+
+    fn executions<'a>(
+        &'a self,
+        pool: &'a PgPool,
+    ) -> BoxFuture<'a, Result<BTreeMap<i64, i64>, String>> {
+        ExternalEffect.executions(pool)
+    }
+}
+
 fn handler_named(name: &str) -> Result<Box<dyn EffectHandler>, String> {
     match name {
         "external" => Ok(Box::new(ExternalEffect)),
+        "atomic" => Ok(Box::new(AtomicEffect)),
         other => Err(format!(
-            "unknown handler {other}; the handlers are: external"
+            "unknown handler {other}; the handlers are: external, atomic"
         )),
     }
 }
