@@ -36,6 +36,7 @@ pub mod replay_session;
 pub mod replay_token;
 pub mod report;
 pub mod run_info;
+pub mod soak;
 pub mod terminal;
 pub mod traces;
 pub mod transitions;

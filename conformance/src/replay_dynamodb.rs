@@ -31,6 +31,9 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::task::JoinHandle;
 
+mod claim_reads;
+use claim_reads::replay_claim_read;
+
 /// How long the replayer waits for an actor's next request before calling it a divergence.
 const REQUEST_WAIT_MILLIS_MAX: u64 = 10_000;
 /// How long a finished push may take to return its answers after its last response.
@@ -621,6 +624,20 @@ impl ReplayTarget for DynamoTarget {
         let proxy = &running.proxy;
         match *step.action {
             Action::WriterReadsCounter { writer } => {
+                // A push of two ops or more checks its claims before its first counter read.
+                if model.checks_claims_first(before, writer as usize) {
+                    let push = &model.writers[writer as usize].1;
+                    requests += replay_claim_read(
+                        proxy,
+                        model,
+                        before,
+                        writer as usize,
+                        push,
+                        &stream,
+                        &table,
+                    )
+                    .await?;
+                }
                 let request = take(proxy, writer as usize, "Query").await?;
                 requests += 1;
                 let answer = proxy.forward(&request).await.map_err(environment)?;
@@ -769,65 +786,9 @@ impl ReplayTarget for DynamoTarget {
             }
             Action::WriterReadsClaims { writer } => {
                 let w = writer as usize;
-                let request = take(proxy, w, "BatchGetItem").await?;
-                requests += 1;
-                let names = claim_names(model, &stream);
-                let mut expected: Vec<String> =
-                    remaining_ops(model, before, w).map(real_op_id).collect();
-                let mut asked: Vec<String> = request
-                    .batch_get_keys()
-                    .map_err(|error| {
-                        Fault::diverged("a BatchGetItem of claims", error.to_string())
-                    })?
-                    .into_iter()
-                    .map(|(_, key)| {
-                        names
-                            .get(&key.seq)
-                            .cloned()
-                            .unwrap_or_else(|| format!("seq {}", key.seq))
-                    })
-                    .collect();
-                expected.sort();
-                asked.sort();
-                if asked != expected {
-                    return Err(Fault::diverged(
-                        format!("BatchGetItem of the claims of {expected:?}"),
-                        format!("BatchGetItem of the claims of {asked:?}"),
-                    ));
-                }
-                let answer = proxy.forward(&request).await.map_err(environment)?;
-                let mut found: Vec<String> = answer
-                    .body
-                    .pointer(&format!(
-                        "/Responses/{}",
-                        table.replace('~', "~0").replace('/', "~1")
-                    ))
-                    .and_then(Json::as_array)
-                    .into_iter()
-                    .flatten()
-                    .filter_map(|item| {
-                        item.as_object()
-                            .and_then(|item| attribute_string(item, "op_id"))
-                    })
-                    .collect();
-                let mut found_by_model: Vec<String> = remaining_ops(model, before, w)
-                    .filter(|op| {
-                        matches!(
-                            before.table.read(Key::Claim(*op)),
-                            Some(Value::Claim { .. })
-                        )
-                    })
-                    .map(real_op_id)
-                    .collect();
-                found.sort();
-                found_by_model.sort();
-                if found != found_by_model {
-                    return Err(Fault::diverged(
-                        format!("claims found {found_by_model:?}"),
-                        format!("claims found {found:?}: {}", answer.body),
-                    ));
-                }
-                proxy.deliver(request, answer).map_err(environment)?;
+                let remaining: Vec<OpId> = remaining_ops(model, before, w).collect();
+                requests +=
+                    replay_claim_read(proxy, model, before, w, &remaining, &stream, &table).await?;
             }
             Action::PushDeadlinePasses { writer } => {
                 // The real deadline is wall time, which a replay cannot place at a step without

@@ -5,7 +5,7 @@
 //! counterexamples reproducing their bug on the pre-fix layer and parting from the shipped one
 //! at the step the fix changes; bad input answered with exit 2 and one line.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 fn oncecheck(arguments: &[&str]) -> Output {
@@ -92,10 +92,22 @@ fn replayed_without_divergence(output: &Output) -> usize {
         .unwrap_or_else(|| panic!("a summary line: {summary}"))
 }
 
+/// Replays the whole corpus on `target`. With `ONCECHECK_SUMMARY_DIR` set (scripts/test sets
+/// it), the run's summary is written there as `TARGET-KIND.json`, for `oncecheck implemented
+/// --verify` after the tests: these replays are the implemented-variant table's middleware rows.
 fn replay_corpus(target: &str) -> usize {
-    let mut arguments = vec!["replay"];
-    arguments.extend(corpus_files().iter().map(String::as_str));
-    arguments.extend(["--target", target, "--only-replayable", "--jobs", "4"]);
+    let mut arguments = vec!["replay".to_string()];
+    arguments.extend(corpus_files().iter().cloned());
+    arguments.extend(["--target", target, "--only-replayable", "--jobs", "4"].map(String::from));
+    if let Ok(directory) = std::env::var("ONCECHECK_SUMMARY_DIR") {
+        let kind = target.split('=').next().unwrap_or(target);
+        let file = Path::new(&directory).join(format!("{kind}.json"));
+        arguments.extend([
+            "--summary-json".to_string(),
+            file.to_string_lossy().into_owned(),
+        ]);
+    }
+    let arguments: Vec<&str> = arguments.iter().map(String::as_str).collect();
     let output = oncecheck(&arguments);
     replayed_without_divergence(&output)
 }
@@ -296,6 +308,7 @@ fn an_unreachable_database_exits_2_with_one_line() {
 }
 
 /// How many corpus traces a replay with `--store-mutation mutation` fails (each a divergence).
+/// Every caught trace waits out the target's bounded divergence wait, idle: 12 at once.
 fn catching_traces(target: &str, mutation: &str) -> usize {
     let mut arguments = vec!["replay"];
     arguments.extend(corpus_files().iter().map(String::as_str));
@@ -304,7 +317,7 @@ fn catching_traces(target: &str, mutation: &str) -> usize {
         target,
         "--only-replayable",
         "--jobs",
-        "4",
+        "12",
         "--store-mutation",
         mutation,
     ]);

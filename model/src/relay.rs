@@ -320,7 +320,8 @@ impl RelayState {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
 pub enum Action {
     /// Strongly consistent Query of seq = 0: the counter (the first op of a push, or after a
-    /// lost round without a usable hint).
+    /// lost round without a usable hint). A push's first read is preceded by its claim check
+    /// when the push has two ops or more ([`RelayModel::checks_claims_first`]).
     WriterReadsCounter {
         writer: u8,
     },
@@ -615,6 +616,26 @@ impl RelayModel {
 
     fn push_of(&self, writer: usize) -> &[OpId] {
         &self.writers[writer].1
+    }
+
+    /// Whether `writer`'s counter read in `state` is its push's first, which a push of two ops or
+    /// more precedes with the claim check: one BatchGetItem of the claims of all its ops, which
+    /// refuses the push when an op_id is stored with another payload. The model has one payload
+    /// per op id, so the check never refuses here and its answer changes no state; its place
+    /// among other actors' steps is invisible to every property, so it is part of this step
+    /// (the replay forwards it right before the counter read). Every later counter read of a
+    /// push at its first op follows a lost round.
+    //= specs/relay-append.md#R3
+    //# A push of two ops or more reads the claims of all its ops before its first write; an op_id
+    //# stored with another payload refuses the whole push, and nothing is written.
+    pub fn checks_claims_first(&self, state: &RelayState, writer: usize) -> bool {
+        let current = &state.writers[writer];
+        self.build_of(writer) == Build::New
+            && self.push_of(writer).len() > 1
+            && current.phase == Phase::Ready
+            && current.counter == Counter::Unknown
+            && current.next_op == 0
+            && current.lost_in_a_row == 0
     }
 
     fn initial_table(legacy: Legacy) -> (Table, BTreeSet<Seq>) {
@@ -2029,8 +2050,18 @@ pub fn describe(
 ) -> String {
     match *action {
         Action::WriterReadsCounter { writer } => {
+            let check = if model.checks_claims_first(before, writer as usize) {
+                let ops: Vec<String> = model
+                    .push_of(writer as usize)
+                    .iter()
+                    .map(|op| op_name(*op).to_string())
+                    .collect();
+                format!("BatchGetItem claims [{}] -> no conflict; ", ops.join(", "))
+            } else {
+                String::new()
+            };
             format!(
-                "{} Query seq=0 (consistent) -> next_seq {}",
+                "{} {check}Query seq=0 (consistent) -> next_seq {}",
                 writer_name(model, writer),
                 before.table.counter()
             )

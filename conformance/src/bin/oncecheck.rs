@@ -258,6 +258,11 @@ enum Command {
         #[arg(long, value_name = "SUMMARY", num_args = 1..)]
         verify: Vec<PathBuf>,
     },
+    /// Run the relay or the idempotency layer under load and faults (kills, stalls, database
+    /// restarts), then check nothing was lost, duplicated or run twice; prints throughput and
+    /// latency. Exit 0 ok, 1 a violation (each listed), 2 the run could not be set up.
+    #[command(subcommand)]
+    Soak(oncecheck_conformance::soak::SoakCommand),
     /// Serve the stateright Explorer for one model variant on 127.0.0.1 (blocks until ctrl-c).
     #[command(after_help = EXPLORE_HELP)]
     Explore {
@@ -474,6 +479,7 @@ fn main() -> ExitCode {
             token_table,
         } => probe(&target, proxy, token_table == "on"),
         Command::Implemented { verify } => implemented(&verify),
+        Command::Soak(soak_command) => soak(&soak_command),
         Command::Explore {
             model,
             variant,
@@ -676,6 +682,20 @@ fn probe(_: &str, _: bool, _: bool) -> ExitCode {
     bad_input(
         "this oncecheck was built without replay (the probe needs the AWS SDK); build one with it: \
          cargo run --release -p oncecheck-conformance --features replay --bin oncecheck -- probe ...",
+    )
+}
+
+#[cfg(feature = "replay")]
+fn soak(soak_command: &oncecheck_conformance::soak::SoakCommand) -> ExitCode {
+    oncecheck_conformance::soak::command(soak_command)
+}
+
+/// The soak runs the relay and the layer on real stores, which only the `replay` build carries.
+#[cfg(not(feature = "replay"))]
+fn soak(_: &oncecheck_conformance::soak::SoakCommand) -> ExitCode {
+    bad_input(
+        "this oncecheck was built without replay (the soak needs the stores); build one with it: \
+         cargo build --release -p oncecheck-conformance --features replay --bin oncecheck",
     )
 }
 

@@ -23,9 +23,9 @@
 //! | 400 | `invalid-limit` | `limit` is not an integer in 1..=pull_limit_max |
 //! | 404 | `not-found` | no such route |
 //! | 405 | `method-not-allowed` | the route exists, the method does not |
-//! | 409 | `op-id-conflict` | an op_id is stored with another payload; `seq` names where |
+//! | 409 | `op-id-conflict` | an op_id is stored with another payload; `seq` names where; nothing stored, unless another writer claimed it after the push's claim check (`stored` lists the ops before it) |
 //! | 413 | `payload-too-large` | body over body_bytes_max or more ops than ops_per_push_max |
-//! | 413 | `op-too-large` | one op exceeds the store's item size; nothing stored |
+//! | 413 | `op-too-large` | one op exceeds the item size (DynamoDB's 400 KB, on every backend); nothing stored |
 //! | 414 | `uri-too-long` | a request line longer than the server parses ([`listener`]) |
 //! | 415 | `unsupported-media-type` | a push whose Content-Type is not `application/json` |
 //! | 422 | `empty-batch`, `invalid-op-id`, `invalid-stream`, `invalid-input` | unusable input |

@@ -438,7 +438,11 @@ async fn a_push_that_is_not_declared_json_is_a_415_problem_and_stores_nothing() 
     assert_eq!(with_charset.status(), StatusCode::OK);
 }
 
-/// Duplicate op_ids in one push, and an op_id re-pushed with another payload, on each backend.
+//= specs/relay-append.md#R3
+//# A push of two ops or more reads the claims of all its ops before its first write; an op_id
+//# stored with another payload refuses the whole push, and nothing is written.
+/// Duplicate op_ids in one push, an op_id re-pushed with another payload (alone, and inside a
+/// batch), and an op over the item size, on each backend: the same answers, nothing stored.
 async fn bad_op_ids_are_refused_and_store_nothing(backend_name: &str) {
     let backend = backend(backend_name).await;
     let relay = Relay::over(backend.store.clone(), Limits::default()).await;
@@ -467,6 +471,34 @@ async fn bad_op_ids_are_refused_and_store_nothing(backend_name: &str) {
     assert_eq!(conflict["stored"], json!([]));
     let page: PullResponse = relay.pull_raw("s", "after=0").await.json().await.unwrap();
     assert_eq!(page.ops[1].payload, "2", "the first payload is kept");
+    // The conflicting op_id in the middle of a batch: the whole batch is refused, nothing stored.
+    let batch_conflict = problem(
+        relay
+            .push("s", &[("n1", "n"), ("b", "another payload"), ("n3", "n")])
+            .await,
+        StatusCode::CONFLICT,
+        "op-id-conflict",
+    )
+    .await;
+    assert_eq!(batch_conflict["seq"], json!(2));
+    assert_eq!(batch_conflict["stored"], json!([]));
+    assert_eq!(relay.op_ids("s").await, vec!["a", "b"], "nothing stored");
+    // One set of limits: a 450 KB op is a 413 on every backend, and nothing of its batch is
+    // stored, although the body is within body_bytes_max.
+    let big = "x".repeat(450 * 1024);
+    let too_large = problem(
+        relay
+            .push("s", &[("n1", "n"), ("n2", "n"), ("n3", big.as_str())])
+            .await,
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "op-too-large",
+    )
+    .await;
+    assert!(
+        too_large["detail"].as_str().unwrap().starts_with("ops[2]"),
+        "{too_large}"
+    );
+    assert_eq!(relay.op_ids("s").await, vec!["a", "b"], "nothing stored");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -107,11 +107,19 @@
 //! be stale for the ops it finds. A fresh push never finds a claim and costs n transactions and
 //! one counter read, as before.
 //!
-//! # Limits checked before the first write
+//! # Checked before the first write
 //!
-//! [`OpStore::check_op`]: an item (op or claim) must fit DynamoDB's 400 KB item size, counted as
-//! DynamoDB counts it (attribute names plus values), and the stream id must fit the 2048-byte
-//! partition key. One op over a limit refuses the whole push; nothing is sent.
+//! [`OpStore::check_op`] (the limits of [`crate::limits`], the same on every backend): an item
+//! (op or claim) must fit DynamoDB's 400 KB item size, counted as DynamoDB counts it (attribute
+//! names plus values), and the stream id must fit the 2048-byte partition key. One op over a
+//! limit refuses the whole push; nothing is sent. Then a push of two ops or more reads the claims
+//! of all its ops (the same batched strongly consistent BatchGetItem as a re-push,
+//! [`OpStore::check_claims`]) before its first counter read: an op_id stored with another
+//! payload refuses the whole push with nothing written. The read does not answer the ops it
+//! finds: the rounds that follow are the protocol's, unchanged (a re-push then reads its claims
+//! a second time on the fast path). A writer that claims one of the push's op_ids between this
+//! read and the push's round for it makes that round refuse the op as before, with the ops
+//! before it stored (`specs/relay-append.md`, "Checked before the first write").
 //!
 //! # IAM
 //!
@@ -146,9 +154,10 @@ use aws_sdk_dynamodb::types::{
 use aws_sdk_dynamodb::Client;
 use tokio::time::Instant;
 
+use crate::limits::SHA256_BYTES;
 use crate::sync::Arc;
 use crate::{
-    batch_outcome, check_batch, next_seq, validate_append, validate_pull, Appended, BatchOutcome,
+    batch_outcome, check_push, next_seq, validate_append, validate_pull, Appended, BatchOutcome,
     NewOp, OpStore, PushContext, Seq, StoreError, StoreFuture, StoredOp,
 };
 
@@ -173,15 +182,8 @@ const REQUEST_TIMEOUT_SECS: u64 = 5;
 const CONNECT_TIMEOUT_SECS: u64 = 2;
 /// Pages of a pull are capped by DynamoDB at 1 MB; this caps our own request size.
 const PULL_PAGE_ITEMS_MAX: usize = 1000;
-/// DynamoDB's item size limit (400 KB), counted over attribute names and values.
-pub const ITEM_BYTES_MAX: usize = 400 * 1024;
-/// DynamoDB's partition key length limit.
-pub const PARTITION_KEY_BYTES_MAX: usize = 2048;
 /// DynamoDB's limit of keys per BatchGetItem request.
 pub const BATCH_GET_KEYS_MAX: usize = 100;
-/// The most bytes DynamoDB counts for a number attribute (38 significant digits).
-const NUMBER_BYTES_MAX: usize = 21;
-const SHA256_BYTES: usize = 32;
 
 /// Tuning of an append's retry loop.
 #[derive(Debug, Clone)]
@@ -238,56 +240,6 @@ impl<'a> Claimant<'a> {
             digest: payload_digest(&op.payload),
         }
     }
-}
-
-/// The size DynamoDB counts for an item: each attribute's name plus its value (numbers counted
-/// at their largest).
-fn item_bytes(attributes: &[(&str, usize)]) -> usize {
-    attributes
-        .iter()
-        .map(|(name, value_bytes)| name.len() + value_bytes)
-        .sum()
-}
-
-/// The sizes of an op's two items: the op item and its claim.
-fn op_and_claim_bytes(stream: &str, op: &NewOp) -> (usize, usize) {
-    let key = [
-        (ATTRIBUTE_STREAM_ID, stream.len()),
-        (ATTRIBUTE_SEQ, NUMBER_BYTES_MAX),
-        (ATTRIBUTE_OP_ID, op.op_id.len()),
-    ];
-    let op_item = item_bytes(&key) + item_bytes(&[(ATTRIBUTE_PAYLOAD, op.payload.len())]);
-    let claim_item = item_bytes(&key)
-        + item_bytes(&[
-            (ATTRIBUTE_CLAIMED_SEQ, NUMBER_BYTES_MAX),
-            (ATTRIBUTE_PAYLOAD_SHA256, SHA256_BYTES),
-        ]);
-    (op_item, claim_item)
-}
-
-/// DynamoDB's limits on one op, checked before anything is sent.
-fn check_limits(stream: &str, op: &NewOp) -> Result<(), StoreError> {
-    validate_append(stream, op)?;
-    if stream.len() > PARTITION_KEY_BYTES_MAX {
-        return Err(StoreError::InvalidInput {
-            reason: format!(
-                "the stream id has {} bytes; DynamoDB keys have at most {PARTITION_KEY_BYTES_MAX}",
-                stream.len()
-            ),
-        });
-    }
-    let (op_item, claim_item) = op_and_claim_bytes(stream, op);
-    let largest = op_item.max(claim_item);
-    if largest > ITEM_BYTES_MAX {
-        return Err(StoreError::TooLarge {
-            index: 0,
-            reason: format!(
-                "its item would have {largest} bytes; DynamoDB stores at most {ITEM_BYTES_MAX} \
-                 bytes per item, attribute names included"
-            ),
-        });
-    }
-    Ok(())
 }
 
 /// Which condition a round puts on op s - 1.
@@ -1485,17 +1437,32 @@ impl DynamoDbStore {
         Ok(found)
     }
 
+    /// The claims of a whole push, read before its first write (see [`OpStore::check_claims`]):
+    /// one batched read, and the first op whose claim answers a refusal refuses the push.
+    async fn refuse_conflicting_claims(
+        &self,
+        stream: &str,
+        ops: &[NewOp],
+        deadline: Instant,
+    ) -> Result<(), StoreError> {
+        let all: Vec<&NewOp> = ops.iter().collect();
+        let found = self.read_claims(stream, &all, deadline).await?;
+        for op in ops {
+            if let Some(item) = found.get(&claim_key(&op.op_id)) {
+                claim_answer(item, &Claimant::of(op))?;
+            }
+        }
+        Ok(())
+    }
+
     /// A push: checked whole, then op by op; once a round finds an op's own claim, the claims of
     /// the rest are read in batches and every op found is answered without a round.
     //= specs/relay-append.md#R7
     //# A round that finds the op's own claim reads the claims of the push's remaining ops in one
     //# batched strongly consistent read.
     async fn append_push(&self, stream: &str, ops: &[NewOp], deadline: Instant) -> BatchOutcome {
-        if let Err(error) = check_batch(self, stream, ops) {
-            return BatchOutcome {
-                appended: Vec::new(),
-                error: Some(error),
-            };
+        if let Err(error) = check_push(self, stream, ops, deadline).await {
+            return batch_outcome(Vec::new(), Some(error));
         }
         let mut push = PushContext::default();
         let mut appended = Vec::with_capacity(ops.len());
@@ -1591,8 +1558,13 @@ impl OpStore for DynamoDbStore {
         })
     }
 
-    fn check_op(&self, stream: &str, op: &NewOp) -> Result<(), StoreError> {
-        check_limits(stream, op)
+    fn check_claims<'a>(
+        &'a self,
+        stream: &'a str,
+        ops: &'a [NewOp],
+        deadline: Instant,
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
+        Box::pin(self.refuse_conflicting_claims(stream, ops, deadline))
     }
 
     fn append_batch<'a>(

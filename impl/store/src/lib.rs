@@ -14,8 +14,14 @@
 //! between rounds and races the round in flight). Ops appended before the deadline stay stored; the
 //! re-push of the batch finds their claims and answers the same seqs.
 //!
-//! A push is checked whole before its first write ([`OpStore::check_op`] per op, plus distinct
-//! op_ids): one op a backend cannot store refuses the whole push and nothing is stored. A pass
+//! A push is checked whole before its first write ([`check_push`]): every op within the limits
+//! that are the same on every backend ([`limits`]: DynamoDB's item size and key length), distinct
+//! op_ids, and, for a push of two ops or more, no op_id stored with another payload (one batched
+//! read of the push's claims, [`OpStore::check_claims`]). One op that fails refuses the whole push
+//! and nothing is stored. The one exception is a race: a concurrent writer that stores one of the
+//! push's op_ids with another payload after that read and before this push's write of it; the
+//! push then stops at that op with [`StoreError::PayloadConflict`], the ops before it stored and
+//! answered, as a deadline would stop it (`specs/relay-append.md`). A pass
 //! that stores no new op before its deadline ends with [`StoreError::NoProgress`], distinct from a
 //! pass that stored some ([`StoreError::DeadlineExceeded`]), so a client can tell a stalled
 //! backend from a slow one.
@@ -35,6 +41,7 @@ use std::pin::Pin;
 use tokio::time::Instant;
 
 pub mod dynamodb;
+pub mod limits;
 pub mod memory;
 pub mod sqlite;
 pub mod sync;
@@ -140,7 +147,7 @@ pub enum StoreError {
         first: usize,
         second: usize,
     },
-    /// An op exceeds a size limit of the backend (DynamoDB's item size): nothing stored.
+    /// An op exceeds the item size limit (DynamoDB's, on every backend): nothing stored.
     #[error("ops[{index}] is too large for the store: {reason}")]
     TooLarge { index: usize, reason: String },
     /// The stream's counter stands at `counter` and the next seq would overflow i64.
@@ -218,15 +225,29 @@ pub trait OpStore: Send + Sync {
         self.pull_within(stream, after, limit, deadline)
     }
 
-    /// Checks one op against what this backend can store, without touching it. The default
-    /// checks what every backend requires; a backend with limits of its own (DynamoDB's item
-    /// size, key length) adds them.
+    /// Checks one op against what this backend can store, without touching it: what every
+    /// backend requires, the limits ([`limits`]) included.
     fn check_op(&self, stream: &str, op: &NewOp) -> Result<(), StoreError> {
         validate_append(stream, op)
     }
 
+    /// Reads the claims of `ops` in one batched read, before the push writes anything, and
+    /// refuses the push when an op_id is stored with another payload
+    /// ([`StoreError::PayloadConflict`], naming where) or its claim slot is held by another
+    /// op_id. Changes nothing; an op_id stored with the same payload passes (its round answers
+    /// it). Bounded by `deadline` ([`StoreError::DeadlineExceeded`]).
+    //= specs/relay-append.md#R3
+    //# A push of two ops or more reads the claims of all its ops before its first write; an op_id
+    //# stored with another payload refuses the whole push, and nothing is written.
+    fn check_claims<'a>(
+        &'a self,
+        stream: &'a str,
+        ops: &'a [NewOp],
+        deadline: Instant,
+    ) -> StoreFuture<'a, Result<(), StoreError>>;
+
     /// Appends a batch in order, stopping at the first error; the whole batch is checked first
-    /// ([`check_batch`]), and the deadline before every op. The ops answered before a stop stay
+    /// ([`check_push`]), and the deadline before every op. The ops answered before a stop stay
     /// stored.
     //= specs/relay-append.md#R6
     //# Every append ends stored or with a typed error; a legacy gap costs one extra round, once.
@@ -237,11 +258,8 @@ pub trait OpStore: Send + Sync {
         deadline: Instant,
     ) -> StoreFuture<'a, BatchOutcome> {
         Box::pin(async move {
-            if let Err(error) = check_batch(self, stream, ops) {
-                return BatchOutcome {
-                    appended: Vec::new(),
-                    error: Some(error),
-                };
+            if let Err(error) = check_push(self, stream, ops, deadline).await {
+                return batch_outcome(Vec::new(), Some(error));
             }
             let mut push = PushContext::default();
             let mut appended = Vec::with_capacity(ops.len());
@@ -294,6 +312,22 @@ pub fn check_batch<S: OpStore + ?Sized>(
     Ok(())
 }
 
+/// Checks a whole push before its first write: [`check_batch`], then, for two ops or more, the
+/// stored claims ([`OpStore::check_claims`]; a one-op push needs no read: its own write refuses
+/// it before anything is stored).
+pub async fn check_push<S: OpStore + ?Sized>(
+    store: &S,
+    stream: &str,
+    ops: &[NewOp],
+    deadline: Instant,
+) -> Result<(), StoreError> {
+    check_batch(store, stream, ops)?;
+    if ops.len() > 1 {
+        store.check_claims(stream, ops, deadline).await?;
+    }
+    Ok(())
+}
+
 /// The outcome of a pass that answered `appended` and ended with `error`: a deadline that passed
 /// before the pass stored a single new op is [`StoreError::NoProgress`].
 pub(crate) fn batch_outcome(appended: Vec<Appended>, error: Option<StoreError>) -> BatchOutcome {
@@ -305,7 +339,7 @@ pub(crate) fn batch_outcome(appended: Vec<Appended>, error: Option<StoreError>) 
     BatchOutcome { appended, error }
 }
 
-/// Checks what every backend requires of an append's input.
+/// Checks what every backend requires of an append's input, the limits ([`limits`]) included.
 pub(crate) fn validate_append(stream: &str, op: &NewOp) -> Result<(), StoreError> {
     if stream.is_empty() {
         return Err(StoreError::InvalidInput {
@@ -317,7 +351,7 @@ pub(crate) fn validate_append(stream: &str, op: &NewOp) -> Result<(), StoreError
             reason: "the op_id is empty".into(),
         });
     }
-    Ok(())
+    limits::check_op_limits(stream, op)
 }
 
 /// Checks a pull's input: a cursor below 0 names no position.
@@ -369,6 +403,15 @@ impl<S: OpStore + ?Sized> OpStore for std::sync::Arc<S> {
 
     fn check_op(&self, stream: &str, op: &NewOp) -> Result<(), StoreError> {
         (**self).check_op(stream, op)
+    }
+
+    fn check_claims<'a>(
+        &'a self,
+        stream: &'a str,
+        ops: &'a [NewOp],
+        deadline: Instant,
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
+        (**self).check_claims(stream, ops, deadline)
     }
 
     fn append_batch<'a>(

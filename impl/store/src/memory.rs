@@ -3,8 +3,10 @@
 //! Invariants: an append runs entirely under the lock, so a pull sees an op either not at all or
 //! complete (R1), the claim map stores an op_id once (R3), and a seq is taken as counter + 1, or,
 //! when legacy ops occupy that seq, as the top occupied seq + 1 (R2, R5). A re-push with another
-//! payload is refused against the stored op's payload. Nothing here waits, so the push deadline
-//! is only the per-op check of [`OpStore::append_batch`].
+//! payload is refused against the stored op's payload, for a whole push before its first op
+//! ([`OpStore::check_claims`]: the claims read under the lock, which is released before the
+//! appends, so a writer may claim in between, as on the other backends). Nothing here waits, so
+//! the push deadline is only the per-op check of [`OpStore::append_batch`].
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -22,6 +24,25 @@ struct StreamLog {
     counter: Seq,
     ops: BTreeMap<Seq, StoredOp>,
     claims: HashMap<String, Seq>,
+}
+
+impl StreamLog {
+    /// The answer of an op whose op_id is stored: its seq, or the conflict when the stored
+    /// payload is another. None when the op_id is not stored.
+    fn stored_answer(&self, op: &NewOp) -> Option<Result<Appended, StoreError>> {
+        let &seq = self.claims.get(&op.op_id)?;
+        let stored = self.ops.get(&seq).expect("R3: a claim names a stored op");
+        if stored.payload != op.payload {
+            return Some(Err(StoreError::PayloadConflict {
+                op_id: op.op_id.clone(),
+                seq,
+            }));
+        }
+        Some(Ok(Appended {
+            seq,
+            existing: true,
+        }))
+    }
 }
 
 /// The in-memory store. Cloning shares the same streams.
@@ -49,18 +70,8 @@ impl MemoryStore {
         validate_append(stream, op)?;
         let mut streams = lock(&self.streams);
         let log = streams.entry(stream.to_owned()).or_default();
-        if let Some(&seq) = log.claims.get(&op.op_id) {
-            let stored = log.ops.get(&seq).expect("R3: a claim names a stored op");
-            if stored.payload != op.payload {
-                return Err(StoreError::PayloadConflict {
-                    op_id: op.op_id.clone(),
-                    seq,
-                });
-            }
-            return Ok(Appended {
-                seq,
-                existing: true,
-            });
+        if let Some(answer) = log.stored_answer(op) {
+            return answer;
         }
         let mut seq = next_seq(log.counter)?;
         if log.ops.contains_key(&seq) {
@@ -95,6 +106,26 @@ impl OpStore for MemoryStore {
         _push: &'a mut PushContext,
     ) -> StoreFuture<'a, Result<Appended, StoreError>> {
         Box::pin(async move { self.append_locked(stream, op) })
+    }
+
+    fn check_claims<'a>(
+        &'a self,
+        stream: &'a str,
+        ops: &'a [NewOp],
+        _deadline: Instant,
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            let streams = lock(&self.streams);
+            let Some(log) = streams.get(stream) else {
+                return Ok(());
+            };
+            for op in ops {
+                if let Some(Err(conflict)) = log.stored_answer(op) {
+                    return Err(conflict);
+                }
+            }
+            Ok(())
+        })
     }
 
     fn pull_within<'a>(

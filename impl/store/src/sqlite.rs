@@ -9,7 +9,9 @@
 //!
 //! The push deadline is raced against the whole transaction: a transaction cut short is rolled
 //! back when its future is dropped, so nothing half-done survives. A pull is raced against its
-//! deadline the same way. A re-push with another payload is refused against the stored payload.
+//! deadline the same way. A re-push with another payload is refused against the stored payload,
+//! for a whole push before its first write by one read of its claims ([`OpStore::check_claims`];
+//! a writer may claim between that read and the push's transaction for the op, as on DynamoDB).
 //! Driver errors are logged where they happen; the [`StoreError`] carries a stable message.
 
 use std::str::FromStr;
@@ -29,6 +31,8 @@ use crate::{
 const BUSY_TIMEOUT_SECS: u64 = 30;
 /// Connections in the pool: one writer at a time holds the lock, the rest serve pulls.
 const CONNECTIONS_MAX: u32 = 8;
+/// Op ids per claim-check query: well under SQLite's limit of bound parameters.
+const CLAIMS_PER_QUERY_MAX: usize = 500;
 
 const SCHEMA: &[&str] = &[
     "CREATE TABLE IF NOT EXISTS stream_counters (
@@ -169,6 +173,39 @@ impl SqliteStore {
         })
     }
 
+    /// The first op of `ops` stored with another payload, as the conflict naming its seq: one
+    /// read of the claims (per [`CLAIMS_PER_QUERY_MAX`] op ids), outside any write transaction.
+    async fn find_conflict(&self, stream: &str, ops: &[NewOp]) -> Result<(), StoreError> {
+        for chunk in ops.chunks(CLAIMS_PER_QUERY_MAX) {
+            let placeholders = vec!["?"; chunk.len()].join(", ");
+            let statement = format!(
+                "SELECT op_id, seq, payload FROM ops WHERE stream_id = ? AND op_id IN ({placeholders})"
+            );
+            let mut query = sqlx::query_as::<_, (String, i64, Vec<u8>)>(&statement).bind(stream);
+            for op in chunk {
+                query = query.bind(&op.op_id);
+            }
+            let stored: std::collections::HashMap<String, (i64, Vec<u8>)> = query
+                .fetch_all(&self.pool)
+                .await
+                .map_err(backend)?
+                .into_iter()
+                .map(|(op_id, seq, payload)| (op_id, (seq, payload)))
+                .collect();
+            for op in chunk {
+                if let Some((seq, payload)) = stored.get(&op.op_id) {
+                    if *payload != op.payload {
+                        return Err(StoreError::PayloadConflict {
+                            op_id: op.op_id.clone(),
+                            seq: *seq,
+                        });
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
     async fn pull_rows(
         &self,
         stream: &str,
@@ -209,6 +246,20 @@ impl OpStore for SqliteStore {
         Box::pin(async move {
             validate_append(stream, op)?;
             match tokio::time::timeout_at(deadline, self.append_in_transaction(stream, op)).await {
+                Ok(result) => result,
+                Err(_elapsed) => Err(StoreError::DeadlineExceeded),
+            }
+        })
+    }
+
+    fn check_claims<'a>(
+        &'a self,
+        stream: &'a str,
+        ops: &'a [NewOp],
+        deadline: Instant,
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            match tokio::time::timeout_at(deadline, self.find_conflict(stream, ops)).await {
                 Ok(result) => result,
                 Err(_elapsed) => Err(StoreError::DeadlineExceeded),
             }

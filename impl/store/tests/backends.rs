@@ -217,6 +217,105 @@ async fn invalid_input_is_refused_and_stores_nothing(backend: Backend) {
     assert!(pull_all(store, "s").await.is_empty());
 }
 
+//= specs/relay-append.md#R3
+//# A push of two ops or more reads the claims of all its ops before its first write; an op_id
+//# stored with another payload refuses the whole push, and nothing is written.
+async fn a_batch_with_a_conflicting_op_id_stores_nothing(backend: Backend) {
+    let store = &*backend.store;
+    let first = store
+        .append_batch("s", &[NewOp::new("s1", "first payload")], far_deadline())
+        .await;
+    assert_eq!(first.appended, vec![fresh(1)]);
+    let batch = [
+        NewOp::new("n1", "n1"),
+        NewOp::new("s1", "another payload"),
+        NewOp::new("n3", "n3"),
+    ];
+    let refused = store.append_batch("s", &batch, far_deadline()).await;
+    assert_eq!(refused.appended, vec![], "nothing answered");
+    assert_eq!(
+        refused.error,
+        Some(StoreError::PayloadConflict {
+            op_id: "s1".into(),
+            seq: 1
+        })
+    );
+    assert_eq!(
+        op_ids(&pull_all(store, "s").await),
+        vec!["s1"],
+        "nothing stored"
+    );
+    let fixed = [
+        NewOp::new("n1", "n1"),
+        NewOp::new("s1", "first payload"),
+        NewOp::new("n3", "n3"),
+    ];
+    let stored = store.append_batch("s", &fixed, far_deadline()).await;
+    assert_eq!(stored.error, None);
+    assert_eq!(
+        stored.appended,
+        vec![fresh(2), again(1), fresh(3)],
+        "the refused push burned no seq"
+    );
+}
+
+/// The race the claim check leaves: another writer stores one of the push's op_ids with another
+/// payload after the check and before the push writes it. The push stops at that op with the
+/// conflict; the ops before it are stored and answered (the relay lists them in `stored`), the
+/// rest are not attempted.
+async fn a_writer_claiming_after_the_check_stops_the_push_at_that_op(backend: Backend) {
+    let racing = ClaimsAfterCheck {
+        inner: backend.store.clone(),
+        intruder: NewOp::new("s1", "the other writer's payload"),
+    };
+    let batch = [
+        NewOp::new("n1", "n1"),
+        NewOp::new("s1", "this push's payload"),
+        NewOp::new("n3", "n3"),
+    ];
+    let outcome = racing.append_batch("s", &batch, far_deadline()).await;
+    assert_eq!(outcome.appended, vec![fresh(2)]);
+    assert_eq!(
+        outcome.error,
+        Some(StoreError::PayloadConflict {
+            op_id: "s1".into(),
+            seq: 1
+        })
+    );
+    let all = pull_all(&*backend.store, "s").await;
+    assert_eq!(op_ids(&all), vec!["s1", "n1"]);
+    assert_eq!(all[0].payload, b"the other writer's payload".to_vec());
+}
+
+/// The item size is the same limit on every backend: DynamoDB's 400 KB item, attribute names
+/// included. (small, small, 450 KB) stores nothing; a large op within it is stored.
+async fn an_op_over_the_item_size_refuses_the_push_on_every_backend(backend: Backend) {
+    let store = &*backend.store;
+    let mut batch = ops("z", 2);
+    batch.push(NewOp::new("z3", vec![b'x'; 450 * 1024]));
+    let outcome = store.append_batch("s", &batch, far_deadline()).await;
+    assert_eq!(outcome.appended, vec![]);
+    assert!(
+        matches!(outcome.error, Some(StoreError::TooLarge { index: 2, .. })),
+        "{:?}",
+        outcome.error
+    );
+    assert!(pull_all(store, "s").await.is_empty());
+    // Within the limit (moto counts a binary value by its base64 text, a third more than
+    // DynamoDB does: the exact boundary is pinned by the limits' unit test).
+    let large = NewOp::new("z4", vec![b'y'; 250 * 1024]);
+    let stored = store.append_batch("s", &[large], far_deadline()).await;
+    assert_eq!(stored.appended, vec![fresh(1)]);
+    let long_stream = "s".repeat(2049);
+    assert!(matches!(
+        store
+            .append_batch(&long_stream, &ops("k", 1), far_deadline())
+            .await
+            .error,
+        Some(StoreError::InvalidInput { .. })
+    ));
+}
+
 macro_rules! suite {
     ($backend:ident: $($test:ident),* $(,)?) => {
         mod $backend {
@@ -247,4 +346,7 @@ all_backends!(
     a_push_stops_at_its_deadline_and_keeps_what_it_stored,
     pulls_return_ops_in_order_within_their_limit,
     invalid_input_is_refused_and_stores_nothing,
+    a_batch_with_a_conflicting_op_id_stores_nothing,
+    a_writer_claiming_after_the_check_stops_the_push_at_that_op,
+    an_op_over_the_item_size_refuses_the_push_on_every_backend,
 );

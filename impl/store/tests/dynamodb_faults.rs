@@ -51,6 +51,7 @@ async fn a_response_lost_to_a_closed_connection_is_retried_in_place_and_answers_
     assert_eq!(
         operations(&proxy)[before..].to_vec(),
         vec![
+            plain("BatchGetItem"),
             plain("Query"),
             (
                 "TransactWriteItems".to_owned(),
@@ -61,7 +62,8 @@ async fn a_response_lost_to_a_closed_connection_is_retried_in_place_and_answers_
             plain("BatchGetItem"),
             plain("TransactWriteItems"),
         ],
-        "counter read, lost round, re-read, claim found, batched claim read, o3's round"
+        "claim check, counter read, lost round, re-read, claim found, batched claim read, o3's \
+         round"
     );
     let all = pull_all(&*table, "s").await;
     assert_eq!(op_ids(&all), vec!["o1", "o2", "o3"]);
@@ -82,6 +84,7 @@ async fn a_5xx_round_is_a_lost_round_retried_in_place() {
             .filter(|(operation, _)| operation != "CreateTable" && operation != "DescribeTable")
             .collect::<Vec<_>>(),
         vec![
+            plain("BatchGetItem"),
             plain("Query"),
             (
                 "TransactWriteItems".to_owned(),
@@ -126,9 +129,9 @@ async fn an_unreachable_endpoint_ends_in_a_typed_error_within_the_deadline() {
         started.elapsed()
     );
     assert_eq!(
-        store.requests().count("Query"),
+        store.requests().count("BatchGetItem"),
         6,
-        "one attempt and five retries"
+        "the push's claim check: one attempt and five retries"
     );
     let pulled = store
         .pull_within("s", 0, 10, Instant::now() + Duration::from_secs(10))
@@ -180,7 +183,8 @@ async fn a_backend_stalled_mid_push_ends_at_the_deadline_keeping_what_it_stored(
 //# A round that finds the op's own claim reads the claims of the push's remaining ops in one
 //# batched strongly consistent read.
 /// A re-push of a stored 250-op push: one round finds the first op's claim, three BatchGetItem
-/// requests (100 + 100 + 49 keys) answer the rest; no other round. A fresh push is unchanged.
+/// requests (100 + 100 + 49 keys) answer the rest; no other round. Every push of two ops or more
+/// reads its claims once before its first write (100 + 100 + 50 keys here), the fresh push too.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_re_push_reads_the_remaining_claims_in_batches_instead_of_rounds() {
     let table = ddb_store().await;
@@ -193,8 +197,8 @@ async fn a_re_push_reads_the_remaining_claims_in_batches_instead_of_rounds() {
     assert_eq!(requests.count("Query"), 1);
     assert_eq!(
         requests.count("BatchGetItem"),
-        0,
-        "a fresh push reads no claims"
+        3,
+        "a fresh push reads its claims once, to check them"
     );
     requests.reset();
     let re_push = table.append_batch("s", &batch, far_deadline()).await;
@@ -203,10 +207,11 @@ async fn a_re_push_reads_the_remaining_claims_in_batches_instead_of_rounds() {
     assert_eq!(
         requests.snapshot().into_iter().collect::<Vec<_>>(),
         vec![
-            ("BatchGetItem".to_owned(), 3),
+            ("BatchGetItem".to_owned(), 3 + 3),
             ("Query".to_owned(), 1),
             ("TransactWriteItems".to_owned(), 1)
-        ]
+        ],
+        "the check's read, then the fast path's"
     );
     // Mixed: the stored ops are answered from the batch read, the new ones get rounds.
     let mut mixed = batch[240..].to_vec();
@@ -222,22 +227,75 @@ async fn a_re_push_reads_the_remaining_claims_in_batches_instead_of_rounds() {
         4,
         "one finding round, three new ops"
     );
-    assert_eq!(requests.count("BatchGetItem"), 1);
+    assert_eq!(requests.count("BatchGetItem"), 1 + 1);
 }
 
-/// An op_id whose claim the batched read finds with another payload's digest is a conflict
-/// naming the stored seq; the ops before it stay answered.
+/// A store on `table` whose first round of `op_id` first lets another writer store `intruder`
+/// (a second store on the same table): a writer claiming after the push's claim check.
+fn intruding_at(table: &Table, op_id: &'static str, intruder: NewOp) -> DynamoDbStore {
+    let armed = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let table_name = table.table().to_owned();
+    (**table).clone().with_before_write(move |attempt| {
+        let armed = armed.clone();
+        let table_name = table_name.clone();
+        let intruder = intruder.clone();
+        Box::pin(async move {
+            if attempt.op_id != op_id || !armed.swap(false, std::sync::atomic::Ordering::SeqCst) {
+                return;
+            }
+            let other = DynamoDbStore::connect(table_name, Some(&ddb_endpoint())).await;
+            let stored = other.append_batch("s", &[intruder], far_deadline()).await;
+            assert_eq!(stored.error, None, "the other writer stores its op");
+        }) as oncecheck_store::StoreFuture<'static, ()>
+    })
+}
+
+//= specs/relay-append.md#R3
+//# A push of two ops or more reads the claims of all its ops before its first write; an op_id
+//# stored with another payload refuses the whole push, and nothing is written.
+/// The race the claim check leaves, on the push's round: another writer stores s1 with another
+/// payload after the check, before the push's first round. n1 is stored (above s1), s1's round
+/// finds the foreign digest and the push stops there with the conflict naming s1's seq.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_writer_claiming_after_the_claim_check_stops_the_push_at_that_op() {
+    let table = ddb_store().await;
+    let racing = intruding_at(&table, "n1", NewOp::new("s1", "the other writer's payload"));
+    let batch = [
+        NewOp::new("n1", "n1"),
+        NewOp::new("s1", "this push's payload"),
+        NewOp::new("n3", "n3"),
+    ];
+    let outcome = racing.append_batch("s", &batch, far_deadline()).await;
+    assert_eq!(outcome.appended, vec![fresh(2)]);
+    assert_eq!(
+        outcome.error,
+        Some(StoreError::PayloadConflict {
+            op_id: "s1".into(),
+            seq: 1
+        })
+    );
+    assert_eq!(op_ids(&pull_all(&*table, "s").await), vec!["s1", "n1"]);
+}
+
+/// The same race met by the re-push fast path: c1 and c2 are stored; the re-push [c1, c2, c3']
+/// passes the check (c3 is not stored yet), another writer stores c3 with another payload
+/// before c1's round, and the fast path's batched read finds it: c1 and c2 answered, then the
+/// conflict naming c3's seq.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_conflicting_payload_found_by_the_batched_read_is_refused_with_its_seq() {
     let table = ddb_store().await;
     let batch = ops("c", 3);
     assert_eq!(
-        table.append_batch("s", &batch, far_deadline()).await.error,
+        table
+            .append_batch("s", &batch[..2], far_deadline())
+            .await
+            .error,
         None
     );
+    let racing = intruding_at(&table, "c1", NewOp::new("c3", "the other writer's payload"));
     let mut altered = batch.clone();
     altered[2] = NewOp::new("c3", "another payload");
-    let outcome = table.append_batch("s", &altered, far_deadline()).await;
+    let outcome = racing.append_batch("s", &altered, far_deadline()).await;
     assert_eq!(outcome.appended, vec![again(1), again(2)]);
     assert_eq!(
         outcome.error,
@@ -249,7 +307,7 @@ async fn a_conflicting_payload_found_by_the_batched_read_is_refused_with_its_seq
     let all = pull_all(&*table, "s").await;
     assert_eq!(
         all[2].payload,
-        b"payload of c3".to_vec(),
+        b"the other writer's payload".to_vec(),
         "the first payload is kept"
     );
 }

@@ -152,7 +152,7 @@ fn counter_only_loses_an_op_through_the_visibility_window() {
     assert_eq!(
         trace_words(&report, "R1 no-skip"),
         vec![
-            "W1 Query seq=0 (consistent) -> next_seq 0",
+            "W1 BatchGetItem claims [a, b] -> no conflict; Query seq=0 (consistent) -> next_seq 0",
             "W1 sends TransactWriteItems{counter 0->1, claim a, put op 1 = a} -> committed",
             "W1 receives committed: a stored at 1",
             "counter applied (next_seq 1)",
@@ -229,7 +229,7 @@ fn mixed_fleet_keeps_seqs_unique_and_the_counter_monotonic_but_not_the_order() {
         trace_words(&report, "R5 dense"),
         vec![
             "W2 (ADD-era) UpdateItem ADD next_seq 1 -> 1",
-            "W1 Query seq=0 (consistent) -> next_seq 1",
+            "W1 BatchGetItem claims [a, b] -> no conflict; Query seq=0 (consistent) -> next_seq 1",
             "W1 sends TransactWriteItems{counter 1->2, claim a, check op 1 exists, put op 2 = a} -> cancelled [None, None, ConditionalCheckFailed, None]",
             "W1 receives cancelled [None, None, ConditionalCheckFailed, None]: legacy gap below 2: flip the check",
             "W1 sends TransactWriteItems{counter 1->2, claim a, check op 1 absent, put op 2 = a} -> committed",
@@ -416,7 +416,7 @@ fn a_lost_response_is_retried_in_place_and_answered_from_the_claim() {
     })
     .expect("the retry answers");
     assert_eq!(trace, vec![
-            "W1 Query seq=0 (consistent) -> next_seq 0",
+            "W1 BatchGetItem claims [a, b] -> no conflict; Query seq=0 (consistent) -> next_seq 0",
             "W1 sends TransactWriteItems{counter 0->1, claim a, put op 1 = a} -> committed",
             "response to W1 lost after commit: a lost round without a hint, the same op is retried",
             "W1 Query seq=0 (consistent) -> next_seq 0",
@@ -441,7 +441,7 @@ fn without_the_claim_a_retried_lost_response_stores_the_op_twice() {
     let trace =
         shortest_violation(&mutated, "R3 once-per-op-id").expect("R3 must fail without the claim");
     assert_eq!(trace, vec![
-            "W1 Query seq=0 (consistent) -> next_seq 0",
+            "W1 BatchGetItem claims [a, b] -> no conflict; Query seq=0 (consistent) -> next_seq 0",
             "W1 sends TransactWriteItems{counter 0->1, claim a, put op 1 = a} -> committed",
             "response to W1 lost after commit: a lost round without a hint, the same op is retried",
             "counter applied (next_seq 1)",
@@ -590,7 +590,7 @@ fn without_the_deadline_check_a_push_sends_rounds_past_it() {
     let trace = shortest_violation(&mutated, "R6 deadline")
         .expect("R6 must fail without the deadline check");
     assert_eq!(trace, vec![
-            "W1 Query seq=0 (consistent) -> next_seq 2",
+            "W1 BatchGetItem claims [a, b] -> no conflict; Query seq=0 (consistent) -> next_seq 2",
             "W1 sends TransactWriteItems{counter 2->3, claim a, check op 2 exists, put op 3 = a} -> cancelled [None, None, ConditionalCheckFailed, None]",
             "W1 receives cancelled [None, None, ConditionalCheckFailed, None]: legacy gap below 3: flip the check",
             "W1 sends TransactWriteItems{counter 2->3, claim a, check op 2 absent, put op 3 = a} -> committed",
@@ -621,10 +621,10 @@ fn ignoring_the_counter_image_costs_a_re_read() {
     let trace = shortest_violation(&mutated, "R7 carry-forward")
         .expect("R7 must fail when the hint is ignored");
     assert_eq!(trace, vec![
-            "W1 Query seq=0 (consistent) -> next_seq 0",
+            "W1 BatchGetItem claims [a, b] -> no conflict; Query seq=0 (consistent) -> next_seq 0",
             "W1 sends TransactWriteItems{counter 0->1, claim a, put op 1 = a} -> committed",
             "W1 receives committed: a stored at 1",
-            "W2 Query seq=0 (consistent) -> next_seq 0",
+            "W2 BatchGetItem claims [a, d] -> no conflict; Query seq=0 (consistent) -> next_seq 0",
             "counter applied (next_seq 1)",
             "W2 sends TransactWriteItems{counter 0->1, claim a, put op 1 = a} -> cancelled [ConditionalCheckFailed(old next_seq 1), TransactionConflict, TransactionConflict]",
             "W2 receives cancelled [ConditionalCheckFailed(old next_seq 1), TransactionConflict, TransactionConflict]: lost round (no hint)",
@@ -649,7 +649,7 @@ fn a_watermark_trusting_stream_order_passes_an_unfolded_op() {
     let trace = shortest_violation(&mutated, "R8 fold-safe")
         .expect("R8 must fail with a trusting watermark");
     assert_eq!(trace, vec![
-            "W1 Query seq=0 (consistent) -> next_seq 0",
+            "W1 BatchGetItem claims [a, b] -> no conflict; Query seq=0 (consistent) -> next_seq 0",
             "W1 sends TransactWriteItems{counter 0->1, claim a, put op 1 = a} -> committed",
             "W1 receives committed: a stored at 1",
             "counter applied (next_seq 1)",
@@ -729,7 +729,7 @@ fn truncating_the_counter_op_makes_a_writer_take_it_for_a_legacy_gap() {
     let trace = shortest_violation(&mutated, "R9 no-false-gap")
         .expect("the next append must pay a false gap round");
     assert_eq!(trace, vec![
-            "W1 Query seq=0 (consistent) -> next_seq 0",
+            "W1 BatchGetItem claims [a, b] -> no conflict; Query seq=0 (consistent) -> next_seq 0",
             "W1 sends TransactWriteItems{counter 0->1, claim a, put op 1 = a} -> committed",
             "W1 receives committed: a stored at 1",
             "counter applied (next_seq 1)",
@@ -781,10 +781,10 @@ fn the_re_push_fast_path_answers_stored_ops_from_one_batched_read() {
         "the batched read answers the rest of the push"
     );
     assert_eq!(trace, vec![
-            "W1 Query seq=0 (consistent) -> next_seq 0",
+            "W1 BatchGetItem claims [a, b] -> no conflict; Query seq=0 (consistent) -> next_seq 0",
             "W1 sends TransactWriteItems{counter 0->1, claim a, put op 1 = a} -> committed",
             "W1 receives committed: a stored at 1",
-            "W2 Query seq=0 (consistent) -> next_seq 0",
+            "W2 BatchGetItem claims [a, b] -> no conflict; Query seq=0 (consistent) -> next_seq 0",
             "counter applied (next_seq 1)",
             "claim a applied (claimed seq 1)",
             "W2 sends TransactWriteItems{counter 0->1, claim a, put op 1 = a} -> cancelled [ConditionalCheckFailed(old next_seq 1), ConditionalCheckFailed(old claimed seq 1), TransactionConflict]",

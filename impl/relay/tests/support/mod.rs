@@ -150,6 +150,15 @@ impl OpStore for Faulty {
         self.inner.check_op(stream, op)
     }
 
+    fn check_claims<'a>(
+        &'a self,
+        stream: &'a str,
+        ops: &'a [NewOp],
+        deadline: Instant,
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
+        self.inner.check_claims(stream, ops, deadline)
+    }
+
     fn put_legacy_op<'a>(
         &'a self,
         stream: &'a str,

@@ -318,6 +318,16 @@ impl OpStore for AddEraWriter {
         })
     }
 
+    /// The legacy build read no claims before its writes.
+    fn check_claims<'a>(
+        &'a self,
+        _stream: &'a str,
+        _ops: &'a [NewOp],
+        _deadline: Instant,
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
+        Box::pin(async { Ok(()) })
+    }
+
     fn pull_within<'a>(
         &'a self,
         stream: &'a str,

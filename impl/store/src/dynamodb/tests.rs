@@ -441,35 +441,6 @@ fn the_next_seq_at_i64_max_is_a_loud_error() {
     assert_eq!(next_seq(i64::MAX - 1), Ok(i64::MAX));
 }
 
-#[test]
-fn the_item_size_check_counts_names_and_values_to_the_byte() {
-    let overhead = ATTRIBUTE_STREAM_ID.len()
-        + 1
-        + ATTRIBUTE_SEQ.len()
-        + NUMBER_BYTES_MAX
-        + ATTRIBUTE_OP_ID.len()
-        + 2
-        + ATTRIBUTE_PAYLOAD.len();
-    let fits = NewOp::new("o1", vec![0u8; ITEM_BYTES_MAX - overhead]);
-    assert_eq!(check_limits("s", &fits), Ok(()));
-    let over = NewOp::new("o1", vec![0u8; ITEM_BYTES_MAX - overhead + 1]);
-    assert!(matches!(
-        check_limits("s", &over),
-        Err(StoreError::TooLarge { .. })
-    ));
-    assert!(matches!(
-        check_limits(
-            &"s".repeat(PARTITION_KEY_BYTES_MAX + 1),
-            &NewOp::new("o", "x")
-        ),
-        Err(StoreError::InvalidInput { .. })
-    ));
-    assert_eq!(
-        check_limits(&"s".repeat(PARTITION_KEY_BYTES_MAX), &NewOp::new("o", "x")),
-        Ok(())
-    );
-}
-
 //= specs/relay-append.md#R6
 //# The contention budget counts lost rounds in a row; over it the append ends with a typed
 //# error.

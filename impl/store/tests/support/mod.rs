@@ -231,6 +231,73 @@ impl<S: OpStore> OpStore for StallAfter<S> {
         self.inner.check_op(stream, op)
     }
 
+    fn check_claims<'a>(
+        &'a self,
+        stream: &'a str,
+        ops: &'a [NewOp],
+        deadline: Instant,
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
+        self.inner.check_claims(stream, ops, deadline)
+    }
+
+    fn put_legacy_op<'a>(
+        &'a self,
+        stream: &'a str,
+        seq: Seq,
+        op: &'a NewOp,
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
+        self.inner.put_legacy_op(stream, seq, op)
+    }
+}
+
+/// Wraps a store so that another writer stores `intruder` right after the push's claim check
+/// ([`OpStore::check_claims`]) and before the push's first write: the race the check cannot
+/// close, placed deterministically.
+pub struct ClaimsAfterCheck<S> {
+    pub inner: S,
+    pub intruder: NewOp,
+}
+
+impl<S: OpStore> OpStore for ClaimsAfterCheck<S> {
+    fn append_op<'a>(
+        &'a self,
+        stream: &'a str,
+        op: &'a NewOp,
+        deadline: Instant,
+        push: &'a mut PushContext,
+    ) -> StoreFuture<'a, Result<Appended, StoreError>> {
+        self.inner.append_op(stream, op, deadline, push)
+    }
+
+    fn check_claims<'a>(
+        &'a self,
+        stream: &'a str,
+        ops: &'a [NewOp],
+        deadline: Instant,
+    ) -> StoreFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            self.inner.check_claims(stream, ops, deadline).await?;
+            let intruder = std::slice::from_ref(&self.intruder);
+            let stored = self.inner.append_batch(stream, intruder, deadline).await;
+            assert_eq!(stored.error, None, "the intruding writer stores its op");
+            Ok(())
+        })
+    }
+
+    fn pull_within<'a>(
+        &'a self,
+        stream: &'a str,
+        after: Seq,
+        limit: usize,
+        deadline: Instant,
+    ) -> StoreFuture<'a, Result<Vec<StoredOp>, StoreError>> {
+        self.inner.pull_within(stream, after, limit, deadline)
+    }
+
+    fn check_op(&self, stream: &str, op: &NewOp) -> Result<(), StoreError> {
+        self.inner.check_op(stream, op)
+    }
+
     fn put_legacy_op<'a>(
         &'a self,
         stream: &'a str,
