@@ -7,7 +7,8 @@
 //! Invariants: a store call belongs to the client whose request made it (a claim to the client
 //! whose request was sent last; a finalize to the client whose claim won its generation); a call
 //! is either held, returned (with its result), or dropped before returning — never two of them;
-//! every change wakes every waiter, and a wait is bounded (`WAIT_MILLIS_MAX`).
+//! every change wakes every waiter, and a wait is bounded (`WAIT_MILLIS_MAX`), or ends at once
+//! when the client it waits for can no longer move without the trace (a certain divergence).
 
 use oncecheck_model::idempotency::Outcome;
 use std::collections::{BTreeMap, BTreeSet};
@@ -19,6 +20,15 @@ use tokio::sync::{oneshot, Notify};
 /// that needs longer did not happen: the layer took another path. Generous, since a loopback
 /// round trip takes milliseconds but CI machines are shared; only a divergence ever waits it out.
 pub const WAIT_MILLIS_MAX: u64 = 5_000;
+
+/// What a wait found in the hub's state.
+enum Waited<T> {
+    Reached(T),
+    /// Not yet: wait for the next change.
+    Pending,
+    /// Not ever: give up now.
+    Never,
+}
 
 /// Which store call the layer made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -132,6 +142,20 @@ impl HubState {
         self.capture_gates.contains_key(&client)
     }
 
+    /// Whether the real side of `client` can move only when the trace moves it: a store call
+    /// held for its release, a handler waiting for its outcome or its capture step, or an
+    /// exchange that has ended. The target moves nothing while it waits for a step's evidence,
+    /// so evidence the client does not show by then never comes.
+    pub fn waits_on_the_trace(&self, client: usize) -> bool {
+        self.held_of(client).is_some()
+            || self.awaits_outcome(client)
+            || self.awaits_capture(client)
+            || self
+                .clients
+                .get(&client)
+                .is_some_and(|progress| progress.finished.is_some())
+    }
+
     /// One line per client of what is going on, for a divergence report.
     pub fn describe(&self, client: usize) -> String {
         let handler = self.handlers.get(&client);
@@ -171,22 +195,57 @@ impl Hub {
         self.wait_for_within(WAIT_MILLIS_MAX, check).await
     }
 
+    /// Waits until `check` answers `Some` for `client`, at most `WAIT_MILLIS_MAX`; `Err` after
+    /// that, or at once when the client waits on the trace without it
+    /// ([`HubState::waits_on_the_trace`]): a divergence that waiting cannot cure.
+    pub async fn wait_for_client<T>(
+        &self,
+        client: usize,
+        mut check: impl FnMut(&HubState) -> Option<T>,
+    ) -> Result<T, ()> {
+        self.wait_until(WAIT_MILLIS_MAX, |state| match check(state) {
+            Some(found) => Waited::Reached(found),
+            None if state.waits_on_the_trace(client) => Waited::Never,
+            None => Waited::Pending,
+        })
+        .await
+    }
+
     /// Waits until `check` answers `Some`, at most `wait_millis_max`; `Err` after that.
     pub async fn wait_for_within<T>(
         &self,
         wait_millis_max: u64,
         mut check: impl FnMut(&HubState) -> Option<T>,
     ) -> Result<T, ()> {
+        self.wait_until(wait_millis_max, |state| match check(state) {
+            Some(found) => Waited::Reached(found),
+            None => Waited::Pending,
+        })
+        .await
+    }
+
+    /// Waits until `check` answers `Reached`, at most `wait_millis_max`; `Err` after that or as
+    /// soon as it answers `Never`. `check` runs on every change and once more at the deadline.
+    async fn wait_until<T>(
+        &self,
+        wait_millis_max: u64,
+        mut check: impl FnMut(&HubState) -> Waited<T>,
+    ) -> Result<T, ()> {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(wait_millis_max);
         loop {
             let notified = self.changed.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(found) = self.read(&mut check) {
-                return Ok(found);
+            match self.read(&mut check) {
+                Waited::Reached(found) => return Ok(found),
+                Waited::Never => return Err(()),
+                Waited::Pending => {}
             }
             if tokio::time::timeout_at(deadline, notified).await.is_err() {
-                return self.read(&mut check).ok_or(());
+                return match self.read(&mut check) {
+                    Waited::Reached(found) => Ok(found),
+                    Waited::Never | Waited::Pending => Err(()),
+                };
             }
         }
     }
@@ -321,5 +380,68 @@ impl Drop for CallTracker<'_> {
         if !self.returned {
             self.hub.dropped(self.id);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::future::Future;
+    use std::task::{Context, Poll, Waker};
+
+    /// The wait's first poll: `Ready` when it ends without waiting at all.
+    fn first_poll<T>(wait: impl Future<Output = Result<T, ()>>) -> Poll<Result<T, ()>> {
+        std::pin::pin!(wait).poll(&mut Context::from_waker(Waker::noop()))
+    }
+
+    fn claim_held(client: usize) -> impl FnMut(&HubState) -> Option<()> {
+        move |state| matches!(state.held_of(client), Some((_, CallKind::Claim))).then_some(())
+    }
+
+    #[tokio::test]
+    async fn a_wait_for_a_client_that_waits_on_the_trace_ends_at_once() {
+        let hub = Hub::default();
+        let _directive = hub.handler_entered(0);
+        assert_eq!(
+            first_poll(hub.wait_for_client(0, claim_held(0))),
+            Poll::Ready(Err(())),
+            "a handler waiting for its outcome never makes a claim"
+        );
+        hub.owns(1, 1);
+        let _release = hub.hold(CallKind::Finalize, Some(1));
+        assert_eq!(
+            first_poll(hub.wait_for_client(1, claim_held(1))),
+            Poll::Ready(Err(())),
+            "a held finalize is released only by the trace"
+        );
+        hub.client(2, |progress| progress.finished = Some(Err("closed".into())));
+        assert_eq!(
+            first_poll(hub.wait_for_client(2, claim_held(2))),
+            Poll::Ready(Err(())),
+            "an exchange that ended does nothing more"
+        );
+        let _gate = hub.capture_gate(3);
+        assert_eq!(
+            first_poll(hub.wait_for_client(3, claim_held(3))),
+            Poll::Ready(Err(())),
+            "a non-2xx handler waits for the trace's capture step"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_wait_for_a_client_still_on_its_way_stays_open_and_its_evidence_wins() {
+        let hub = Hub::default();
+        assert_eq!(
+            first_poll(hub.wait_for_client(0, claim_held(0))),
+            Poll::Pending,
+            "a request just sent may still reach its claim"
+        );
+        hub.update(|state| state.claimant = Some(0));
+        let _release = hub.hold(CallKind::Claim, None);
+        assert_eq!(
+            first_poll(hub.wait_for_client(0, claim_held(0))),
+            Poll::Ready(Ok(())),
+            "the evidence is checked before the client's waiting"
+        );
     }
 }

@@ -12,12 +12,13 @@
 //!
 //! Invariants: a step is performed only once the real system is where the model's previous
 //! state says (each step waits for the evidence of its own effect, bounded by
-//! `hub::WAIT_MILLIS_MAX`); a step that cannot be taken (nothing waits for it) is a divergence at
-//! that step, never skipped; the lease heartbeat runs for `renewed` (as shipped, a third of the
+//! `hub::WAIT_MILLIS_MAX`, and no longer once it cannot come: the client waits on the trace, or
+//! a cancelled request's drop guard did not fire); a step that cannot be taken (nothing waits
+//! for it) is a divergence at that step, never skipped; the lease heartbeat runs for `renewed` (as shipped, a third of the
 //! lease on the layer's clock, so a tick makes it beat) and is off for the variants before it.
 
 use super::held_store::HeldStore;
-use super::hub::{CallKind, Hub, Received, Release};
+use super::hub::{CallKind, Hub, HubState, Received, Release};
 use super::server::{self, Server};
 use super::{
     applicable, expected_views, BodyKind, Database, LayerBehaviour, MiddlewareView, RowView,
@@ -48,6 +49,9 @@ const CLOCK_START_MILLIS: i64 = 1_000_000;
 /// How long a cancelled client's layer may take to reach the store with a call the model does
 /// not make (a spawned drop-guard finalize): loopback and a spawned task, far under this.
 const GONE_GRACE_MILLIS: u64 = 250;
+/// How long after the drop of a request's future the layer may take to count its drop guard
+/// as fired: the rest of that synchronous drop, far under this.
+const GUARD_FIRED_GRACE_MILLIS: u64 = 1_000;
 
 /// Whether the layer's shipped finalize attempts are the model's: the replay builds the layer
 /// with its default, so a change to either must change the other.
@@ -290,7 +294,14 @@ pub struct MiddlewareTarget {
     lost_responses: usize,
     /// `atomic` on SQLite: the database file, removed at the end.
     sqlite_file: Option<std::path::PathBuf>,
+    /// The layer's count of drop guards fired so far (its `guard_fired` statistic).
+    guards_fired: Option<GuardsFired>,
+    /// That count when the last client was cancelled.
+    guards_before_cancel: u64,
 }
+
+/// Reads the running layer's count of drop guards fired.
+type GuardsFired = Box<dyn Fn() -> u64 + Send + Sync>;
 
 impl MiddlewareTarget {
     pub fn new(context: Arc<MiddlewareContext>) -> MiddlewareTarget {
@@ -309,6 +320,8 @@ impl MiddlewareTarget {
             requests: 0,
             lost_responses: 0,
             sqlite_file: None,
+            guards_fired: None,
+            guards_before_cancel: 0,
         }
     }
 
@@ -569,19 +582,19 @@ impl MiddlewareTarget {
             }
             Stage::Claiming { .. } | Stage::Reading { .. } => {
                 self.hub
-                    .wait_for(|state| {
+                    .wait_for_client(client, |state| {
                         matches!(state.held_of(client), Some((_, CallKind::Claim))).then_some(())
                     })
                     .await
             }
             Stage::Running { .. } => {
                 self.hub
-                    .wait_for(|state| state.awaits_outcome(client).then_some(()))
+                    .wait_for_client(client, |state| state.awaits_outcome(client).then_some(()))
                     .await
             }
             Stage::Capturing { outcome, .. } => {
                 self.hub
-                    .wait_for(|state| {
+                    .wait_for_client(client, |state| {
                         let handler = state.handlers.get(&client)?;
                         (if outcome.is_success() {
                             handler.body_polled
@@ -592,22 +605,25 @@ impl MiddlewareTarget {
                     })
                     .await
             }
-            Stage::Finalizing { .. } | Stage::Guarding { .. } => {
+            Stage::Finalizing { .. } => {
                 self.hub
-                    .wait_for(|state| {
+                    .wait_for_client(client, |state| {
                         matches!(state.held_of(client), Some((_, CallKind::Finalize))).then_some(())
                     })
                     .await
             }
+            Stage::Guarding { .. } => self.guard_finalizes(client).await,
             Stage::Streaming { .. } => {
                 self.hub
-                    .wait_for(|state| state.clients.get(&client)?.head.as_ref().map(|_| ()))
+                    .wait_for_client(client, |state| {
+                        state.clients.get(&client)?.head.as_ref().map(|_| ())
+                    })
                     .await
             }
             Stage::Done(answer) => {
                 let finished = self
                     .hub
-                    .wait_for(|state| state.clients.get(&client)?.finished.clone())
+                    .wait_for_client(client, |state| state.clients.get(&client)?.finished.clone())
                     .await;
                 return match finished {
                     Ok(received) => self.compare_answer(client, answer, received, after),
@@ -624,6 +640,30 @@ impl MiddlewareTarget {
                 self.hub.read(|state| state.describe(client)),
             )
         })
+    }
+
+    /// Waits for the drop guard's finalize of `client`, gone after a 2xx. The guard fires when
+    /// the layer's request future is dropped (the cancel step waited for that drop) and the
+    /// layer counts it before it spawns the finalize; a guard not counted within
+    /// `GUARD_FIRED_GRACE_MILLIS` of the drop never fires, so the replay does not wait out
+    /// `WAIT_MILLIS_MAX` for its finalize. A guard of another client counted meanwhile only
+    /// makes it wait the whole time, as before.
+    async fn guard_finalizes(&self, client: usize) -> Result<(), ()> {
+        let finalize_held =
+            |state: &HubState| matches!(state.held_of(client), Some((_, CallKind::Finalize)));
+        let fired = || {
+            self.guards_fired
+                .as_ref()
+                .is_some_and(|fired| fired() > self.guards_before_cancel)
+        };
+        self.hub
+            .wait_for_within(GUARD_FIRED_GRACE_MILLIS, |state| {
+                (finalize_held(state) || fired()).then_some(())
+            })
+            .await?;
+        self.hub
+            .wait_for_client(client, |state| finalize_held(state).then_some(()))
+            .await
     }
 
     fn compare_answer(
@@ -790,6 +830,7 @@ impl MiddlewareTarget {
         success: bool,
     ) -> Result<(), Fault> {
         let held = self.hub.read(|state| state.held_of(client));
+        self.guards_before_cancel = self.guards_fired.as_ref().map_or(0, |fired| fired());
         if in_flight_commits {
             let id = self.release(client, CallKind::Finalize, Release::CommitThenHang)?;
             self.answered(client, id, None).await?;
@@ -1083,6 +1124,11 @@ async fn resolve_held<St: CacheStore>(
     }
 }
 
+fn guards_fired<St: CacheStore>(layer: &IdempotencyLayer<St>) -> GuardsFired {
+    let layer = layer.clone();
+    Box::new(move || layer.stats().guard_fired)
+}
+
 /// A real time as a model tick from the clock's start, if it is a whole one.
 fn tick_of(millis: i64) -> Option<i64> {
     let lease_millis = LEASE_SECS as i64 * 1000;
@@ -1147,7 +1193,9 @@ impl ReplayTarget for MiddlewareTarget {
                 > = self
                     .atomic()
                     .then(|| std::sync::Arc::new(sqlite_effect) as server::EffectWriter<_>);
-                Server::start(self.layer(store.clone()), self.hub.clone(), effect).await
+                let layer = self.layer(store.clone());
+                self.guards_fired = Some(guards_fired(&layer));
+                Server::start(layer, self.hub.clone(), effect).await
             }
             Some(TraceDatabase::Postgres { store, .. }) => {
                 let effect: Option<
@@ -1155,7 +1203,9 @@ impl ReplayTarget for MiddlewareTarget {
                 > = self
                     .atomic()
                     .then(|| std::sync::Arc::new(postgres_effect) as server::EffectWriter<_>);
-                Server::start(self.layer(store.clone()), self.hub.clone(), effect).await
+                let layer = self.layer(store.clone());
+                self.guards_fired = Some(guards_fired(&layer));
+                Server::start(layer, self.hub.clone(), effect).await
             }
             None => unreachable!("the database was just opened"),
         };

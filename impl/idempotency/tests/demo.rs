@@ -5,10 +5,8 @@
 
 mod common;
 
-use bytes::Bytes;
-use http::{Request, StatusCode};
-use http_body_util::{BodyExt, Full};
-use hyper_util::rt::TokioIo;
+use common::http_client::{self, Answer};
+use http::StatusCode;
 use std::io::{BufRead, BufReader};
 use std::process::{Child, Command, Stdio};
 
@@ -46,59 +44,14 @@ fn start(database_url: &str) -> Demo {
     Demo { child, address }
 }
 
-struct Answer {
-    status: StatusCode,
-    replayed: Option<String>,
-    body: String,
-}
-
 async fn call(
     demo: &Demo,
     method: &str,
     path: &str,
     headers: &[(&str, &str)],
-    body: &'static str,
+    body: &str,
 ) -> Answer {
-    let stream = tokio::net::TcpStream::connect(&demo.address).await.unwrap();
-    let (mut sender, connection) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .unwrap();
-    tokio::spawn(connection);
-    let mut request = Request::builder()
-        .method(method)
-        .uri(path)
-        .header("host", &demo.address);
-    for (name, value) in headers {
-        request = request.header(*name, *value);
-    }
-    let response = sender
-        .send_request(
-            request
-                .body(Full::new(Bytes::from_static(body.as_bytes())))
-                .unwrap(),
-        )
-        .await
-        .unwrap();
-    let status = response.status();
-    let replayed = response
-        .headers()
-        .get("idempotency-replayed")
-        .map(|value| value.to_str().unwrap().to_string());
-    let body = String::from_utf8(
-        response
-            .into_body()
-            .collect()
-            .await
-            .unwrap()
-            .to_bytes()
-            .to_vec(),
-    )
-    .unwrap();
-    Answer {
-        status,
-        replayed,
-        body,
-    }
+    http_client::call(&demo.address, method, path, headers, body).await
 }
 
 const TRANSFER: &str = r#"{"from":"alice","to":"bob","amount":5}"#;

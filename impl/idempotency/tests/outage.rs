@@ -2,17 +2,16 @@
 //! `Retry-After` while the database is down, the handler's answer otherwise) and recovers once the
 //! database is back (issue 18: "fast, honest 503s").
 //!
-//! The test runs its own PostgreSQL (initdb into a temporary directory, the binaries
-//! scripts/services.sh installs), so stopping it for 5 s disturbs no other test; it is stopped
-//! and its directory removed whatever happens. It takes about 10 s: the outage itself is 5 s.
+//! The test runs its own PostgreSQL (`common::private_postgres`), so stopping it for 5 s disturbs
+//! no other test; it is stopped and its directory removed whatever happens. It takes about 8 s:
+//! the outage itself is 5 s.
 
 mod common;
 
+use common::private_postgres::PrivatePostgres;
 use common::*;
 use http::StatusCode;
 use oncecheck_idempotency::store::{PostgresStore, StoreLimits};
-use std::path::PathBuf;
-use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -23,123 +22,6 @@ const OUTAGE_SECS: u64 = 5;
 const CLIENTS: usize = 8;
 /// What a loaded 2-core machine may add to a bound (scheduling, the pool's reconnects).
 const SLACK_MS: u64 = 1_000;
-
-/// A private PostgreSQL cluster: started by `start`, stopped and removed on drop.
-struct PrivatePostgres {
-    bin: PathBuf,
-    data: PathBuf,
-    port: u16,
-    /// `runuser -u postgres --` when the test runs as root (PostgreSQL refuses root).
-    as_user: Vec<String>,
-}
-
-impl PrivatePostgres {
-    fn start() -> PrivatePostgres {
-        let bin = std::fs::read_dir("/usr/lib/postgresql")
-            .ok()
-            .into_iter()
-            .flatten()
-            .map(|entry| entry.unwrap().path().join("bin"))
-            .find(|bin| bin.join("initdb").exists())
-            .expect("PostgreSQL's server binaries under /usr/lib/postgresql/*/bin (scripts/services.sh installs them)");
-        let data = std::env::temp_dir().join(format!("oncecheck-outage-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&data);
-        std::fs::create_dir_all(&data).unwrap();
-        let mut as_user = Vec::new();
-        // PostgreSQL refuses to run as root: as scripts/services.sh does, run it as `postgres`.
-        if Command::new("id").arg("-u").output().unwrap().stdout == b"0\n" {
-            let exists = Command::new("id")
-                .args(["-u", "postgres"])
-                .output()
-                .unwrap();
-            if !exists.status.success() {
-                run(Command::new("useradd").args(["--system", "--no-create-home", "postgres"]));
-            }
-            run(Command::new("chown").args(["-R", "postgres"]).arg(&data));
-            as_user = ["runuser", "-u", "postgres", "--"]
-                .map(String::from)
-                .to_vec();
-        }
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let cluster = PrivatePostgres {
-            bin,
-            data,
-            port,
-            as_user,
-        };
-        let mut initdb = cluster.command("initdb");
-        initdb
-            .arg("-D")
-            .arg(cluster.data.join("db"))
-            .args(["-U", "oncecheck", "--auth=trust"]);
-        run(&mut initdb);
-        cluster.pg_ctl_start();
-        cluster
-    }
-
-    fn command(&self, program: &str) -> Command {
-        let path = self.bin.join(program);
-        match self.as_user.split_first() {
-            Some((first, rest)) => {
-                let mut command = Command::new(first);
-                command.args(rest).arg(path);
-                command
-            }
-            None => Command::new(path),
-        }
-    }
-
-    fn pg_ctl_start(&self) {
-        let mut start = self.command("pg_ctl");
-        start
-            .arg("-D")
-            .arg(self.data.join("db"))
-            .arg("-l")
-            .arg(self.data.join("db/server.log"))
-            .args(["-w", "-t", "60", "-o"])
-            .arg(format!("-h 127.0.0.1 -p {} -k '' -c fsync=off", self.port))
-            .arg("start");
-        run(&mut start);
-    }
-
-    fn pg_ctl_stop(&self, mode: &str) {
-        let mut stop = self.command("pg_ctl");
-        stop.arg("-D")
-            .arg(self.data.join("db"))
-            .args(["-m", mode, "-w", "stop"]);
-        run(&mut stop);
-    }
-
-    fn url(&self) -> String {
-        format!("postgres://oncecheck@127.0.0.1:{}/postgres", self.port)
-    }
-}
-
-impl Drop for PrivatePostgres {
-    fn drop(&mut self) {
-        let _ = self
-            .command("pg_ctl")
-            .arg("-D")
-            .arg(self.data.join("db"))
-            .args(["-m", "immediate", "-w", "stop"])
-            .output();
-        let _ = std::fs::remove_dir_all(&self.data);
-    }
-}
-
-fn run(command: &mut Command) {
-    let output = command.output().unwrap();
-    assert!(
-        output.status.success(),
-        "{command:?}: {}{}",
-        String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr)
-    );
-}
 
 /// One answer as a client saw it.
 #[derive(Debug, Clone)]

@@ -2,8 +2,12 @@
 //!
 //! PostgreSQL comes from ONCECHECK_PG_URL (start it with scripts/services.sh); when it is unset
 //! every PostgreSQL test FAILS with a message saying so. Nothing is skipped. Each test gets its
-//! own throwaway database (PostgreSQL) or file (SQLite).
+//! own throwaway database (PostgreSQL) or file (SQLite). A test that stops the database runs its
+//! own cluster (`private_postgres`); a test that speaks HTTP over TCP uses `http_client`.
 #![allow(dead_code)]
+
+pub mod http_client;
+pub mod private_postgres;
 
 use axum::body::Body as AxumBody;
 use axum::Router;
