@@ -26,4 +26,5 @@ pub mod replay_session;
 #[cfg(feature = "replay")]
 pub mod replay_token;
 pub mod report;
+pub mod spill;
 pub mod traces;

@@ -519,6 +519,11 @@ pub fn stop_line(report: &CheckReport) -> Option<String> {
         Stop::Timeout { .. } => "--timeout-secs",
         Stop::States { .. } => "--states-max",
         Stop::Memory { .. } => "--memory-max-mb",
+        Stop::Disk {
+            disk_bytes_max: Some(_),
+            ..
+        } => "--disk-max-mb",
+        Stop::Disk { .. } => "--spill-dir to a larger disk",
     };
     Some(format!(
         "{}/{} stopped at {stop} after {} unique states: what it had not decided is unknown (raise {flag} or use --simulate)",

@@ -14,10 +14,16 @@
 //! - Nothing here does I/O: progress goes to a caller-supplied callback, and memory is measured
 //!   by a caller-supplied probe ([`CheckOptions::memory_probe`]).
 
+mod codec;
+mod frontier;
+mod scale;
 mod search;
 mod simulation;
 
-use search::{Limits, Target};
+pub use codec::CodecError;
+pub use frontier::{MemorySpill, SpillStore, StateCodec};
+pub use scale::Scale;
+use search::{Hooks, Limits, Target};
 use serde::Serialize;
 use stateright::{Model, Property};
 use std::collections::{BTreeMap, HashMap};
@@ -250,6 +256,12 @@ where
         after: &Self::State,
     ) -> String;
 
+    /// What the checker may use to search larger bounds (frontier codec, symmetry): none by
+    /// default (check/scale.rs).
+    fn scale(&self) -> Scale<Self> {
+        Scale::none()
+    }
+
     /// Resolves a variant name, listing the valid ones on error.
     fn resolve_variant(name: &str) -> Result<&'static str, SpecError> {
         Self::VARIANTS
@@ -265,7 +277,7 @@ where
 }
 
 /// Options of one checker run.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct CheckOptions {
     /// Threads examining each level of the search. The result (verdicts, counts, traces) is the
     /// same for any number; only the time changes. Simulation uses one thread.
@@ -281,6 +293,29 @@ pub struct CheckOptions {
     /// Measures the process's memory in bytes (the caller's: this crate does no I/O). Without
     /// a probe `memory_bytes_max` is not enforced.
     pub memory_probe: Option<fn() -> Option<u64>>,
+    /// Bytes of encoded frontier states kept in memory before blocks of them go to `spill`
+    /// (also spilled, whatever this says, when the memory limit is near). None: no budget of
+    /// its own.
+    pub frontier_bytes_max: Option<u64>,
+    /// Where the frontier spills (the caller's: this crate does no I/O). None: it never does,
+    /// and the memory limit stops the run.
+    pub spill: Option<std::sync::Arc<dyn SpillStore>>,
+    /// Stop once the spilled frontier would take more than this many bytes.
+    pub disk_bytes_max: Option<u64>,
+}
+
+impl std::fmt::Debug for CheckOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckOptions")
+            .field("threads", &self.threads)
+            .field("timeout_secs_max", &self.timeout_secs_max)
+            .field("states_max", &self.states_max)
+            .field("memory_bytes_max", &self.memory_bytes_max)
+            .field("frontier_bytes_max", &self.frontier_bytes_max)
+            .field("spill", &self.spill.is_some())
+            .field("disk_bytes_max", &self.disk_bytes_max)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for CheckOptions {
@@ -292,6 +327,9 @@ impl Default for CheckOptions {
             states_max: None,
             memory_bytes_max: None,
             memory_probe: None,
+            frontier_bytes_max: None,
+            spill: None,
+            disk_bytes_max: None,
         }
     }
 }
@@ -313,6 +351,13 @@ pub enum Stop {
         memory_bytes_max: u64,
         resident_bytes: u64,
         growth_bytes: u64,
+    },
+    /// The spilled frontier reached `disk_bytes_max`, or its store failed (`os_error`: the
+    /// system's error number, 28 for a full device; -1 for a store's own failure).
+    Disk {
+        disk_bytes_max: Option<u64>,
+        spilled_bytes: u64,
+        os_error: Option<i32>,
     },
 }
 
@@ -353,6 +398,32 @@ impl std::fmt::Display for Stop {
                 resident_bytes / MIB,
                 growth_bytes.div_ceil(MIB)
             ),
+            Stop::Disk {
+                disk_bytes_max: Some(disk_bytes_max),
+                spilled_bytes,
+                os_error: None,
+            } => write!(
+                f,
+                "the disk limit of {} MiB ({} MiB of the frontier spilled)",
+                disk_bytes_max / MIB,
+                spilled_bytes.div_ceil(MIB)
+            ),
+            Stop::Disk {
+                spilled_bytes,
+                os_error,
+                ..
+            } => {
+                let cause = match os_error {
+                    Some(28) => "no space left on the device".to_string(),
+                    Some(-1) | None => "the spill store failed".to_string(),
+                    Some(code) => std::io::Error::from_raw_os_error(*code).to_string(),
+                };
+                write!(
+                    f,
+                    "the disk: {cause} ({} MiB of the frontier spilled)",
+                    spilled_bytes.div_ceil(MIB)
+                )
+            }
         }
     }
 }
@@ -515,6 +586,7 @@ where
             options: &options,
             stop_when_all_found: true,
         },
+        &Hooks::none(),
         &mut |_| {},
     );
     wanted
@@ -687,6 +759,11 @@ where
     let targets = targets_of(&definitions);
     // Once every property is decided nothing is left to learn: stop, as stateright's
     // `HasDiscoveries::All` did.
+    let scale = model.scale();
+    let hooks = Hooks {
+        codec: scale.codec,
+        representative: scale.symmetry,
+    };
     let searched = search::search(
         model,
         &targets,
@@ -694,6 +771,7 @@ where
             options,
             stop_when_all_found: true,
         },
+        &hooks,
         progress,
     );
     let paths: BTreeMap<&'static str, ModelPath<M>> = definitions

@@ -35,12 +35,12 @@ use crate::ddb::{
     op_name, Condition, Key, OpId, Operation, Reason, Seq, Table, TransactItem, TransactOutcome,
     Value, SEQ_MAX,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use stateright::{Model, Property};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Which algorithm a writer runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Build {
     /// The seed's design: counter condition, claim, predecessor check, op, in one transaction.
     New,
@@ -49,7 +49,7 @@ pub enum Build {
 }
 
 /// A deliberate defect, to show that a property can fail (the seed's mutation checks).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Mutation {
     /// The predecessor ConditionCheck is left out (what `counter-only` is).
     NoPredecessorCheck,
@@ -80,7 +80,7 @@ pub enum Mutation {
 pub const LEGACY_OP_BASE: OpId = 200;
 
 /// The initial table: empty, or legacy data an ADD-era relay left behind.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Legacy {
     Empty,
     /// Counter at 2, op 1 present, op 2 absent: seq 2 was burned by an ADD-era relay.
@@ -90,7 +90,7 @@ pub enum Legacy {
 }
 
 /// The model's bounds, resolved from the `oncecheck` bound table.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct RelayBounds {
     pub new_writers: u8,
     pub add_era_writers: u8,
@@ -116,7 +116,7 @@ pub struct RelayBounds {
     pub truncations_max: u8,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Variant {
     AddEra,
     CounterOnly,
@@ -136,14 +136,14 @@ impl Variant {
 }
 
 /// What a writer knows of the counter between rounds (carry-forward).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Counter {
     Unknown,
     Known(Seq),
 }
 
 /// The shape of one append round, kept until its response arrives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Round {
     pub op: OpId,
     /// The counter value the round conditions on (`next_seq = :expected`).
@@ -156,7 +156,7 @@ pub struct Round {
 }
 
 /// Why an append ended without a seq: each is a typed error the caller can handle.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum AppendError {
     /// Lost rounds in a row over the budget.
     ContentionExhausted,
@@ -171,7 +171,7 @@ pub enum AppendError {
     DeadlineExceeded,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Phase {
     /// Between rounds: the next step reads the counter (if unknown) or sends a round.
     Ready,
@@ -197,7 +197,7 @@ pub enum Phase {
     Failed(AppendError),
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Writer {
     /// Index into the writer's push of the op being appended.
     pub next_op: u8,
@@ -253,7 +253,7 @@ impl Writer {
 }
 
 /// Protocol-level defects recorded at the step that commits them (the table records its own).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct WriterAnomalies {
     /// An uncontended push cost more than one counter read, or more transactions than one per
     /// op plus one per wrong counter guess and per legacy gap crossed.
@@ -269,7 +269,7 @@ pub struct WriterAnomalies {
     pub stored_op_taken_for_gap: bool,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Puller {
     pub cursor: Seq,
     pub received: BTreeSet<Seq>,
@@ -278,14 +278,14 @@ pub struct Puller {
 
 /// A fold consumer of the stream feed: one record per op item written, delivered in order per
 /// item only, so records of different ops arrive in any order.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Folder {
     pub folded: BTreeSet<Seq>,
     /// Every op at or below it is folded (R8).
     pub watermark: Seq,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct RelayState {
     pub table: Table,
     pub writers: Vec<Writer>,
@@ -311,7 +311,7 @@ impl RelayState {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Action {
     /// Strongly consistent Query of seq = 0: the counter (the first op of a push, or after a
     /// lost round without a usable hint).
@@ -1762,6 +1762,10 @@ impl ModelSpec for RelayModel {
     const BOUNDS: &'static [BoundSpec] = BOUNDS;
     const VARIANT_DEFAULTS: &'static [(&'static str, &'static str, u32)] = VARIANT_DEFAULTS;
 
+    fn scale(&self) -> crate::check::Scale<Self> {
+        scale::hooks(self)
+    }
+
     fn build(variant: &str, bounds: &Bounds) -> Result<Self, SpecError> {
         let variant = match Self::resolve_variant(variant)? {
             "add-era" => Variant::AddEra,
@@ -2125,6 +2129,7 @@ pub fn describe(
 }
 
 pub mod encoding;
+mod scale;
 
 #[cfg(test)]
 mod tests;

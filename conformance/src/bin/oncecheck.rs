@@ -105,6 +105,15 @@ enum Command {
         /// then `unknown` (exit 1).
         #[arg(long, default_value_t = models::MEMORY_MAX_MB_DEFAULT)]
         memory_max_mb: u64,
+        /// Past a quarter of --memory-max-mb (or near the limit itself), the states waiting to be
+        /// expanded are written to this directory in compact blocks and read back in order
+        /// (a fresh subdirectory, removed after the run) [default: the system's temp directory].
+        #[arg(long, value_name = "DIR")]
+        spill_dir: Option<PathBuf>,
+        /// Stop once the spilled states would take more than this many MiB of disk; what is
+        /// undecided is then `unknown` (exit 1) [default: until the disk is full].
+        #[arg(long, value_name = "MIB")]
+        disk_max_mb: Option<u64>,
         /// Seeded random walks instead of the exhaustive search, for bounds too large to exhaust:
         /// finds violations and examples, never shows that a property holds (`unknown` instead).
         #[arg(long)]
@@ -256,6 +265,8 @@ fn main() -> ExitCode {
             html,
             states_max,
             memory_max_mb,
+            spill_dir,
+            disk_max_mb,
             simulate,
             seed,
             samples,
@@ -281,12 +292,26 @@ fn main() -> ExitCode {
                     ));
                 }
             }
+            let spill_parent = spill_dir.unwrap_or_else(std::env::temp_dir);
+            let spill = match oncecheck_conformance::spill::DirectorySpill::create(&spill_parent) {
+                Ok(spill) => spill,
+                Err(error) => {
+                    return bad_input(format!(
+                        "cannot spill the search frontier into {}: {error}",
+                        spill_parent.display()
+                    ))
+                }
+            };
+            let memory_bytes_max = memory_max_mb.saturating_mul(1024 * 1024);
             let options = CheckOptions {
                 threads,
                 timeout_secs_max: timeout_secs,
                 states_max,
-                memory_bytes_max: Some(memory_max_mb.saturating_mul(1024 * 1024)),
+                memory_bytes_max: Some(memory_bytes_max),
                 memory_probe: Some(models::resident_bytes),
+                frontier_bytes_max: Some(memory_bytes_max / 4),
+                spill: Some(std::sync::Arc::new(spill)),
+                disk_bytes_max: disk_max_mb.map(|mib| mib.saturating_mul(1024 * 1024)),
                 ..CheckOptions::default()
             };
             let simulation = simulate.then(|| {

@@ -44,6 +44,90 @@ fn threads_change_nothing_but_the_time() {
 }
 
 #[test]
+fn a_frontier_spilled_past_a_tiny_budget_changes_nothing() {
+    // Blocks of 4 KiB, every one beyond the first two spilled: the order the search reads its
+    // states in, and with it every count and shortest trace, is the one it keeps in memory.
+    for variant in ["counter-only", "fixed"] {
+        let in_memory = run(relay(variant, &[]), &CheckOptions::default(), &mut |_| {});
+        for threads in [1, 2] {
+            let store = MemorySpill::new();
+            let spilled = run(
+                relay(variant, &[]),
+                &CheckOptions {
+                    threads,
+                    frontier_bytes_max: Some(16 << 10),
+                    spill: Some(store.clone()),
+                    ..CheckOptions::default()
+                },
+                &mut |_| {},
+            );
+            assert!(
+                store.puts() > 100,
+                "{variant}: {} blocks spilled",
+                store.puts()
+            );
+            assert_eq!(
+                store.held(),
+                0,
+                "every spilled block was read back or dropped"
+            );
+            assert!(spilled.complete && spilled.stopped.is_none());
+            same_results(&in_memory, &spilled);
+        }
+    }
+}
+
+#[test]
+fn a_disk_limit_stops_the_run_with_unknown_and_names_itself() {
+    let report = run(
+        relay("fixed", &[]),
+        &CheckOptions {
+            frontier_bytes_max: Some(16 << 10),
+            spill: Some(MemorySpill::new()),
+            disk_bytes_max: Some(256 << 10),
+            ..CheckOptions::default()
+        },
+        &mut |_| {},
+    );
+    assert_eq!(
+        report.stopped,
+        Some(Stop::Disk {
+            disk_bytes_max: Some(256 << 10),
+            spilled_bytes: match report.stopped {
+                Some(Stop::Disk { spilled_bytes, .. }) => spilled_bytes,
+                _ => 0,
+            },
+            os_error: None,
+        })
+    );
+    assert!(!report.complete);
+    assert!(report
+        .properties
+        .iter()
+        .filter(|property| property.kind == Kind::Always)
+        .all(|property| property.verdict == Verdict::Unknown));
+    assert!(!report.matches_expectations());
+    let stop = Stop::Disk {
+        disk_bytes_max: Some(512 << 20),
+        spilled_bytes: 500 << 20,
+        os_error: None,
+    };
+    assert_eq!(
+        stop.to_string(),
+        "the disk limit of 512 MiB (500 MiB of the frontier spilled)"
+    );
+    let stop = Stop::Disk {
+        disk_bytes_max: None,
+        spilled_bytes: 3 << 20,
+        os_error: Some(28),
+    };
+    assert_eq!(
+        stop.to_string(),
+        "the disk: no space left on the device (3 MiB of the frontier spilled)"
+    );
+}
+
+#[test]
 fn states_per_depth_and_coverage_account_for_every_state() {
     let report = run(relay("mixed", &[]), &CheckOptions::default(), &mut |_| {});
     assert!(report.complete);
