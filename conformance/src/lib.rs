@@ -7,6 +7,7 @@
 //! main job builds the model checker only.
 
 pub mod diagram;
+pub mod merge;
 pub mod models;
 #[cfg(feature = "replay")]
 pub mod probe;

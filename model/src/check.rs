@@ -16,12 +16,14 @@
 
 mod codec;
 mod frontier;
+mod merge;
 mod scale;
 mod search;
 mod simulation;
 
 pub use codec::CodecError;
 pub use frontier::{MemorySpill, SpillStore, StateCodec};
+pub use merge::{merge, MergeError};
 pub use scale::Scale;
 use search::{Hooks, Limits, Target};
 use serde::Serialize;
@@ -302,6 +304,45 @@ pub struct CheckOptions {
     pub spill: Option<std::sync::Arc<dyn SpillStore>>,
     /// Stop once the spilled frontier would take more than this many bytes.
     pub disk_bytes_max: Option<u64>,
+    /// Run one shard of the search (`oncecheck check --shard K/N`; `oncecheck merge` joins the
+    /// shards' reports): a simulation runs its share of the walks; an exhaustive search keeps,
+    /// from the first level of at least [`SHARD_LEVEL_STATES_MIN`] states per shard on, only
+    /// the states whose fingerprint falls in its part.
+    pub shard: Option<Shard>,
+}
+
+/// A level must hold this many states per shard before an exhaustive search splits it: below,
+/// every shard explores the whole level (and the merge counts it once).
+pub const SHARD_LEVEL_STATES_MIN: usize = 64;
+
+/// Shard `index` of `count` (0-based).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Shard {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl Shard {
+    /// This shard's share of `samples` walks: contiguous, in walk order.
+    pub fn range(&self, samples: usize) -> std::ops::Range<usize> {
+        let share = |index: usize| (samples as u128 * index as u128 / self.count as u128) as usize;
+        share(self.index)..share(self.index + 1)
+    }
+
+    /// Whether a state with this fingerprint is this shard's to expand.
+    pub fn owns(&self, fingerprint: u64) -> bool {
+        fingerprint % self.count as u64 == self.index as u64
+    }
+}
+
+/// Which shard a report is, and (exhaustive) the depth whose level the shards split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ShardReport {
+    pub index: usize,
+    pub count: usize,
+    /// Exhaustive: the depth whose level was split (every shard explored the levels above it
+    /// whole); `None` when no level was large enough, so every shard explored everything.
+    pub level: Option<usize>,
 }
 
 impl std::fmt::Debug for CheckOptions {
@@ -330,6 +371,7 @@ impl Default for CheckOptions {
             frontier_bytes_max: None,
             spill: None,
             disk_bytes_max: None,
+            shard: None,
         }
     }
 }
@@ -511,6 +553,9 @@ pub struct CheckReport {
     pub complete: bool,
     /// The limit that stopped the run, if one did.
     pub stopped: Option<Stop>,
+    /// A shard of a larger run (its verdicts are of its part: `oncecheck merge` joins them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardReport>,
     pub properties: Vec<PropertyReport>,
 }
 
@@ -698,6 +743,7 @@ struct Measured {
     started: Instant,
     complete: bool,
     stopped: Option<Stop>,
+    shard: Option<ShardReport>,
 }
 
 /// The report of a run: every property's verdict from the paths found (and, when
@@ -727,6 +773,7 @@ where
         seconds: measured.started.elapsed().as_secs_f64(),
         complete: measured.complete,
         stopped: measured.stopped,
+        shard: measured.shard,
         properties,
     };
     Checked { report, paths }
@@ -790,6 +837,11 @@ where
         started,
         complete: searched.exhausted || all_decided,
         stopped: searched.stopped,
+        shard: options.shard.map(|shard| ShardReport {
+            index: shard.index,
+            count: shard.count,
+            level: searched.shard_level,
+        }),
     };
     checked(model, &definitions, paths, searched.exhausted, measured)
 }
@@ -840,6 +892,11 @@ where
         started,
         complete: false,
         stopped: simulated.stopped,
+        shard: options.shard.map(|shard| ShardReport {
+            index: shard.index,
+            count: shard.count,
+            level: None,
+        }),
     };
     checked(model, &definitions, paths, false, measured)
 }

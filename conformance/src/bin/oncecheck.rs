@@ -55,6 +55,18 @@ Examples:
   oncecheck corpus --write                 regenerate after a model change, then commit the diff
   oncecheck corpus --walks-out /tmp/walks  the covering walks as files, for oncecheck replay";
 
+const MERGE_HELP: &str = "\
+Exit codes:
+  0  every merged verdict equals its expectation
+  1  a merged verdict differs, or a shard was stopped by a limit
+  2  bad input: a file that is not a shard report, shards of different runs, a shard missing
+     or given twice, a trace that does not re-execute on this build's model
+
+Examples:
+  for k in 0 1 2 3; do oncecheck check relay --variant fixed --bound new_writers=4 \\
+      --simulate --seed 7 --samples 4000 --shard $k/4 --json > shard-$k.json & done; wait
+  oncecheck merge shard-*.json --html /tmp/report";
+
 #[derive(Parser)]
 #[command(
     name = "oncecheck",
@@ -127,6 +139,26 @@ enum Command {
         /// Longest walk of --simulate, in steps.
         #[arg(long, default_value_t = 200)]
         depth: usize,
+        /// Run shard K of N (0-based) of this check, for `oncecheck merge` to join: with
+        /// --simulate, its share of the --samples walks; exhaustive, the states of its hash part
+        /// of the first level large enough to split. Needs --json (the shard's report, with its
+        /// traces as ITF); exits 0 when the shard ran without a limit (docs/scale-out.md).
+        #[arg(long, value_name = "K/N", value_parser = oncecheck_conformance::merge::parse_shard, requires = "json")]
+        shard: Option<oncecheck_model::check::Shard>,
+    },
+    /// Join the reports of a check's shards (`check --shard K/N --json`) into the report of the
+    /// whole run: verdicts, the shortest trace found, coverage, states; exit codes as `check`.
+    #[command(after_help = MERGE_HELP)]
+    Merge {
+        /// Shard reports (each the --json document of one `check --shard K/N`).
+        #[arg(required = true, value_name = "SHARD_JSON")]
+        reports: Vec<PathBuf>,
+        /// One JSON document on stdout (the `check --json` shape) instead of the human report.
+        #[arg(long)]
+        json: bool,
+        /// Write the HTML report of the merged runs into this directory.
+        #[arg(long, value_name = "DIR")]
+        html: Option<PathBuf>,
     },
     /// Write counterexamples, examples and seeded covering paths as ITF trace files.
     Traces {
@@ -271,6 +303,7 @@ fn main() -> ExitCode {
             seed,
             samples,
             depth,
+            shard,
         } => {
             let jobs = match models::resolve(model.as_deref(), variant.as_deref(), &bounds) {
                 Ok(jobs) => jobs,
@@ -312,6 +345,7 @@ fn main() -> ExitCode {
                 frontier_bytes_max: Some(memory_bytes_max / 4),
                 spill: Some(std::sync::Arc::new(spill)),
                 disk_bytes_max: disk_max_mb.map(|mib| mib.saturating_mul(1024 * 1024)),
+                shard,
                 ..CheckOptions::default()
             };
             let simulation = simulate.then(|| {
@@ -379,6 +413,11 @@ fn main() -> ExitCode {
             write,
             walks_out,
         } => corpus(&dir, write, walks_out.as_deref()),
+        Command::Merge {
+            reports,
+            json,
+            html,
+        } => merge(&reports, json, html.as_deref()),
         Command::Replay {
             traces,
             target,
@@ -552,6 +591,7 @@ fn check(
     // A run stopped by a limit has said so in its own line; this counts the other mismatches.
     let mut verdict_differs = false;
     let mut reports = Vec::new();
+    let mut shard_itfs = Vec::new();
     let mut html_reports = Vec::new();
     let stdout = std::io::stdout();
     for job in jobs {
@@ -569,19 +609,30 @@ fn check(
                 progress.states, progress.unique_states, rate, progress.max_depth
             ));
         };
-        let report = match simulation {
-            Some(simulation) => models::simulate_job(job, options, simulation, &mut on_progress),
-            None => models::run_job(job, options, &mut on_progress),
+        let report = match (simulation, options.shard) {
+            (_, Some(_)) => {
+                oncecheck_conformance::merge::run_shard(job, options, simulation, &mut on_progress)
+                    .map(|(report, itfs)| {
+                        shard_itfs.push(itfs);
+                        report
+                    })
+            }
+            (Some(simulation), None) => {
+                models::simulate_job(job, options, simulation, &mut on_progress)
+            }
+            (None, None) => models::run_job(job, options, &mut on_progress),
         };
         bar.finish_and_clear();
         let report = match report {
             Ok(report) => report,
             Err(error) => return bad_input(error),
         };
-        all_match &= report.matches_expectations();
+        // A shard's verdicts are of its part: `merge` decides; the shard only says it ran.
+        all_match &= options.shard.is_some() || report.matches_expectations();
+        all_match &= report.stopped.is_none();
         match models::stop_line(&report) {
             Some(line) => eprintln!("oncecheck: {line}"),
-            None => verdict_differs |= !report.matches_expectations(),
+            None => verdict_differs |= options.shard.is_none() && !report.matches_expectations(),
         }
         if let Some(directory) = diagrams {
             if let Err(error) = models::write_diagrams(&report, directory) {
@@ -623,7 +674,13 @@ fn check(
     }
     if json {
         let mut out = stdout.lock();
-        let written = serde_json::to_writer(&mut out, &models::json_document(&reports))
+        let document = if options.shard.is_some() {
+            let pairs: Vec<_> = reports.iter().cloned().zip(shard_itfs).collect();
+            oncecheck_conformance::merge::shard_document(&pairs)
+        } else {
+            models::json_document(&reports)
+        };
+        let written = serde_json::to_writer(&mut out, &document)
             .map_err(std::io::Error::from)
             .and_then(|_| writeln!(out));
         if let Err(error) = written {
@@ -634,6 +691,56 @@ fn check(
         eprintln!("oncecheck: a verdict differs from its expectation");
     }
     if all_match {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// `oncecheck merge`: the shards of each run joined, printed as `check` prints a run.
+fn merge(files: &[PathBuf], json: bool, html: Option<&std::path::Path>) -> ExitCode {
+    if let Some(directory) = html {
+        if let Err(error) = models::prepare_directory(directory) {
+            return bad_input(format!(
+                "cannot write the HTML report to {}: {error}",
+                directory.display()
+            ));
+        }
+    }
+    let merged = match oncecheck_conformance::merge::merge_files(files) {
+        Ok(merged) => merged,
+        Err(error) => return bad_input(error),
+    };
+    if let Some(directory) = html {
+        if let Err(error) = oncecheck_conformance::merge::write_html(directory, &merged) {
+            return bad_input(format!(
+                "cannot write the HTML report to {}: {error}",
+                directory.display()
+            ));
+        }
+    }
+    let reports: Vec<_> = merged.into_iter().map(|run| run.report).collect();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    for report in &reports {
+        if let Some(line) = models::stop_line(report) {
+            eprintln!("oncecheck: {line}");
+        }
+        if !json {
+            if let Err(error) = models::write_human(report, &mut out) {
+                return bad_input(format!("cannot write the report: {error}"));
+            }
+        }
+    }
+    if json {
+        let written = serde_json::to_writer(&mut out, &models::json_document(&reports))
+            .map_err(std::io::Error::from)
+            .and_then(|_| writeln!(out));
+        if let Err(error) = written {
+            return bad_input(format!("cannot write the report: {error}"));
+        }
+    }
+    if reports.iter().all(|report| report.matches_expectations()) {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

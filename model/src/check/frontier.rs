@@ -179,6 +179,39 @@ impl<S> Part<S> {
     }
 }
 
+impl<S> Part<S> {
+    /// Moves the states whose fingerprint `keep` accepts into `into`, in order, emptying the
+    /// part (records are moved as they are, never decoded).
+    pub fn retain_into(
+        &mut self,
+        into: &mut Frontier<S>,
+        mut keep: impl FnMut(u64) -> bool,
+    ) -> Result<(), CodecError> {
+        match self {
+            Part::States(states) => {
+                for (state, fingerprint) in states.drain(..) {
+                    if keep(fingerprint) {
+                        into.push_state(state, fingerprint);
+                    }
+                }
+            }
+            Part::Encoded { bytes, count } => {
+                let mut input: &[u8] = bytes;
+                for _ in 0..*count {
+                    let before = input;
+                    let (fingerprint, _) = split_record(&mut input)?;
+                    if keep(fingerprint) {
+                        into.push_record(&before[..before.len() - input.len()]);
+                    }
+                }
+                bytes.clear();
+                *count = 0;
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Appends one record (fingerprint, length, encoding) to `out`.
 pub(crate) fn put_record(out: &mut Vec<u8>, fingerprint: u64, encoded: &[u8]) {
     out.extend_from_slice(&fingerprint.to_le_bytes());

@@ -19,7 +19,7 @@
 use super::codec::CodecError;
 use super::frontier::{put_record, Frontier, Part, Spill, SpillFailure, StateCodec};
 use super::scale::Representative;
-use super::{CheckOptions, Progress, Stop};
+use super::{CheckOptions, Progress, Stop, SHARD_LEVEL_STATES_MIN};
 use stateright::Model;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
@@ -200,8 +200,10 @@ pub(crate) struct Searched<M: Model> {
     /// Unique states first reached at each depth; index 0 holds the initial states.
     pub states_per_depth: Vec<usize>,
     pub coverage: BTreeMap<String, usize>,
-    /// True when the reachable state space was examined completely.
+    /// True when the reachable state space (of this shard's part) was examined completely.
     pub exhausted: bool,
+    /// A shard's search: the depth whose level it split, if one was large enough.
+    pub shard_level: Option<usize>,
     pub stopped: Option<Stop>,
     initial: Vec<M::State>,
     visited: FingerprintMap<Parent>,
@@ -577,7 +579,33 @@ where
     // Reused from chunk to chunk and level to level (see `expand` for why).
     let mut expansions: Vec<Expansion<M>> = (0..threads).map(|_| Expansion::new()).collect();
     let mut next_level: Frontier<M::State> = Frontier::new(encoded, block_bytes);
+    let mut shard_level = None;
     'levels: while !level.is_empty() && !all_found {
+        if let Some(shard) = options.shard.filter(|shard| {
+            shard_level.is_none() && level.len() >= SHARD_LEVEL_STATES_MIN * shard.count
+        }) {
+            // Split this level: the states of other shards stay visited, so no path through
+            // them is explored here; every state below the level is reached through some
+            // state of it, and so by some shard.
+            let mut kept: Frontier<M::State> = Frontier::new(encoded, block_bytes);
+            let mut part = Part::new();
+            while !level.is_empty() {
+                let taken = level
+                    .take(CHUNK_STATES_PER_THREAD, &mut part, spill.as_mut())
+                    .map_err(|failure| disk_stop(failure, options, spill.as_ref()))
+                    .and_then(|_| {
+                        part.retain_into(&mut kept, |fingerprint| shard.owns(fingerprint))
+                            .map_err(|_| disk_stop(SpillFailure::Damaged, options, spill.as_ref()))
+                    });
+                if let Err(stop) = taken {
+                    stopped = Some(stop);
+                    cut_short = true;
+                    break 'levels;
+                }
+            }
+            level = kept;
+            shard_level = Some(states_per_depth.len() - 1);
+        }
         while !level.is_empty() {
             // Taken off the level, so each examined state's memory is freed before the next
             // chunk: a level and the next one are never both whole in memory.
@@ -720,6 +748,7 @@ where
         states_per_depth,
         coverage: coverage.into_map(),
         exhausted,
+        shard_level,
         stopped,
         initial,
         visited,

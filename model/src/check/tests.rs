@@ -408,3 +408,130 @@ fn a_simulated_counterexample_exports_and_loads_back_like_any_trace() {
         path.len() - 1
     );
 }
+
+fn shards_of(count: usize, run: impl Fn(Shard) -> CheckReport) -> Vec<CheckReport> {
+    // In reverse, to show the merge does not depend on the order it is given the shards in.
+    (0..count)
+        .rev()
+        .map(|index| run(Shard { index, count }))
+        .collect()
+}
+
+#[test]
+fn four_shards_of_a_seeded_simulation_merge_into_the_single_run() {
+    let model = relay("counter-only", &[]);
+    let single = simulate(
+        &model,
+        &CheckOptions::default(),
+        &simulation(7),
+        &mut |_| {},
+    )
+    .report;
+    let shards = shards_of(4, |shard| {
+        let options = CheckOptions {
+            shard: Some(shard),
+            ..CheckOptions::default()
+        };
+        simulate(&model, &options, &simulation(7), &mut |_| {}).report
+    });
+    assert!(shards
+        .iter()
+        .all(|shard| shard.states > 0 && shard.states < single.states));
+    let merged = merge(&shards).unwrap();
+    assert_eq!(merged.search, single.search);
+    assert_eq!(merged.states, single.states);
+    assert_eq!(merged.max_depth, single.max_depth);
+    assert_eq!(merged.action_coverage, single.action_coverage);
+    assert!(merged.unique_states >= single.unique_states);
+    assert_eq!(merged.shard, None);
+    for (one, other) in merged.properties.iter().zip(&single.properties) {
+        assert_eq!((one.name, one.verdict), (other.name, other.verdict));
+        assert_eq!(one.trace, other.trace, "{}", one.name);
+    }
+    assert_eq!(merged.matches_expectations(), single.matches_expectations());
+}
+
+#[test]
+fn four_shards_of_an_exhaustive_run_merge_into_its_verdicts_and_shortest_traces() {
+    for variant in ["mixed", "counter-only"] {
+        let single = run(relay(variant, &[]), &CheckOptions::default(), &mut |_| {});
+        let shards = shards_of(4, |shard| {
+            let options = CheckOptions {
+                shard: Some(shard),
+                ..CheckOptions::default()
+            };
+            run(relay(variant, &[]), &options, &mut |_| {})
+        });
+        let level = shards[0]
+            .shard
+            .unwrap()
+            .level
+            .expect("a level large enough to split");
+        assert!(shards
+            .iter()
+            .all(|shard| shard.shard.unwrap().level == Some(level)));
+        // Each shard explores its part below the split level, not the whole space.
+        assert!(shards
+            .iter()
+            .all(|shard| shard.unique_states < single.unique_states));
+        let merged = merge(&shards).unwrap();
+        assert_eq!(merged.complete, single.complete, "{variant}");
+        assert_eq!(
+            merged.states_per_depth[..=level],
+            single.states_per_depth[..=level]
+        );
+        if single
+            .properties
+            .iter()
+            .all(|property| property.verdict != Verdict::Unknown)
+        {
+            assert!(merged.unique_states >= single.unique_states, "{variant}");
+        }
+        for (one, other) in merged.properties.iter().zip(&single.properties) {
+            assert_eq!(
+                (one.name, one.verdict),
+                (other.name, other.verdict),
+                "{variant}"
+            );
+            assert_eq!(
+                one.trace.as_ref().map(Vec::len),
+                other.trace.as_ref().map(Vec::len),
+                "{variant}: {} is as short as the single run's",
+                one.name
+            );
+        }
+        assert!(merged.matches_expectations(), "{variant}");
+    }
+}
+
+#[test]
+fn shards_of_different_runs_or_an_incomplete_set_do_not_merge() {
+    let model = relay("counter-only", &[]);
+    let shard = |index, count, seed| {
+        let options = CheckOptions {
+            shard: Some(Shard { index, count }),
+            ..CheckOptions::default()
+        };
+        simulate(&model, &options, &simulation(seed), &mut |_| {}).report
+    };
+    let missing = merge(&[shard(0, 3, 7), shard(2, 3, 7)]).unwrap_err();
+    assert!(missing.0.ends_with("shard 1/3 missing"), "{missing}");
+    let twice = merge(&[shard(0, 2, 7), shard(0, 2, 7), shard(1, 2, 7)]).unwrap_err();
+    assert!(twice.0.ends_with("shard 0/2 given twice"), "{twice}");
+    let other_seed = merge(&[shard(0, 2, 7), shard(1, 2, 8)]).unwrap_err();
+    assert!(
+        other_seed.0.contains("a shard of another run"),
+        "{other_seed}"
+    );
+    let unsharded = simulate(
+        &model,
+        &CheckOptions::default(),
+        &simulation(7),
+        &mut |_| {},
+    );
+    let not_a_shard = merge(&[unsharded.report]).unwrap_err();
+    assert!(
+        not_a_shard.0.ends_with("a report that is not a shard"),
+        "{not_a_shard}"
+    );
+}
