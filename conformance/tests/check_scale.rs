@@ -206,3 +206,33 @@ fn four_shard_processes_of_an_exhaustive_run_merge_into_its_verdicts() {
     assert!(one["unique_states"].as_u64() >= other["unique_states"].as_u64());
     std::fs::remove_dir_all(&directory).unwrap();
 }
+
+#[test]
+fn symmetry_halves_the_relay_with_the_same_verdicts() {
+    let run = |extra: &[&str]| {
+        let mut arguments = vec![
+            "check",
+            "relay",
+            "--variant",
+            "fixed",
+            "--bound",
+            "lost_responses_max=0",
+            "--json",
+        ];
+        arguments.extend(extra);
+        let output = oncecheck(&arguments);
+        assert_eq!(output.status.code(), Some(0), "{}", text(&output));
+        let document: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+        document["reports"][0].clone()
+    };
+    let (plain, reduced) = (run(&[]), run(&["--symmetry"]));
+    assert_eq!(plain["unique_states"], 105_119);
+    assert_eq!(reduced["unique_states"], 52_743);
+    let verdicts = |report: &serde_json::Value| -> Vec<(String, String)> {
+        findings(report)
+            .into_iter()
+            .map(|(name, verdict, _)| (name, verdict))
+            .collect()
+    };
+    assert_eq!(verdicts(&plain), verdicts(&reduced));
+}

@@ -309,6 +309,10 @@ pub struct CheckOptions {
     /// from the first level of at least [`SHARD_LEVEL_STATES_MIN`] states per shard on, only
     /// the states whose fingerprint falls in its part.
     pub shard: Option<Shard>,
+    /// Keep one state per orbit of the model's symmetry (`ModelSpec::scale`), if it declares
+    /// one: the same verdicts and shortest trace lengths over fewer states (each model's spec
+    /// argues it; a test compares every variant reduced and unreduced).
+    pub symmetry: bool,
 }
 
 /// A level must hold this many states per shard before an exhaustive search splits it: below,
@@ -355,6 +359,8 @@ impl std::fmt::Debug for CheckOptions {
             .field("frontier_bytes_max", &self.frontier_bytes_max)
             .field("spill", &self.spill.is_some())
             .field("disk_bytes_max", &self.disk_bytes_max)
+            .field("shard", &self.shard)
+            .field("symmetry", &self.symmetry)
             .finish_non_exhaustive()
     }
 }
@@ -372,6 +378,7 @@ impl Default for CheckOptions {
             spill: None,
             disk_bytes_max: None,
             shard: None,
+            symmetry: false,
         }
     }
 }
@@ -592,6 +599,11 @@ impl CheckReport {
     }
 }
 
+/// The checker's 64-bit fingerprint of a value (fixed seeds: the same in every run of a build).
+pub fn fingerprint_of<T: std::hash::Hash + ?Sized>(value: &T) -> u64 {
+    search::fingerprint(value)
+}
+
 /// What [`shortest_paths`] looks for: (name, condition, the condition's value that counts as
 /// a match).
 pub type Wanted<M> = (&'static str, fn(&M, &<M as Model>::State) -> bool, bool);
@@ -809,7 +821,7 @@ where
     let scale = model.scale();
     let hooks = Hooks {
         codec: scale.codec,
-        representative: scale.symmetry,
+        representative: scale.symmetry.filter(|_| options.symmetry),
     };
     let searched = search::search(
         model,
@@ -901,5 +913,7 @@ where
     checked(model, &definitions, paths, false, measured)
 }
 
+#[cfg(test)]
+mod reduction_tests;
 #[cfg(test)]
 mod tests;

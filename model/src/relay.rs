@@ -377,6 +377,8 @@ pub struct RelayModel {
     /// The sound reductions of specs/relay-append.md ("Reductions"); off only to compare.
     pub reductions: bool,
     resolved: Bounds,
+    /// The permutations of interchangeable writers (specs/relay-append.md, "Symmetry").
+    symmetry: Vec<scale::WriterPermutation>,
 }
 
 pub const BOUNDS: &[BoundSpec] = &[
@@ -564,6 +566,7 @@ impl RelayModel {
             variant,
             bounds,
             mutations,
+            symmetry: scale::writer_symmetries(&writers),
             writers,
             reductions: true,
             resolved: Bounds(resolved),

@@ -58,6 +58,7 @@
 //! to fail somewhere.
 
 mod encoding;
+mod scale;
 
 use crate::check::{BoundSpec, Bounds, Kind, ModelSpec, PropertyDef, SpecError, Verdict};
 use stateright::{Model, Property};
@@ -941,6 +942,10 @@ pub const T5_LONG_TOKEN_REJECTED: &str = "T5 an over-long token is rejected";
 pub const T5_DAMAGED_RECORD_REFUSED: &str = "T5 a request meeting a damaged record is refused";
 
 impl ModelSpec for TokenModel {
+    fn scale(&self) -> crate::check::Scale<Self> {
+        scale::hooks(self)
+    }
+
     const NAME: &'static str = "token";
     const VARIANTS: &'static [&'static str] = &["tokened", "tokenless", "late-retry"];
     const BOUNDS: &'static [BoundSpec] = &[

@@ -145,6 +145,10 @@ enum Command {
         /// traces as ITF); exits 0 when the shard ran without a limit (docs/scale-out.md).
         #[arg(long, value_name = "K/N", value_parser = oncecheck_conformance::merge::parse_shard, requires = "json")]
         shard: Option<oncecheck_model::check::Shard>,
+        /// Keep one state per orbit of the model's symmetry (interchangeable writers, pullers,
+        /// clients): the same verdicts and shortest trace lengths over fewer states.
+        #[arg(long)]
+        symmetry: bool,
     },
     /// Join the reports of a check's shards (`check --shard K/N --json`) into the report of the
     /// whole run: verdicts, the shortest trace found, coverage, states; exit codes as `check`.
@@ -304,6 +308,7 @@ fn main() -> ExitCode {
             samples,
             depth,
             shard,
+            symmetry,
         } => {
             let jobs = match models::resolve(model.as_deref(), variant.as_deref(), &bounds) {
                 Ok(jobs) => jobs,
@@ -346,6 +351,7 @@ fn main() -> ExitCode {
                 spill: Some(std::sync::Arc::new(spill)),
                 disk_bytes_max: disk_max_mb.map(|mib| mib.saturating_mul(1024 * 1024)),
                 shard,
+                symmetry,
                 ..CheckOptions::default()
             };
             let simulation = simulate.then(|| {

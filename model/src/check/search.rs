@@ -82,7 +82,7 @@ const VISITED_ENTRY_BYTES: usize = 25;
 /// A 64-bit fingerprint of a state. A collision would make two states one (as in stateright);
 /// for n states its probability is about n² / 2^65 (under 10^-5 at 20 million states). Fixed
 /// seeds: the same state has the same fingerprint in every run of a build.
-pub(crate) fn fingerprint<T: Hash>(value: &T) -> u64 {
+pub(crate) fn fingerprint<T: Hash + ?Sized>(value: &T) -> u64 {
     const SEEDS: [u64; 4] = [
         0x243F_6A88_85A3_08D3,
         0x1319_8A2E_0370_7344,

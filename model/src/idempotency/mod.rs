@@ -31,6 +31,7 @@
 
 mod encoding;
 mod properties;
+mod scale;
 mod spec;
 #[cfg(test)]
 mod tests;
