@@ -24,7 +24,7 @@ mod simulation;
 pub use codec::CodecError;
 pub use frontier::{MemorySpill, SpillStore, StateCodec};
 pub use merge::{merge, MergeError};
-pub use scale::Scale;
+pub use scale::{Independence, Scale};
 use search::{Hooks, Limits, Target};
 use serde::Serialize;
 use stateright::{Model, Property};
@@ -313,6 +313,10 @@ pub struct CheckOptions {
     /// one: the same verdicts and shortest trace lengths over fewer states (each model's spec
     /// argues it; a test compares every variant reduced and unreduced).
     pub symmetry: bool,
+    /// Expand ample sets instead of every enabled action where the model's independence
+    /// declaration allows it (`ModelSpec::scale`), with the cycle proviso: the same verdicts;
+    /// traces are real paths, but may be longer than the shortest.
+    pub partial_order: bool,
 }
 
 /// A level must hold this many states per shard before an exhaustive search splits it: below,
@@ -361,6 +365,7 @@ impl std::fmt::Debug for CheckOptions {
             .field("disk_bytes_max", &self.disk_bytes_max)
             .field("shard", &self.shard)
             .field("symmetry", &self.symmetry)
+            .field("partial_order", &self.partial_order)
             .finish_non_exhaustive()
     }
 }
@@ -379,6 +384,7 @@ impl Default for CheckOptions {
             disk_bytes_max: None,
             shard: None,
             symmetry: false,
+            partial_order: false,
         }
     }
 }
@@ -822,6 +828,7 @@ where
     let hooks = Hooks {
         codec: scale.codec,
         representative: scale.symmetry.filter(|_| options.symmetry),
+        independence: scale.independence.filter(|_| options.partial_order),
     };
     let searched = search::search(
         model,

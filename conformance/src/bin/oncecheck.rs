@@ -149,6 +149,10 @@ enum Command {
         /// clients): the same verdicts and shortest trace lengths over fewer states.
         #[arg(long)]
         symmetry: bool,
+        /// Expand ample sets (the model's independence declaration, with the cycle proviso):
+        /// the same verdicts over fewer states; traces are real paths but may be longer.
+        #[arg(long)]
+        partial_order: bool,
     },
     /// Join the reports of a check's shards (`check --shard K/N --json`) into the report of the
     /// whole run: verdicts, the shortest trace found, coverage, states; exit codes as `check`.
@@ -309,6 +313,7 @@ fn main() -> ExitCode {
             depth,
             shard,
             symmetry,
+            partial_order,
         } => {
             let jobs = match models::resolve(model.as_deref(), variant.as_deref(), &bounds) {
                 Ok(jobs) => jobs,
@@ -352,6 +357,7 @@ fn main() -> ExitCode {
                 disk_bytes_max: disk_max_mb.map(|mib| mib.saturating_mul(1024 * 1024)),
                 shard,
                 symmetry,
+                partial_order,
                 ..CheckOptions::default()
             };
             let simulation = simulate.then(|| {

@@ -18,7 +18,7 @@
 
 use super::codec::CodecError;
 use super::frontier::{put_record, Frontier, Part, Spill, SpillFailure, StateCodec};
-use super::scale::Representative;
+use super::scale::{Independence, Representative};
 use super::{CheckOptions, Progress, Stop, SHARD_LEVEL_STATES_MIN};
 use stateright::Model;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -41,6 +41,8 @@ pub(crate) struct Hooks<M: Model> {
     pub codec: Option<StateCodec<M::State>>,
     /// Symmetry: a state is known by its orbit representative's fingerprint.
     pub representative: Option<Representative<M>>,
+    /// Partial-order reduction: the model's independence declaration.
+    pub independence: Option<Independence<M>>,
 }
 
 impl<M: Model> Hooks<M> {
@@ -48,6 +50,7 @@ impl<M: Model> Hooks<M> {
         Hooks {
             codec: None,
             representative: None,
+            independence: None,
         }
     }
 }
@@ -120,6 +123,8 @@ pub(crate) type FingerprintMap<V> = HashMap<u64, V, BuildHasherDefault<Fingerpri
 struct Parent {
     from: u64,
     action: u32,
+    /// Steps from an initial state: the partial-order reduction's cycle proviso reads it.
+    depth: u32,
 }
 
 const ROOT: u32 = u32::MAX;
@@ -314,6 +319,7 @@ where
             entry.insert(Parent {
                 from: index as u64,
                 action: ROOT,
+                depth: 0,
             });
             level.push_back((state.clone(), state_fingerprint));
         }
@@ -364,6 +370,7 @@ where
                 entry.insert(Parent {
                     from: state_fingerprint,
                     action: action_index as u32,
+                    depth: 0,
                 });
                 level.push_back((next, next_fingerprint));
             }
@@ -439,11 +446,12 @@ fn expand<M>(
     open: &[bool],
     visited: &FingerprintMap<Parent>,
     hooks: &Hooks<M>,
+    depth: u32,
     expansion: &mut Expansion<M>,
 ) where
     M: Model,
     M::State: Hash,
-    M::Action: std::fmt::Debug,
+    M::Action: Clone + std::fmt::Debug,
 {
     expansion.first_match.clear();
     expansion.first_match.resize(targets.len(), None);
@@ -477,7 +485,16 @@ fn expand<M>(
         }
         actions.clear();
         model.actions(&state, actions);
+        let ample = hooks.independence.as_ref().and_then(|independence| {
+            ample_set(model, &state, actions, independence, visited, depth, hooks)
+        });
         for (action_index, action) in actions.drain(..).enumerate() {
+            if ample
+                .as_ref()
+                .is_some_and(|ample| !ample.contains(&action_index))
+            {
+                continue;
+            }
             let slot = coverage.slot(&action);
             let Some(next) = model.next_state(&state, action) else {
                 continue;
@@ -511,6 +528,64 @@ fn expand<M>(
     if let Err(error) = drained {
         *damaged = Some(error);
     }
+}
+
+/// The ample set of a state (partial-order reduction): the indices of the enabled actions of
+/// the first actor all of whose enabled actions the model declares safe (`Independence`), when
+/// that is not every enabled action; `None` to expand the state fully. The cycle proviso: a
+/// state is expanded fully when a step of its ample set leads to a state already visited at
+/// this depth or above (a breadth-first search closes every cycle of the reduced graph with
+/// such a step, so every cycle holds a fully expanded state). Visited depths are those of the
+/// levels before this one, never of states found in the same level, so the choice does not
+/// depend on chunks or threads.
+fn ample_set<M>(
+    model: &M,
+    state: &M::State,
+    actions: &[M::Action],
+    independence: &Independence<M>,
+    visited: &FingerprintMap<Parent>,
+    depth: u32,
+    hooks: &Hooks<M>,
+) -> Option<Vec<usize>>
+where
+    M: Model,
+    M::State: Hash,
+    M::Action: Clone,
+{
+    let actors: Vec<(u32, bool)> = actions
+        .iter()
+        .map(|action| {
+            (
+                (independence.actor)(model, action),
+                (independence.safe)(model, state, action),
+            )
+        })
+        .collect();
+    let mut candidates: Vec<u32> = actors.iter().map(|(actor, _)| *actor).collect();
+    candidates.dedup();
+    for actor in candidates {
+        let mine: Vec<usize> = (0..actions.len())
+            .filter(|index| actors[*index].0 == actor)
+            .collect();
+        if mine.len() == actions.len() {
+            return None;
+        }
+        if !mine.iter().all(|index| actors[*index].1) {
+            continue;
+        }
+        let closes_a_cycle = mine.iter().any(|index| {
+            model
+                .next_state(state, actions[*index].clone())
+                .filter(|next| model.within_boundary(next))
+                .is_some_and(|next| {
+                    visited
+                        .get(&hooks.key(model, &next))
+                        .is_some_and(|parent| parent.depth <= depth)
+                })
+        });
+        return (!closes_a_cycle).then_some(mine);
+    }
+    None
 }
 
 /// Breadth-first search for the first state matching each target.
@@ -628,8 +703,17 @@ where
                 }
             }
             let open: Vec<bool> = found.iter().map(Option::is_none).collect();
+            let depth = (states_per_depth.len() - 1) as u32;
             if used == 1 {
-                expand(model, targets, &open, &visited, hooks, &mut expansions[0]);
+                expand(
+                    model,
+                    targets,
+                    &open,
+                    &visited,
+                    hooks,
+                    depth,
+                    &mut expansions[0],
+                );
             } else {
                 let visited = &visited;
                 let open = &open;
@@ -639,11 +723,11 @@ where
                         .iter_mut()
                         .map(|expansion| {
                             scope.spawn(move || {
-                                expand(model, targets, open, visited, hooks, expansion)
+                                expand(model, targets, open, visited, hooks, depth, expansion)
                             })
                         })
                         .collect();
-                    expand(model, targets, open, visited, hooks, first);
+                    expand(model, targets, open, visited, hooks, depth, first);
                     for handle in handles {
                         handle.join().expect("a checker thread panicked");
                     }
@@ -671,6 +755,7 @@ where
                         entry.insert(Parent {
                             from: parent,
                             action,
+                            depth: states_per_depth.len() as u32,
                         });
                         match state {
                             Some(state) => next_level.push_state(state, state_fingerprint),

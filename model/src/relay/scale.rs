@@ -8,8 +8,8 @@
 //! the representative is the orbit's least state by (the writers' views in order, then the
 //! fingerprint), a function of the orbit alone.
 
-use super::{OpId, Phase, Puller, RelayModel, RelayState, Writer};
-use crate::check::{Scale, StateCodec};
+use super::{Action, OpId, Phase, Puller, RelayModel, RelayState, Writer};
+use crate::check::{Independence, Scale, StateCodec};
 use crate::ddb::{Key, Reason, TransactOutcome, Value};
 use std::hash::{Hash, Hasher};
 
@@ -17,6 +17,46 @@ pub(super) fn hooks(_model: &RelayModel) -> Scale<RelayModel> {
     Scale {
         codec: Some(StateCodec::<RelayState>::serde()),
         symmetry: Some(representative),
+        independence: Some(Independence {
+            actor,
+            safe: response_cannot_be_lost,
+        }),
+    }
+}
+
+/// The actor of a step: each writer, each puller, the table's items becoming visible, the fold
+/// consumer, the truncator.
+fn actor(_model: &RelayModel, action: &Action) -> u32 {
+    match *action {
+        Action::WriterReadsCounter { writer }
+        | Action::WriterAddsToCounter { writer }
+        | Action::WriterSendsRound { writer }
+        | Action::WriterReceivesResponse { writer }
+        | Action::ResponseLost { writer }
+        | Action::WriterReadsClaim { writer }
+        | Action::WriterReadsClaims { writer }
+        | Action::WriterQueriesTop { writer }
+        | Action::PushDeadlinePasses { writer } => u32::from(writer),
+        Action::PullerQueries { puller } => 0x100 + u32::from(puller),
+        Action::ItemApplied { .. } => 0x200,
+        Action::FolderReceivesRecord { .. } => 0x300,
+        Action::TruncatorDeletes { .. } => 0x400,
+    }
+}
+
+/// The partial-order reduction's safe step: reduction (a)'s response that cannot be lost
+/// (specs/relay-append.md, "Partial-order reduction"), the writer's only enabled step then.
+fn response_cannot_be_lost(model: &RelayModel, state: &RelayState, action: &Action) -> bool {
+    let Action::WriterReceivesResponse { writer } = *action else {
+        return false;
+    };
+    match &state.writers[writer as usize].phase {
+        Phase::Sent { outcome, .. } => {
+            *outcome != TransactOutcome::Committed
+                || state.lost_responses_left == 0
+                || model.build_of(writer as usize) == super::Build::AddEra
+        }
+        _ => false,
     }
 }
 
