@@ -3,7 +3,8 @@
 #
 #   source scripts/services.sh; services_up; ...; services_down
 #
-# Installs what a fresh machine lacks: moto server into ./.venv, Debian's PostgreSQL with apt-get.
+# Installs what a fresh machine lacks: moto server and the Python tools the tests read outputs with
+# (junitparser, jsonschema) into ./.venv, Debian's PostgreSQL with apt-get.
 # A service whose URL is already set (ONCECHECK_DDB_ENDPOINT, ONCECHECK_PG_URL) is used as given
 # and neither started nor stopped. Everything started here lives under ./.run and is stopped by
 # services_down, which is safe to call twice.
@@ -31,8 +32,21 @@ wait_for_port() { # host port seconds_max
 install_moto() {
   if [ -x "$VENV_DIR/bin/moto_server" ]; then return 0; fi
   log "installing $MOTO_VERSION_SPEC into $VENV_DIR"
-  python3 -m venv "$VENV_DIR"
+  [ -x "$VENV_DIR/bin/pip" ] || python3 -m venv "$VENV_DIR"
   "$VENV_DIR/bin/pip" install --quiet --disable-pip-version-check "$MOTO_VERSION_SPEC"
+}
+
+# The Python tools the tests read oncecheck's outputs with, as a CI system would: junitparser
+# loads the JUnit reports of `check --junit` and `replay --junit`; jsonschema (the reference
+# validator) checks `check --json` against docs/check-json.schema.json. Installed even when the
+# services are given by URL: the tests need them either way.
+PYTHON_TOOLS_SPEC=("junitparser>=3,<6" "jsonschema>=4.18,<5")
+
+install_python_tools() {
+  if "$VENV_DIR/bin/python" -c 'import junitparser, jsonschema' 2>/dev/null; then return 0; fi
+  log "installing ${PYTHON_TOOLS_SPEC[*]} into $VENV_DIR"
+  [ -x "$VENV_DIR/bin/pip" ] || python3 -m venv "$VENV_DIR"
+  "$VENV_DIR/bin/pip" install --quiet --disable-pip-version-check "${PYTHON_TOOLS_SPEC[@]}"
 }
 
 start_moto() {
@@ -102,7 +116,7 @@ start_postgres() {
 }
 
 services_up() {
-  start_moto && start_postgres
+  install_python_tools && start_moto && start_postgres
 }
 
 services_down() {

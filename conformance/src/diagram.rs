@@ -73,11 +73,19 @@ pub struct Layout {
     pub rows: Vec<Row>,
     /// The row index of the breaking step, and what it says.
     pub breaking: Option<(usize, String)>,
+    /// A lasso's cycle: its first and last row (the steps that repeat forever).
+    pub cycle: Option<(usize, usize)>,
 }
 
 /// Lays out a diagram of `steps`, titled `title`; `breaking` names what the last step breaks
-/// (e.g. "R1 no-skip violated") and marks that step.
-pub fn layout(title: &str, steps: &[TraceStep], breaking: Option<&str>) -> Layout {
+/// (e.g. "R1 no-skip violated") and marks that step; `lasso_start` marks a liveness lasso's
+/// cycle: the steps after state `lasso_start`, which repeat forever.
+pub fn layout(
+    title: &str,
+    steps: &[TraceStep],
+    breaking: Option<&str>,
+    lasso_start: Option<usize>,
+) -> Layout {
     let mut actors: Vec<String> = Vec::new();
     for step in steps {
         if let Some(actor) = actor_of(&step.words) {
@@ -163,12 +171,46 @@ pub fn layout(title: &str, steps: &[TraceStep], breaking: Option<&str>) -> Layou
         }
         _ => None,
     };
+    let cycle = match lasso_start {
+        Some(start) if start < steps.len() => {
+            let last = steps.len() - 1;
+            let (y, _, _) = rows[last];
+            let back_to = match start {
+                0 => "the initial state".to_string(),
+                after => format!("the state after step {after}"),
+            };
+            texts.push(PlacedText {
+                x: label_x,
+                y: y + 19.0,
+                font_px: FONT_PX,
+                text: if start + 1 == steps.len() {
+                    format!(
+                        "^ cycle: step {} repeats forever (back to {back_to})",
+                        steps.len()
+                    )
+                } else {
+                    format!(
+                        "^ cycle: steps {}-{} repeat forever (back to {back_to})",
+                        start + 1,
+                        steps.len()
+                    )
+                },
+                inside: None,
+            });
+            Some((start, last))
+        }
+        _ => None,
+    };
     let right = texts
         .iter()
         .map(|text| text.x + text_width(&text.text, text.font_px))
         .fold(0.0, f64::max);
     let width = (right + MARGIN_PX).ceil();
-    let extra = if breaking.is_some() { 18.0 } else { 0.0 };
+    let extra = if breaking.is_some() || cycle.is_some() {
+        18.0
+    } else {
+        0.0
+    };
     let height = (TOP_PX + 28.0 + steps.len() as f64 * ROW_HEIGHT_PX + extra + MARGIN_PX).ceil();
     Layout {
         width,
@@ -177,13 +219,20 @@ pub fn layout(title: &str, steps: &[TraceStep], breaking: Option<&str>) -> Layou
         texts,
         rows,
         breaking,
+        cycle,
     }
 }
 
 /// An SVG sequence diagram of `steps`, titled `title`, the breaking step marked when `breaking`
-/// names what breaks.
-pub fn sequence_svg(title: &str, steps: &[TraceStep], breaking: Option<&str>) -> String {
-    let layout = layout(title, steps, breaking);
+/// names what breaks, a lasso's cycle marked (a band and a return arrow) when `lasso_start` is
+/// given.
+pub fn sequence_svg(
+    title: &str,
+    steps: &[TraceStep],
+    breaking: Option<&str>,
+    lasso_start: Option<usize>,
+) -> String {
+    let layout = layout(title, steps, breaking, lasso_start);
     let (width, height) = (layout.width, layout.height);
     let mut svg = String::new();
     svg.push_str(&format!(
@@ -199,6 +248,21 @@ pub fn sequence_svg(title: &str, steps: &[TraceStep], breaking: Option<&str>) ->
             "<rect class=\"breaking\" x=\"0\" y=\"{}\" width=\"{width}\" height=\"{}\" fill=\"#fde2e2\"/>\n",
             y - ROW_HEIGHT_PX / 2.0,
             ROW_HEIGHT_PX + 14.0
+        ));
+    }
+    if let Some((first, last)) = layout.cycle {
+        let top = layout.rows[first].0 - ROW_HEIGHT_PX / 2.0;
+        let bottom = layout.rows[last].0 + ROW_HEIGHT_PX / 2.0 + 14.0;
+        svg.push_str(&format!(
+            "<rect class=\"cycle\" x=\"0\" y=\"{top}\" width=\"{width}\" height=\"{}\" fill=\"#e2ecfd\"/>\n",
+            bottom - top
+        ));
+        // The return arrow in the left margin: from the last step back up to the first.
+        let x = MARGIN_PX / 2.0 + 2.0;
+        svg.push_str(&format!(
+            "<path class=\"cycle-return\" d=\"M {x} {} L {x} {}\" stroke=\"#25a\" stroke-width=\"2\" fill=\"none\" marker-end=\"url(#arrow)\"/>\n",
+            layout.rows[last].0 + 10.0,
+            layout.rows[first].0 - 10.0
         ));
     }
     let bottom = height - MARGIN_PX;
@@ -241,6 +305,8 @@ pub fn sequence_svg(title: &str, steps: &[TraceStep], breaking: Option<&str>) ->
         };
         let fill = if text.text.ends_with(" here") && layout.breaking.is_some() {
             " fill=\"#b00\""
+        } else if text.text.starts_with("^ cycle:") {
+            " fill=\"#25a\" font-weight=\"bold\""
         } else {
             ""
         };
@@ -281,6 +347,7 @@ mod tests {
             "relay/add-era R1 <no-skip>",
             &steps,
             Some("R1 no-skip violated"),
+            None,
         );
         let lane = |name: &str| {
             layout
@@ -329,6 +396,7 @@ mod tests {
             "relay/add-era R1 <no-skip>",
             &steps,
             Some("R1 no-skip violated"),
+            None,
         );
         assert!(svg.starts_with("<svg") && svg.trim_end().ends_with("</svg>"));
         assert!(
@@ -340,14 +408,47 @@ mod tests {
         assert_eq!(svg.matches("marker-end").count(), 4);
         assert_eq!(actor_of("op 1 applied"), None);
         assert_eq!(actor_of("C2: POST /transfers"), Some("C2".to_string()));
-        assert!(!sequence_svg("t", &steps, None).contains("class=\"breaking\""));
+        assert!(!sequence_svg("t", &steps, None, None).contains("class=\"breaking\""));
+    }
+
+    #[test]
+    fn a_lasso_marks_its_cycle_and_says_where_it_returns() {
+        let steps = [
+            step(1, "W1 Query seq=0 (consistent) -> next_seq 1"),
+            step(2, "W1 Query seq>0 reverse limit 1 -> [3]"),
+            step(3, "W1 sends TransactWriteItems{counter 1->2} -> cancelled"),
+            step(4, "W1 receives cancelled: seq taken: find the top"),
+        ];
+        let layout = layout("relay/fixed R6 no-wedge", &steps, None, Some(1));
+        assert_eq!(layout.cycle, Some((1, 3)));
+        assert_eq!(layout.breaking, None);
+        let label = layout
+            .texts
+            .iter()
+            .find(|text| text.text.starts_with("^ cycle:"))
+            .expect("the cycle is labelled");
+        assert_eq!(
+            label.text,
+            "^ cycle: steps 2-4 repeat forever (back to the state after step 1)"
+        );
+        assert!(label.y > layout.rows[3].0 && label.y < layout.height);
+        assert!(label.x + text_width(&label.text, FONT_PX) <= layout.width);
+        let svg = sequence_svg("relay/fixed R6 no-wedge", &steps, None, Some(1));
+        assert!(svg.contains("class=\"cycle\"") && svg.contains("class=\"cycle-return\""));
+        assert!(!svg.contains("class=\"breaking\""));
+        assert_eq!(layout_cycle_of(&steps, Some(0)), Some((0, 3)));
+        assert_eq!(layout_cycle_of(&steps, None), None);
+    }
+
+    fn layout_cycle_of(steps: &[TraceStep], lasso_start: Option<usize>) -> Option<(usize, usize)> {
+        layout("t", steps, None, lasso_start).cycle
     }
 
     #[test]
     fn the_canvas_grows_with_the_longest_label() {
-        let short = layout("t", &[step(1, "W1 reads")], None);
+        let short = layout("t", &[step(1, "W1 reads")], None, None);
         let long_words = format!("W1 {}", "x".repeat(300));
-        let long = layout("t", &[step(1, &long_words)], None);
+        let long = layout("t", &[step(1, &long_words)], None, None);
         assert!(
             long.width
                 >= long.texts.last().unwrap().x + text_width(&format!("1. {long_words}"), FONT_PX)

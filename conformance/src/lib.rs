@@ -6,8 +6,11 @@
 //! without `replay` it depends on no implementation (no AWS SDK, no sqlx, no aws-lc), so the
 //! main job builds the model checker only.
 
+pub mod action_names;
 pub mod diagram;
+pub mod junit;
 pub mod merge;
+pub mod model_facts;
 pub mod models;
 #[cfg(feature = "replay")]
 pub mod probe;
@@ -20,6 +23,10 @@ pub mod replay_command;
 #[cfg(feature = "replay")]
 pub mod replay_dynamodb;
 #[cfg(feature = "replay")]
+pub mod replay_flags;
+#[cfg(feature = "replay")]
+pub mod replay_junit;
+#[cfg(feature = "replay")]
 pub mod replay_log;
 pub mod replay_middleware;
 #[cfg(feature = "replay")]
@@ -27,5 +34,9 @@ pub mod replay_session;
 #[cfg(feature = "replay")]
 pub mod replay_token;
 pub mod report;
+pub mod run_info;
 pub mod spill;
+pub mod terminal;
 pub mod traces;
+pub mod variants;
+pub mod verdict_words;

@@ -21,7 +21,7 @@ use oncecheck_model::check::{
 use oncecheck_model::idempotency::IdempotencyModel;
 use oncecheck_model::relay::RelayModel;
 use oncecheck_model::token::TokenModel;
-use oncecheck_model::trace::{from_itf, to_itf, TraceEncoding, TraceMeta};
+use oncecheck_model::trace::{from_itf, to_itf_lasso, TraceEncoding, TraceMeta};
 use serde_json::Value as Json;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -107,15 +107,18 @@ where
         .filter_map(|property| {
             let path = checked.paths.get(property.name)?;
             let kind = match property.kind {
-                Kind::Always => "counterexample",
                 Kind::Sometimes => "example",
+                Kind::Always | Kind::Eventually | Kind::LeadsTo => "counterexample",
             };
             let meta = TraceMeta {
                 kind: kind.to_string(),
                 property: Some(property.name.to_string()),
                 description: format!("shard trace of {}", property.name),
             };
-            Some((property.name.to_string(), to_itf(model, path, &meta)))
+            Some((
+                property.name.to_string(),
+                to_itf_lasso(model, path, &meta, property.lasso_start),
+            ))
         })
         .collect()
 }
@@ -418,6 +421,10 @@ where
             expected: model.expected(def),
             verdict: verdict(&property["verdict"])?,
             trace,
+            lasso_start: property["lasso_start"].as_u64().map(|at| at as usize),
+            bound_cut_states: property["bound_cut_states"]
+                .as_u64()
+                .map(|count| count as usize),
         });
     }
     let report = CheckReport {
@@ -446,6 +453,14 @@ where
         complete: field(value, "complete")?.as_bool().unwrap_or(false),
         stopped: stop(field(value, "stopped")?)?,
         shard: Some(shard),
+        liveness: match value.get("liveness") {
+            Some(run) if !run.is_null() => Some(check::LivenessRun {
+                unique_states: natural(run, "unique_states")?,
+                edges: natural(run, "edges")?,
+                seconds: field(run, "seconds")?.as_f64().unwrap_or(0.0),
+            }),
+            _ => None,
+        },
         properties,
     };
     Ok((report, itfs))
@@ -457,6 +472,6 @@ pub fn write_html(directory: &Path, merged: &[Merged]) -> std::io::Result<()> {
         crate::report::write_page(directory, &run.report, &run.detail)?;
     }
     let reports: Vec<&CheckReport> = merged.iter().map(|run| &run.report).collect();
-    crate::report::write_index(directory, &reports)?;
+    crate::report::write_index(directory, &reports, &crate::run_info::RunInfo::now())?;
     Ok(())
 }

@@ -6,7 +6,7 @@
 
 use oncecheck_model::check::{
     self, CheckOptions, CheckReport, Kind, ModelSpec, Progress, Search, SimulationOptions,
-    SpecError, Stop,
+    SpecError,
 };
 use oncecheck_model::idempotency::IdempotencyModel;
 use oncecheck_model::relay::RelayModel;
@@ -18,21 +18,22 @@ macro_rules! with_model {
     ($name:expr, |$model:ident| $body:expr, $unknown:expr) => {
         match $name {
             "relay" => {
-                type $model = RelayModel;
+                type $model = oncecheck_model::relay::RelayModel;
                 $body
             }
             "idempotency" => {
-                type $model = IdempotencyModel;
+                type $model = oncecheck_model::idempotency::IdempotencyModel;
                 $body
             }
             "token" => {
-                type $model = TokenModel;
+                type $model = oncecheck_model::token::TokenModel;
                 $body
             }
             _ => $unknown,
         }
     };
 }
+pub(crate) use with_model;
 
 pub const MODEL_NAMES: &[&str] = &["relay", "idempotency", "token"];
 
@@ -236,18 +237,28 @@ where
     M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
     M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
 {
+    let shown = |name: &str| {
+        let property = report.property(name);
+        property.trace.is_some() && crate::report::shows_trace(property.verdict, property.expected)
+    };
     let definitions = model.property_defs();
     let wanted: Vec<crate::traces::Wanted<M>> = definitions
         .iter()
-        .filter(|def| {
-            let property = report.property(def.name);
-            property.trace.is_some()
-                && crate::report::shows_trace(property.verdict, property.expected)
-        })
+        .filter(|def| shown(def.name))
         .map(|def| (def.name, def.condition, def.kind == Kind::Sometimes))
         .collect();
+    let mut paths: Vec<(&'static str, check::ModelPath<M>)> =
+        check::shortest_paths(model, &wanted).into_iter().collect();
+    // A liveness lasso is not a shortest path to a state: the liveness run finds it again.
+    if model.liveness_defs().iter().any(|def| shown(def.name)) {
+        for (name, (_, violation)) in check::liveness_paths(model, &CheckOptions::default()) {
+            if let (true, Some((path, _))) = (shown(name), violation) {
+                paths.push((name, path));
+            }
+        }
+    }
     let mut traces = std::collections::BTreeMap::new();
-    for (name, path) in check::shortest_paths(model, &wanted) {
+    for (name, path) in paths {
         traces.insert(name.to_string(), step_views(model, &path));
     }
     crate::report::PageDetail {
@@ -340,17 +351,18 @@ where
     coverage
 }
 
-/// The human report of one job: verdicts, and the shortest trace of every violation.
+/// The human report of one job: verdicts next to their expectations (worded by
+/// [`crate::verdict_words`]: a stopped run and a run at changed bounds say so), the actions
+/// that never fired, and the shortest trace of every violation.
 pub fn write_human(report: &CheckReport, out: &mut dyn Write) -> std::io::Result<()> {
-    let status = if report.matches_expectations() {
-        "ok"
-    } else {
-        "MISMATCH"
-    };
+    let outcome = crate::model_facts::outcome_of(report);
     writeln!(
         out,
         "{}/{} [{}]  {}",
-        report.model, report.variant, report.bounds, status
+        report.model,
+        report.variant,
+        report.bounds,
+        outcome.status()
     )?;
     writeln!(
         out,
@@ -377,29 +389,48 @@ pub fn write_human(report: &CheckReport, out: &mut dyn Write) -> std::io::Result
         )?;
     }
     for property in &report.properties {
-        let mark = if report.as_expected(property) {
-            "ok  "
-        } else {
-            "FAIL"
-        };
-        let kind = match property.kind {
-            Kind::Always => "always",
-            Kind::Sometimes => "sometimes",
+        let kind = crate::verdict_words::kind_word(property.kind);
+        let cut = match property.bound_cut_states {
+            Some(cut) if cut > 0 => {
+                format!("; {cut} states cut by a bound count as reaching the goal")
+            }
+            _ => String::new(),
         };
         writeln!(
             out,
-            "  {mark} {:<9} {:<74} {:<9} (expected {})",
+            "  {:<4} {:<10} {:<74} {:<9} ({}{cut})",
+            outcome.mark(report, property),
             kind,
             property.name,
             property.verdict.to_string(),
-            property.expected
+            outcome.expectation(property)
         )?;
+    }
+    if let Some(explanation) = outcome.explanation() {
+        writeln!(out, "  {explanation}")?;
+    }
+    if let Some(line) = never_fired_line(report) {
+        writeln!(out, "  {line}")?;
     }
     for property in &report.properties {
         let show = crate::report::shows_trace(property.verdict, property.expected);
         let Some(trace) = property.trace.as_ref().filter(|_| show) else {
             continue;
         };
+        write_trace(out, property, trace)?;
+    }
+    Ok(())
+}
+
+/// One shown trace. A liveness counterexample is a lasso — its prefix, a line `cycle:`, then the
+/// steps that repeat forever (the last returns to the state after step `lasso_start`) — or a
+/// run that stops where no fair step is enabled.
+pub fn write_trace(
+    out: &mut dyn Write,
+    property: &oncecheck_model::check::PropertyReport,
+    trace: &[oncecheck_model::check::TraceStep],
+) -> std::io::Result<()> {
+    if !property.kind.is_liveness() {
         writeln!(
             out,
             "  shortest trace for {} ({}):",
@@ -408,8 +439,51 @@ pub fn write_human(report: &CheckReport, out: &mut dyn Write) -> std::io::Result
         for step in trace {
             writeln!(out, "    {:>3}. {}", step.step, step.words)?;
         }
+        return Ok(());
+    }
+    match property.lasso_start {
+        Some(start) => writeln!(
+            out,
+            "  shortest lasso for {} ({}): a run that never reaches the goal, {} steps then a cycle of {} repeated forever:",
+            property.name,
+            property.verdict,
+            start,
+            trace.len() - start
+        )?,
+        None => writeln!(
+            out,
+            "  shortest run for {} ({}) that stops short of the goal:",
+            property.name, property.verdict
+        )?,
+    }
+    for step in trace {
+        if property.lasso_start == Some(step.step - 1) {
+            let back_to = match step.step - 1 {
+                0 => "the initial state".to_string(),
+                after => format!("the state after step {after}"),
+            };
+            writeln!(out, "    cycle: (from {back_to}, repeated forever)")?;
+        }
+        writeln!(out, "    {:>3}. {}", step.step, step.words)?;
+    }
+    if property.lasso_start.is_none() {
+        writeln!(
+            out,
+            "    the run stops here: no step of a family the property assumes fair is enabled"
+        )?;
     }
     Ok(())
+}
+
+/// The actions an exhausted search never fired, if any: what a reviewer looks for first.
+fn never_fired_line(report: &CheckReport) -> Option<String> {
+    let never: Vec<String> = crate::action_names::with_zeros(report.model, &report.action_coverage)
+        .into_iter()
+        .filter(|(_, count)| *count == 0)
+        .map(|(name, _)| name)
+        .collect();
+    (!never.is_empty() && crate::model_facts::exhausted(report))
+        .then(|| format!("never fired: {}", never.join(", ")))
 }
 
 /// Writes the traces of one job (only models with a trace encoding can).
@@ -475,10 +549,10 @@ pub fn write_diagrams(
             "{}/{}: {} ({})",
             report.model, report.variant, property.name, property.verdict
         );
-        let breaking = format!("{} {}", property.name, property.verdict);
+        let (breaking, lasso_start) = crate::report::breaking_of(property);
         std::fs::write(
             &file,
-            crate::diagram::sequence_svg(&title, trace, Some(&breaking)),
+            crate::diagram::sequence_svg(&title, trace, breaking.as_deref(), lasso_start),
         )?;
         written.push(file);
     }
@@ -487,9 +561,11 @@ pub fn write_diagrams(
 
 // ---- `oncecheck check`: limits, simulation and the JSON document (owner: the checker) ----
 
-/// The version of the `oncecheck check --json` document (`docs/check-json.md`). Bumped on any
-/// change a reader could notice: a field removed, renamed or given another meaning.
-pub const CHECK_JSON_SCHEMA: u32 = 1;
+/// The version of the `oncecheck check --json` document (`docs/check-json.md`, its JSON Schema
+/// `docs/check-json.schema.json`). Bumped on any change a reader could notice: a field removed,
+/// renamed or given another meaning. 2: `trace[].action` in the Explorer's words (actors from 1)
+/// instead of Rust's Debug text; `action_coverage` lists every action kind, 0 included.
+pub const CHECK_JSON_SCHEMA: u32 = 2;
 
 /// The default of `--memory-max-mb`: a third of the 24 GiB machine the checks were sized on,
 /// so one run cannot starve the others sharing it.
@@ -524,21 +600,9 @@ pub fn simulate_job(
 
 /// The one line that says which limit stopped a run, if one did.
 pub fn stop_line(report: &CheckReport) -> Option<String> {
-    let stop = report.stopped?;
-    let flag = match stop {
-        Stop::Timeout { .. } => "--timeout-secs",
-        Stop::States { .. } => "--states-max",
-        Stop::Memory { .. } => "--memory-max-mb",
-        Stop::Disk {
-            disk_bytes_max: Some(_),
-            ..
-        } => "--disk-max-mb",
-        Stop::Disk { .. } => "--spill-dir to a larger disk",
-    };
-    Some(format!(
-        "{}/{} stopped at {stop} after {} unique states: what it had not decided is unknown (raise {flag} or use --simulate)",
-        report.model, report.variant, report.unique_states
-    ))
+    report.stopped?;
+    let explanation = crate::model_facts::outcome_of(report).explanation()?;
+    Some(format!("{}/{} {explanation}", report.model, report.variant))
 }
 
 /// The `--json` document: the schema version, the overall verdict and one report per job, each
@@ -549,6 +613,13 @@ pub fn json_document(reports: &[CheckReport]) -> serde_json::Value {
         .map(|report| {
             let mut value = serde_json::to_value(report).expect("a report serialises");
             value["ok"] = serde_json::Value::Bool(report.matches_expectations());
+            // Every action kind of the model, 0 for those that never fired.
+            value["action_coverage"] =
+                crate::action_names::with_zeros(report.model, &report.action_coverage)
+                    .into_iter()
+                    .map(|(name, count)| (name, serde_json::Value::from(count)))
+                    .collect::<serde_json::Map<_, _>>()
+                    .into();
             value
         })
         .collect();

@@ -14,6 +14,10 @@
 //! conformance proxy, request by request); `middleware-sqlite` and `middleware-postgres[=URL]`
 //! (`crate::replay_middleware::target`, the idempotency layer over HTTP on a real database).
 //!
+//! A lasso (a liveness counterexample, `loop` in the trace) replays its prefix and one turn of its
+//! cycle; the driver then checks that the real system shows the same view as where the cycle
+//! started: the implementation can take the cycle again, forever.
+//!
 //! Invariants: a replay never passes a step it did not compare (the driver compares after every
 //! step, a target cannot skip it); a trace the target cannot show is refused before anything
 //! runs, never replayed partially; a trace of another model than the target's is bad input.
@@ -242,7 +246,7 @@ pub trait ReplayTarget: Send {
     /// The model whose traces this target replays; a trace of another model is bad input.
     type Model: ReplayModel;
     /// The real state in the model's words, compared with the model's after every step.
-    type View: PartialEq + Debug + Send;
+    type View: Clone + PartialEq + Debug + Send;
 
     /// `Err(reason)` when the target cannot reproduce what the trace shows (what its observers
     /// saw, an actor it does not have): the trace is not applicable, and nothing runs.
@@ -389,9 +393,12 @@ async fn walk<T: ReplayTarget>(
         .set_up(trace)
         .await
         .map_err(|fault| report(target, 0, fault))?;
-    compare(target, trace, &path[0].0)
+    let mut observed = compare(target, trace, &path[0].0)
         .await
         .map_err(|fault| report(target, 0, fault))?;
+    // A lasso: the view the real system showed where the cycle starts, which one turn of the
+    // cycle must bring it back to.
+    let mut loop_view = (trace.lasso_start == Some(0)).then(|| observed.clone());
     for index in 0..path.len() - 1 {
         let action = path[index]
             .1
@@ -407,11 +414,27 @@ async fn walk<T: ReplayTarget>(
             .perform(trace, step)
             .await
             .map_err(|fault| report(target, index + 1, fault))?;
-        compare(target, trace, &path[index + 1].0)
+        observed = compare(target, trace, &path[index + 1].0)
             .await
             .map_err(|fault| report(target, index + 1, fault))?;
+        if trace.lasso_start == Some(index + 1) {
+            loop_view = Some(observed.clone());
+        }
     }
     let last = path.len() - 1;
+    if let (Some(start), Some(loop_view)) = (trace.lasso_start, loop_view) {
+        if observed != loop_view {
+            let fault = Fault::Diverged {
+                action: Some(format!(
+                    "one turn of the cycle (steps {}-{last}) back to the state of step {start}",
+                    start + 1
+                )),
+                expected: format!("state {loop_view:?}"),
+                actual: format!("state {observed:?}"),
+            };
+            return Err(report(target, last, fault));
+        }
+    }
     target
         .finish(trace)
         .await
@@ -419,15 +442,16 @@ async fn walk<T: ReplayTarget>(
     Ok(last)
 }
 
+/// Observes the real state and compares it with the model's; answers what was observed.
 async fn compare<T: ReplayTarget>(
     target: &mut T,
     trace: &LoadedTrace<T::Model>,
     state: &<T::Model as stateright::Model>::State,
-) -> Result<(), Fault> {
+) -> Result<T::View, Fault> {
     let expected = target.expected_view(trace, state);
     let actual = target.observe().await?;
     if expected == actual {
-        Ok(())
+        Ok(actual)
     } else {
         Err(Fault::diverged(
             format!("state {expected:?}"),

@@ -98,6 +98,7 @@ pub fn run(
     config: TargetConfig,
     only_replayable: bool,
     jobs: usize,
+    junit: Option<&Path>,
 ) -> ExitCode {
     let jobs = match check_jobs(jobs) {
         Ok(jobs) => jobs,
@@ -116,7 +117,7 @@ pub fn run(
             return ExitCode::from(1);
         }
     };
-    runtime.block_on(run_all(files, target, config, only_replayable, jobs))
+    runtime.block_on(run_all(files, target, config, only_replayable, jobs, junit))
 }
 
 /// The result of every trace, in the order of `files`.
@@ -176,6 +177,7 @@ async fn run_all(
     config: TargetConfig,
     only_replayable: bool,
     jobs: usize,
+    junit: Option<&Path>,
 ) -> ExitCode {
     let started = Instant::now();
     let unreachable = |detail: String| {
@@ -192,6 +194,7 @@ async fn run_all(
                     only_replayable,
                     jobs,
                     started,
+                    junit,
                 )
                 .await
             }
@@ -206,6 +209,7 @@ async fn run_all(
                     only_replayable,
                     jobs,
                     started,
+                    junit,
                 )
                 .await
             }
@@ -221,6 +225,7 @@ async fn run_session<S: ReplaySession>(
     only_replayable: bool,
     jobs: usize,
     started: Instant,
+    junit: Option<&Path>,
 ) -> ExitCode {
     // Every file first: bad input stops the run before anything is replayed.
     let mut traces = Vec::with_capacity(files.len());
@@ -286,6 +291,11 @@ async fn run_session<S: ReplaySession>(
     }
     close(session).await;
     let seconds = started.elapsed().as_secs_f64();
+    if let Some(file) = junit {
+        if let Err(status) = write_junit(file, target, only_replayable, &outcomes, seconds) {
+            return status;
+        }
+    }
     println!(
         "replayed {replayed} of {} traces against {target} ({jobs} at a time): {} steps, {} requests, {} lost responses, {:.2}s, {diverged} diverged, {environment} environment failures, {refused} rejected, {not_applicable} not applicable to this target",
         files.len(),
@@ -301,6 +311,35 @@ async fn run_session<S: ReplaySession>(
     } else {
         ExitCode::SUCCESS
     }
+}
+
+/// Writes `--junit FILE` (a test case per trace) and says so; an unwritable file is exit 2.
+fn write_junit(
+    file: &Path,
+    target: &Target,
+    only_replayable: bool,
+    outcomes: &Outcomes,
+    seconds: f64,
+) -> Result<(), ExitCode> {
+    let document = crate::replay_junit::replay_document(
+        &target.to_string(),
+        only_replayable,
+        outcomes,
+        seconds,
+    );
+    if let Err(error) = std::fs::write(file, document) {
+        eprintln!(
+            "oncecheck: cannot write the JUnit report to {}: {error}",
+            file.display()
+        );
+        return Err(ExitCode::from(2));
+    }
+    eprintln!(
+        "oncecheck: wrote the JUnit report to {} ({} test cases)",
+        file.display(),
+        outcomes.len()
+    );
+    Ok(())
 }
 
 async fn close<S: ReplaySession>(session: Arc<S>) {

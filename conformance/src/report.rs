@@ -4,14 +4,15 @@
 //! A page shows the verdict of every property against its expectation; for every violation
 //! (and every verdict that differs from its expectation) the shortest trace as protocol words
 //! with only the roles that changed at each step (as TLC's difftrace does), and its sequence
-//! diagram with the breaking step marked; and the coverage: how often each action fired and
+//! diagram with the breaking step marked — for a liveness lasso, its cycle (the rows that repeat
+//! forever) instead; and the coverage: how often each action fired and
 //! how many states each BFS depth holds, as pictures.
 //!
 //! Invariants: every page is self-contained (inline CSS and SVG, no script, no network); all
 //! text is escaped; a page is written only from a finished `CheckReport`.
 
 use crate::diagram::{sequence_svg, text_width};
-use oncecheck_model::check::{CheckReport, Kind, Verdict};
+use oncecheck_model::check::{CheckReport, PropertyReport, Verdict};
 use oncecheck_model::view::Change;
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -73,6 +74,26 @@ pub fn shows_trace(verdict: Verdict, expected: Verdict) -> bool {
     verdict == Verdict::Violated || verdict != expected
 }
 
+/// How a trace's diagram marks where the property breaks: the last step of a safety
+/// counterexample, the last step of a liveness run that stops there, or nothing but the cycle
+/// of a lasso (what never ends is the cycle, not one step). Answers (breaking, lasso start).
+pub fn breaking_of(property: &PropertyReport) -> (Option<String>, Option<usize>) {
+    match (property.kind.is_liveness(), property.lasso_start) {
+        (true, Some(start)) => (None, Some(start)),
+        (true, None) => (
+            Some(format!(
+                "{} {}: the run stops",
+                property.name, property.verdict
+            )),
+            None,
+        ),
+        (false, _) => (
+            Some(format!("{} {}", property.name, property.verdict)),
+            None,
+        ),
+    }
+}
+
 const STYLE: &str = "
 body { font-family: system-ui, sans-serif; margin: 24px; color: #222; max-width: 1400px; }
 h1 { font-size: 22px; } h2 { font-size: 18px; margin-top: 32px; } h3 { font-size: 15px; }
@@ -83,8 +104,14 @@ th { background: #eef; }
 .words, .change, code { font-family: 'DejaVu Sans Mono', monospace; font-size: 12px; }
 .change { margin: 1px 0; } .before { color: #888; } .after { color: #124; }
 tr.breaking td { background: #fde2e2; }
+tr.cycle td { background: #e2ecfd; } tr.cycle-start td { background: #c8dafa; }
 .diagram { overflow-x: auto; border: 1px solid #ccd; padding: 4px; margin: 8px 0; }
 .summary { font-size: 14px; }
+.charts { display: flex; flex-wrap: wrap; align-items: flex-start; gap: 24px; }
+.charts svg { display: block; }
+dl.run { display: grid; grid-template-columns: max-content auto; gap: 2px 12px; font-size: 13px; }
+dl.run dt { font-weight: bold; } dl.run dd { margin: 0; }
+.means { max-width: 520px; }
 ";
 
 fn bar_chart(title: &str, bars: &[(String, u64)], class: &str) -> String {
@@ -114,10 +141,15 @@ fn bar_chart(title: &str, bars: &[(String, u64)], class: &str) -> String {
     );
     for (index, (label, count)) in bars.iter().enumerate() {
         let y = 24.0 + index as f64 * row_px;
-        let bar = (*count as f64 / largest * bar_max_px).max(1.0);
+        // A count of 0 draws no bar and a red 0: what never happened is what a reviewer wants.
+        let bar = match count {
+            0 => 0.0,
+            count => (*count as f64 / largest * bar_max_px).max(1.0),
+        };
+        let fill = if *count == 0 { " fill=\"#b00\"" } else { "" };
         let _ = writeln!(
             svg,
-            "<text x=\"4\" y=\"{}\">{}</text><rect x=\"{label_px}\" y=\"{}\" width=\"{bar:.1}\" height=\"{}\" fill=\"#68a\"/><text x=\"{:.1}\" y=\"{}\">{count}</text>",
+            "<text x=\"4\" y=\"{}\"{fill}>{}</text><rect x=\"{label_px}\" y=\"{}\" width=\"{bar:.1}\" height=\"{}\" fill=\"#68a\"/><text x=\"{:.1}\" y=\"{}\"{fill}>{count}</text>",
             y + 12.0,
             escape(label),
             y + 2.0,
@@ -154,6 +186,7 @@ fn changes_html(changes: &[Change]) -> String {
 pub fn page(report: &CheckReport, detail: &PageDetail) -> String {
     let title = format!("{}/{}", report.model, report.variant);
     let matches = report.matches_expectations();
+    let outcome = crate::model_facts::outcome_of(report);
     let mut html = String::new();
     let _ = write!(
         html,
@@ -169,7 +202,7 @@ pub fn page(report: &CheckReport, detail: &PageDetail) -> String {
         html,
         "<p class=\"summary\"><span class=\"{}\" id=\"verdict\">{}</span> &mdash; bounds <code>{}</code>; {} unique states ({} generated), depth {}, {:.2}s, {}</p>",
         if matches { "ok" } else { "fail" },
-        if matches { "every verdict equals its expectation" } else { "MISMATCH: a verdict differs from its expectation" },
+        escape(&outcome.explanation().map(|text| format!("{}: {text}", outcome.status())).unwrap_or_else(|| "every verdict equals its expectation".to_string())),
         escape(&report.bounds.to_string()),
         report.unique_states,
         report.states,
@@ -179,10 +212,7 @@ pub fn page(report: &CheckReport, detail: &PageDetail) -> String {
     );
     html.push_str("<h2>Properties</h2>\n<table id=\"properties\"><tr><th>ID</th><th>kind</th><th>property</th><th>verdict</th><th>expected</th><th></th></tr>\n");
     for property in &report.properties {
-        let kind = match property.kind {
-            Kind::Always => "always",
-            Kind::Sometimes => "sometimes",
-        };
+        let kind = crate::verdict_words::kind_word(property.kind);
         let name = if detail.traces.contains_key(property.name) {
             format!(
                 "<a href=\"#{}\">{}</a>",
@@ -198,8 +228,13 @@ pub fn page(report: &CheckReport, detail: &PageDetail) -> String {
             property.id,
             property.verdict,
             property.expected,
-            if property.matches() { "ok" } else { "fail" },
-            if property.matches() { "as expected" } else { "MISMATCH" }
+            if report.as_expected(property) { "ok" } else { "fail" },
+            match outcome.mark(report, property) {
+                "ok" => "as expected",
+                "?" => "undecided: the run stopped",
+                "DIFF" => "differs at these bounds",
+                _ => "MISMATCH",
+            }
         );
     }
     html.push_str("</table>\n");
@@ -209,32 +244,60 @@ pub fn page(report: &CheckReport, detail: &PageDetail) -> String {
         else {
             continue;
         };
-        let breaking = format!("{} {}", property.name, property.verdict);
+        let (breaking, lasso_start) = breaking_of(property);
+        let shape = match lasso_start {
+            Some(start) => format!(
+                "The shortest lasso: {start} steps, then a cycle of {} steps repeated forever (marked), on which the goal never holds",
+                trace.len() - start
+            ),
+            None if property.kind.is_liveness() => format!(
+                "The shortest run that stops short of the goal, {} steps: after it no step of a family the property assumes fair is enabled",
+                trace.len()
+            ),
+            None => format!("The shortest trace, {} steps", trace.len()),
+        };
         let _ = write!(
             html,
-            "<section class=\"counterexample\" id=\"{}\"><h2>{} &mdash; {} (expected {})</h2>\n<p>The shortest trace, {} steps; each step shows only the roles it changed.</p>\n<table class=\"steps\"><tr><th>#</th><th>step</th><th>changed</th></tr>\n",
+            "<section class=\"counterexample\" id=\"{}\"><h2>{} &mdash; {} (expected {})</h2>\n<p>{shape}; each step shows only the roles it changed.</p>\n<table class=\"steps\"><tr><th>#</th><th>step</th><th>changed</th></tr>\n",
             anchor(property.name),
             escape(property.name),
             property.verdict,
             property.expected,
-            trace.len()
         );
         for view in steps {
-            let last = view.step == trace.len() && view.step > 0;
+            let last = view.step == trace.len() && view.step > 0 && breaking.is_some();
+            let in_cycle = lasso_start.is_some_and(|start| view.step > start);
+            if lasso_start.is_some_and(|start| view.step == start + 1) {
+                let back_to = match view.step - 1 {
+                    0 => "the initial state".to_string(),
+                    after => format!("the state after step {after}"),
+                };
+                let _ = writeln!(
+                    html,
+                    "<tr class=\"cycle-start\"><td></td><td colspan=\"2\"><b>cycle:</b> the steps below repeat forever; the last returns to {back_to}</td></tr>"
+                );
+            }
             let words = if view.step == 0 {
                 "initial state".to_string()
             } else {
                 escape(&view.words)
             };
-            let mark = if last {
-                format!("<div class=\"fail\">{} here</div>", escape(&breaking))
+            let mark = match &breaking {
+                Some(breaking) if last => {
+                    format!("<div class=\"fail\">{} here</div>", escape(breaking))
+                }
+                _ => String::new(),
+            };
+            let class = if last {
+                " class=\"breaking\""
+            } else if in_cycle {
+                " class=\"cycle\""
             } else {
-                String::new()
+                ""
             };
             let _ = writeln!(
                 html,
-                "<tr{}><td>{}</td><td class=\"words\">{words}{mark}</td><td>{}</td></tr>",
-                if last { " class=\"breaking\"" } else { "" },
+                "<tr{class}><td>{}</td><td class=\"words\">{words}{mark}</td><td>{}</td></tr>",
                 view.step,
                 changes_html(&view.changes)
             );
@@ -244,27 +307,29 @@ pub fn page(report: &CheckReport, detail: &PageDetail) -> String {
             "{}/{}: {} ({})",
             report.model, report.variant, property.name, property.verdict
         );
-        html.push_str(&sequence_svg(&title, trace, Some(&breaking)));
+        html.push_str(&sequence_svg(
+            &title,
+            trace,
+            breaking.as_deref(),
+            lasso_start,
+        ));
         html.push_str("</div></section>\n");
     }
     html.push_str("<h2 id=\"coverage\">Coverage</h2>\n");
     match &detail.coverage {
         Some(coverage) => {
-            let actions: Vec<(String, u64)> = coverage
-                .action_counts
-                .iter()
-                .map(|(name, count)| (name.clone(), *count))
-                .collect();
+            // Every action kind of the model, 0 for those that never fired.
+            let actions: Vec<(String, u64)> =
+                crate::action_names::with_zeros(report.model, &coverage.action_counts);
             let depths: Vec<(String, u64)> = coverage
                 .states_per_depth
                 .iter()
                 .enumerate()
                 .map(|(depth, count)| (format!("depth {depth}"), *count))
                 .collect();
-            let never: Vec<&String> = coverage
-                .action_counts
+            let never: Vec<&String> = actions
                 .iter()
-                .filter(|(_, count)| **count == 0)
+                .filter(|(_, count)| *count == 0)
                 .map(|(name, _)| name)
                 .collect();
             if !never.is_empty() {
@@ -275,6 +340,7 @@ pub fn page(report: &CheckReport, detail: &PageDetail) -> String {
                     names.join(", ")
                 );
             }
+            html.push_str("<div class=\"charts\">\n");
             html.push_str(&bar_chart(
                 "transitions explored per action",
                 &actions,
@@ -285,6 +351,7 @@ pub fn page(report: &CheckReport, detail: &PageDetail) -> String {
                 &depths,
                 "depths",
             ));
+            html.push_str("</div>\n");
         }
         None => html.push_str("<p>No coverage recorded for this run.</p>\n"),
     }
@@ -292,27 +359,75 @@ pub fn page(report: &CheckReport, detail: &PageDetail) -> String {
     html
 }
 
-/// The index page: one row per (model, variant) with its verdict against expectations.
-pub fn index(reports: &[&CheckReport]) -> String {
+/// What a variant must show to be green, from its expectations: the requirements a bug variant
+/// must be seen violating, or that every `always` of a design holds.
+fn must_show(report: &CheckReport) -> String {
+    let mut violated: Vec<&str> = Vec::new();
+    for property in &report.properties {
+        if property.expected == Verdict::Violated && !violated.contains(&property.id) {
+            violated.push(property.id);
+        }
+    }
+    if violated.is_empty() {
+        let mut ids: Vec<&str> = Vec::new();
+        for property in &report.properties {
+            if property.expected == Verdict::Holds && !ids.contains(&property.id) {
+                ids.push(property.id);
+            }
+        }
+        format!("holds: {}", ids.join(", "))
+    } else {
+        format!("violated: {}", violated.join(", "))
+    }
+}
+
+/// The index page: what the run was (commit, date, command, time), what green means, and one
+/// row per (model, variant): what the variant is (the design it must prove or the bug it must
+/// reproduce), what it must show, its bounds, its result against expectations, states and time.
+pub fn index(reports: &[&CheckReport], run: &crate::run_info::RunInfo) -> String {
+    let all_match = reports.iter().all(|report| report.matches_expectations());
     let mut html = format!(
-        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>oncecheck report</title><style>{STYLE}</style></head><body>\n<h1>oncecheck check</h1>\n<table id=\"runs\"><tr><th>model/variant</th><th>verdicts</th><th>unique states</th><th>violations shown</th></tr>\n"
+        "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>oncecheck report</title><style>{STYLE}</style></head><body>\n<h1>oncecheck check</h1>\n"
     );
+    let _ = writeln!(
+        html,
+        "<dl class=\"run\" id=\"run\"><dt>result</dt><dd class=\"{}\" id=\"result\">{}</dd><dt>commit</dt><dd><code id=\"commit\">{}</code></dd><dt>started</dt><dd id=\"started\">{}</dd><dt>command</dt><dd><code id=\"command\">{}</code></dd><dt>time</dt><dd id=\"time\">{:.1}s for {} variants</dd></dl>",
+        if all_match { "ok" } else { "fail" },
+        if all_match {
+            "every verdict equals its expectation".to_string()
+        } else {
+            format!(
+                "{} of {} variants do not meet their expectations",
+                reports.iter().filter(|report| !report.matches_expectations()).count(),
+                reports.len()
+            )
+        },
+        escape(run.commit),
+        escape(&run.started_utc),
+        escape(&run.command),
+        run.elapsed_secs(),
+        reports.len()
+    );
+    html.push_str("<p class=\"summary\" id=\"green-means\">What green means: a <b>design</b> variant is green when every <code>always</code> holds over every reachable state at its bounds; a <b>bug</b> variant is green when the model still finds its bug: the requirements listed as violated must be violated (a buggy variant that passes is a failure: the model lost the power to find that bug). Every <code>sometimes</code> must be reached or not as its expectation says, so a property cannot hold by never being exercised.</p>\n");
+    html.push_str("<table id=\"runs\"><tr><th>model/variant</th><th>role</th><th>what it is</th><th>must show</th><th>bounds</th><th>result</th><th>unique states</th><th>time</th></tr>\n");
     for report in reports {
         let matches = report.matches_expectations();
-        let violations = report
-            .properties
-            .iter()
-            .filter(|property| property.verdict == Verdict::Violated)
-            .count();
+        let outcome = crate::model_facts::outcome_of(report);
+        let note = crate::variants::note(report.model, report.variant);
         let _ = writeln!(
             html,
-            "<tr><td><a href=\"{}\">{}/{}</a></td><td class=\"{}\">{}</td><td>{}</td><td>{violations}</td></tr>",
+            "<tr><td><a href=\"{}\">{}/{}</a></td><td>{}</td><td class=\"means\">{}</td><td>{}</td><td><code>{}</code></td><td class=\"{}\">{}</td><td>{}</td><td>{:.2}s</td></tr>",
             page_name(report.model, report.variant),
             report.model,
             report.variant,
+            note.map(|note| note.role.word()).unwrap_or("?"),
+            escape(note.map(|note| note.means).unwrap_or("(no description registered)")),
+            escape(&must_show(report)),
+            escape(&report.bounds.to_string()),
             if matches { "ok" } else { "fail" },
-            if matches { "as expected" } else { "MISMATCH" },
-            report.unique_states
+            if matches { "as expected" } else { outcome.status() },
+            report.unique_states,
+            report.seconds
         );
     }
     html.push_str("</table></body></html>\n");
@@ -331,8 +446,12 @@ pub fn write_page(
 }
 
 /// Writes `index.html` over every report written so far.
-pub fn write_index(directory: &Path, reports: &[&CheckReport]) -> std::io::Result<PathBuf> {
+pub fn write_index(
+    directory: &Path,
+    reports: &[&CheckReport],
+    run: &crate::run_info::RunInfo,
+) -> std::io::Result<PathBuf> {
     let file = directory.join("index.html");
-    std::fs::write(&file, index(reports))?;
+    std::fs::write(&file, index(reports, run))?;
     Ok(file)
 }

@@ -8,7 +8,8 @@ use oncecheck_model::check::{shortest_paths, Kind};
 use oncecheck_model::idempotency::IdempotencyModel;
 use oncecheck_model::relay::RelayModel;
 use oncecheck_model::trace::{
-    from_itf, random_paths, read_header, to_itf, LoadedTrace, TraceEncoding, TraceError, TraceMeta,
+    from_itf, random_paths, read_header, to_itf, to_itf_lasso, LoadedTrace, TraceEncoding,
+    TraceError, TraceMeta,
 };
 use std::path::{Path, PathBuf};
 
@@ -76,8 +77,13 @@ pub fn canonical_text(document: &serde_json::Value) -> String {
         .as_array()
         .map(|states| states.iter().map(compact).collect())
         .unwrap_or_default();
+    // A lasso's `loop` (ADR-015's top-level field) follows the states.
+    let lasso = match document.get("loop") {
+        Some(value) => format!(",\n\"loop\": {}", compact(value)),
+        None => String::new(),
+    };
     format!(
-        "{{\"#meta\": {},\n\"vars\": {},\n\"states\": [\n{}\n]}}\n",
+        "{{\"#meta\": {},\n\"vars\": {},\n\"states\": [\n{}\n]{lasso}}}\n",
         compact(&document["#meta"]),
         compact(&document["vars"]),
         states.join(",\n")
@@ -109,8 +115,8 @@ where
             continue;
         };
         let kind = match def.kind {
-            Kind::Always => "counterexample",
             Kind::Sometimes => "example",
+            Kind::Always | Kind::Eventually | Kind::LeadsTo => "counterexample",
         };
         let meta = TraceMeta {
             kind: kind.to_string(),
@@ -120,6 +126,45 @@ where
         documents.push((
             format!("{}-{variant}-{kind}-{}.itf.json", M::NAME, slug(def.name)),
             to_itf(model, path, &meta),
+        ));
+    }
+    documents
+}
+
+/// (file name, document) of the counterexample of every violated liveness property: a lasso
+/// with its `loop`, or a run that stops short of the goal. One liveness run of the model.
+pub fn liveness_documents<M>(model: &M) -> Vec<(String, serde_json::Value)>
+where
+    M: TraceEncoding,
+    M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
+{
+    let variant = model.variant();
+    let options = oncecheck_model::check::CheckOptions::default();
+    let mut documents = Vec::new();
+    for (name, (_, violation)) in oncecheck_model::check::liveness_paths(model, &options) {
+        let Some((path, lasso_start)) = violation else {
+            continue;
+        };
+        let shape = match lasso_start {
+            Some(start) => format!("a lasso: the steps after state {start} repeat forever"),
+            None => "a run that stops short of the goal".to_string(),
+        };
+        let meta = TraceMeta {
+            kind: "counterexample".to_string(),
+            property: Some(name.to_string()),
+            description: format!(
+                "counterexample of `{name}` in {}/{variant}, {shape}",
+                M::NAME
+            ),
+        };
+        documents.push((
+            format!(
+                "{}-{variant}-counterexample-{}.itf.json",
+                M::NAME,
+                slug(name)
+            ),
+            to_itf_lasso(model, &path, &meta, lasso_start),
         ));
     }
     documents
@@ -190,7 +235,7 @@ where
 /// One path per coverage label ([`coverage_label`], with the model's coverage context): the
 /// shortest path whose last step has that label, found breadth-first over the whole reachable
 /// state space by the checker's fingerprint search, then continued by a seeded walk until
-/// nothing is enabled, so every client in it finishes. Ordered by label.
+/// nothing but a self-loop is enabled, so every client in it finishes. Ordered by label.
 pub fn covering_paths<M>(
     model: &M,
     seed: u64,
@@ -222,6 +267,7 @@ where
                 let state = path.last().expect("a path has a state").0.clone();
                 enabled.clear();
                 model.actions(&state, &mut enabled);
+                oncecheck_model::trace::drop_self_loops(model, &state, &mut enabled);
                 if enabled.is_empty() {
                     break;
                 }
@@ -237,8 +283,8 @@ where
         .collect()
 }
 
-/// Writes the counterexample of every violated `always`, an example of every reached
-/// `sometimes`, one path per coverage label ([`covering_paths`]) and `paths_count` random
+/// Writes the counterexample of every violated `always` and liveness property, an example of
+/// every reached `sometimes`, one path per coverage label ([`covering_paths`]) and `paths_count` random
 /// paths. Answers the files written.
 pub fn export<M>(model: &M, out: &Path, options: &ExportOptions) -> std::io::Result<Vec<PathBuf>>
 where
@@ -247,6 +293,7 @@ where
     M::Action: Clone + std::fmt::Debug + PartialEq + Eq + std::hash::Hash + Send + Sync + 'static,
 {
     let mut documents = property_documents(model, &[Kind::Always, Kind::Sometimes]);
+    documents.extend(liveness_documents(model));
     documents.extend(covering_documents(
         model,
         options.seed,
@@ -359,6 +406,8 @@ pub fn load(file: &Path) -> Result<Loaded, LoadError> {
 
 /// Where the corpus lives, relative to the repository root.
 pub const CORPUS_DIR: &str = "conformance/traces/relay";
+/// The token corpus: every variant's counterexamples, examples and covering set.
+pub const TOKEN_CORPUS_DIR: &str = "conformance/traces/token";
 /// The middleware corpus: idempotency traces of the `fenced` and `fixed` layers on both
 /// databases, and the pre-fix counterexamples the layer's fixes are replayed against.
 pub const MIDDLEWARE_CORPUS_DIR: &str = "conformance/traces/middleware";
@@ -460,8 +509,9 @@ fn on_sqlite(name: &str, variant: &str) -> String {
 }
 
 /// The middleware corpus's kept files: on each database's claim, the counterexamples of
-/// `fenced` and `fixed` and the examples of `fenced`; on PostgreSQL's, the pre-fix
-/// counterexamples of M2 and M3, which the layer's fixes are replayed against.
+/// `fenced` and `fixed` and the examples of `fenced`, `renewed` (the layer as shipped),
+/// `atomic` and `fail-closed`; on PostgreSQL's, the pre-fix counterexamples of M2 and M3, which
+/// the layer's fixes are replayed against.
 pub fn middleware_corpus_documents() -> Result<Vec<(String, serde_json::Value)>, String> {
     let mut documents = Vec::new();
     for sqlite in [0, 1] {
@@ -470,6 +520,9 @@ pub fn middleware_corpus_documents() -> Result<Vec<(String, serde_json::Value)>,
         for (variant, kinds) in [
             ("fenced", &[Kind::Always, Kind::Sometimes][..]),
             ("fixed", &[Kind::Always][..]),
+            ("renewed", &[Kind::Sometimes][..]),
+            ("atomic", &[Kind::Sometimes][..]),
+            ("fail-closed", &[Kind::Sometimes][..]),
         ] {
             let model = idempotency_model(variant, &bounds)?;
             documents.extend(property_documents(&model, kinds).into_iter().map(
@@ -489,13 +542,33 @@ pub fn middleware_corpus_documents() -> Result<Vec<(String, serde_json::Value)>,
     Ok(documents)
 }
 
+/// The token corpus's kept files: what `oncecheck traces token --count 0` writes for every
+/// variant (counterexamples, examples and the covering set), replayed at `tokened-dynamodb`.
+pub fn token_corpus_documents() -> Result<Vec<(String, serde_json::Value)>, String> {
+    use oncecheck_model::check::ModelSpec;
+    use oncecheck_model::token::TokenModel;
+    let mut documents = Vec::new();
+    for variant in TokenModel::VARIANTS {
+        let bounds = TokenModel::resolve_bounds(variant, &[]).map_err(|error| error.to_string())?;
+        let model = TokenModel::build(variant, &bounds).map_err(|error| error.to_string())?;
+        documents.extend(property_documents(&model, &[Kind::Always, Kind::Sometimes]));
+        documents.extend(covering_documents(
+            &model,
+            CORPUS_COVER_SEED,
+            ExportOptions::default().path_steps_max,
+        ));
+    }
+    Ok(documents)
+}
+
 /// The kept files of the corpus of `model`.
 fn kept_documents(model: &str) -> Result<Vec<(String, serde_json::Value)>, String> {
     match model {
         "relay" => corpus_documents(),
         "idempotency" => middleware_corpus_documents(),
+        "token" => token_corpus_documents(),
         other => Err(format!(
-            "no corpus of model `{other}`; corpora: relay, idempotency"
+            "no corpus of model `{other}`; corpora: relay, idempotency, token"
         )),
     }
 }
@@ -551,7 +624,7 @@ pub fn walks_digest(documents: &[(String, serde_json::Value)]) -> String {
 
 /// Whether a file name is one the corpus generates (the rest are promoted traces, kept as is).
 fn generated_name(name: &str) -> bool {
-    (name.starts_with("relay-") || name.starts_with("idempotency-"))
+    (name.starts_with("relay-") || name.starts_with("idempotency-") || name.starts_with("token-"))
         && (name.contains("-counterexample-")
             || name.contains("-example-")
             || name.contains("-cover-")
@@ -571,7 +644,9 @@ pub fn read_manifest(directory: &Path) -> Result<Manifest, String> {
 /// defaults). Stale
 /// generated files are removed; promoted traces are left alone. Answers what it wrote.
 pub fn write_corpus(directory: &Path) -> Result<Vec<String>, String> {
-    let mut manifest = read_manifest(directory).unwrap_or_default();
+    // Only a directory that is a corpus already (its manifest names the model) is written: a
+    // default would write wherever the command happened to run.
+    let mut manifest = read_manifest(directory)?;
     let documents = kept_documents(&manifest.model)?;
     let failure = |error: std::io::Error| {
         format!(

@@ -1,8 +1,14 @@
-//! ARCHITECTURE.md's conformance invariants, checked on the source tree so that a change that
-//! breaks one fails a test instead of making the page untrue:
-//! - only `conformance` depends on both the model and an implementation crate;
+//! ARCHITECTURE.md's invariants, checked on the source tree and the dependency graph so that a
+//! change that breaks one fails a test instead of making the page untrue:
+//! - the main job compiles no implementation: `oncecheck-conformance` without `replay` depends
+//!   on no `impl/*` crate, no AWS SDK, no sqlx, no aws-lc;
+//! - only `conformance` depends on both the model and an implementation crate: every `impl/*`
+//!   crate (listed from the directory, so a new one is covered) is free of the model;
+//! - no model iterates a HashMap: the models' files name neither `HashMap` nor `HashSet`;
 //! - the proxy is the only way replays reach DynamoDB: every store a replay builds points at a
-//!   proxy listener, and no replay file builds an SDK client of its own.
+//!   proxy listener, and no replay file builds an SDK client of its own;
+//! - coverage's list of every model's action kinds (`action_names.rs`) is exactly the variants
+//!   of the model's `Action` enum.
 
 use std::path::{Path, PathBuf};
 
@@ -41,19 +47,199 @@ fn dependencies(manifest: &str) -> Vec<String> {
     names
 }
 
+/// Every `impl/*` crate: (directory, package name), from the directory listing.
+fn implementation_crates() -> Vec<(PathBuf, String)> {
+    let mut crates: Vec<(PathBuf, String)> = std::fs::read_dir(root().join("impl"))
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .filter(|path| path.join("Cargo.toml").exists())
+        .map(|path| {
+            let manifest = read(&path.join("Cargo.toml"));
+            let name = manifest
+                .lines()
+                .find_map(|line| line.trim().strip_prefix("name = \""))
+                .and_then(|rest| rest.split('"').next())
+                .expect("a package name")
+                .to_string();
+            (path, name)
+        })
+        .collect();
+    crates.sort();
+    crates
+}
+
+/// The packages `cargo tree` lists for oncecheck-conformance's normal dependencies.
+fn conformance_dependencies(features: &[&str]) -> Vec<String> {
+    let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".to_string());
+    let output = std::process::Command::new(cargo)
+        .current_dir(root())
+        .args([
+            "tree",
+            "--offline",
+            "-p",
+            "oncecheck-conformance",
+            "-e",
+            "normal",
+            "--prefix",
+            "none",
+            "--format",
+            "{p}",
+        ])
+        .args(features)
+        .output()
+        .expect("cargo tree runs");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    String::from_utf8_lossy(&output.stdout)
+        .lines()
+        .filter_map(|line| line.split_whitespace().next())
+        .map(str::to_string)
+        .collect()
+}
+
+#[test]
+fn the_main_job_compiles_no_implementation() {
+    let implementations: Vec<String> = implementation_crates()
+        .into_iter()
+        .map(|(_, name)| name)
+        .collect();
+    let forbidden: Vec<&str> = implementations
+        .iter()
+        .map(String::as_str)
+        .chain([
+            "aws-sdk-dynamodb",
+            "sqlx",
+            "aws-lc-sys",
+            "aws-lc-rs",
+            "tokio",
+        ])
+        .collect();
+    let main_job = conformance_dependencies(&[]);
+    assert!(
+        main_job.iter().any(|name| name == "oncecheck-model")
+            && main_job.iter().any(|name| name == "stateright"),
+        "cargo tree was read: {main_job:?}"
+    );
+    for name in &forbidden {
+        assert!(
+            !main_job.iter().any(|package| package == name),
+            "the main job (oncecheck-conformance without replay) builds {name}"
+        );
+    }
+    // The same question asked of the replay build finds them, so the check can fail.
+    let replay = conformance_dependencies(&["--features", "replay"]);
+    for name in ["oncecheck-store", "aws-sdk-dynamodb", "sqlx"] {
+        assert!(replay.iter().any(|package| package == name), "{name}");
+    }
+}
+
+#[test]
+fn no_model_iterates_a_hash_map() {
+    // The models' files: everything under model/src but the checker, the trace format and the
+    // view, which never hold model state (test modules excepted: they may count states).
+    let tooling = ["check.rs", "check", "trace.rs", "view.rs", "lib.rs"];
+    let mut files = Vec::new();
+    let mut pending = vec![root().join("model/src")];
+    while let Some(directory) = pending.pop() {
+        for entry in std::fs::read_dir(&directory).unwrap() {
+            let path = entry.unwrap().path();
+            let relative = path.strip_prefix(root().join("model/src")).unwrap();
+            if tooling.contains(&relative.to_str().unwrap()) {
+                continue;
+            }
+            if path.is_dir() {
+                pending.push(path);
+            } else if path.extension().is_some_and(|extension| extension == "rs")
+                && path.file_name().is_some_and(|name| name != "tests.rs")
+            {
+                files.push(path);
+            }
+        }
+    }
+    files.sort();
+    for model in ["relay", "idempotency", "token", "ddb"] {
+        assert!(
+            files
+                .iter()
+                .any(|file| file.to_string_lossy().contains(model)),
+            "{model}'s files are checked: {files:?}"
+        );
+    }
+    for file in &files {
+        let text = read(file);
+        let production = text.split("#[cfg(test)]").next().unwrap_or_default();
+        for hashed in ["HashMap", "HashSet"] {
+            assert!(
+                !production.contains(hashed),
+                "{} names {hashed}: model state and actions use BTreeMap/BTreeSet only",
+                file.display()
+            );
+        }
+    }
+}
+
+/// The variants of `pub enum Action` in the model's files (`model/src/<model>.rs` or under
+/// `model/src/<model>/`), in declaration order.
+fn declared_actions(model: &str) -> Vec<String> {
+    let mut files = vec![root().join(format!("model/src/{model}.rs"))];
+    let directory = root().join(format!("model/src/{model}"));
+    if directory.is_dir() {
+        files.extend(
+            std::fs::read_dir(&directory)
+                .unwrap()
+                .map(|entry| entry.unwrap().path()),
+        );
+    }
+    for file in files.iter().filter(|file| file.is_file()) {
+        let text = read(file);
+        let Some(start) = text.find("pub enum Action {") else {
+            continue;
+        };
+        let body = &text[start..];
+        let body = &body[..body.find("\n}").expect("the enum ends")];
+        return body
+            .lines()
+            .skip(1)
+            .filter(|line| line.starts_with("    ") && !line.starts_with("     "))
+            .map(str::trim)
+            .filter(|line| line.chars().next().is_some_and(char::is_uppercase))
+            .map(|line| line.split([' ', ',', '{', '(']).next().unwrap().to_string())
+            .collect();
+    }
+    panic!("no `pub enum Action` in {files:?}");
+}
+
+#[test]
+fn coverage_lists_exactly_each_models_declared_actions() {
+    for model in ["relay", "idempotency", "token"] {
+        let declared = declared_actions(model);
+        assert!(declared.len() >= 8, "{model}: {declared:?}");
+        assert_eq!(
+            oncecheck_conformance::action_names::of(model),
+            declared,
+            "conformance/src/action_names.rs lists {model}'s actions as model/src declares them"
+        );
+    }
+}
+
 #[test]
 fn only_conformance_depends_on_the_model_and_an_implementation() {
-    let implementations = [
-        "oncecheck-store",
-        "oncecheck-relay",
-        "oncecheck-idempotency",
-    ];
-    for crate_dir in ["impl/store", "impl/relay", "impl/idempotency"] {
-        let names = dependencies(&read(&root().join(crate_dir).join("Cargo.toml")));
+    let crates = implementation_crates();
+    assert!(
+        crates.len() >= 5,
+        "store, relay, idempotency, tokened and fold at least: {crates:?}"
+    );
+    let implementations: Vec<&str> = crates.iter().map(|(_, name)| name.as_str()).collect();
+    for (crate_dir, _) in &crates {
+        let names = dependencies(&read(&crate_dir.join("Cargo.toml")));
         for upward in ["oncecheck-model", "oncecheck-conformance"] {
             assert!(
                 !names.iter().any(|name| name == upward),
-                "{crate_dir} depends on {upward}: {names:?}"
+                "{} depends on {upward}: {names:?}",
+                crate_dir.display()
             );
         }
     }

@@ -43,6 +43,7 @@ fn assert_report_shape(report: &serde_json::Value) {
             "action_coverage",
             "bounds",
             "complete",
+            "liveness",
             "max_depth",
             "model",
             "ok",
@@ -91,16 +92,52 @@ fn assert_report_shape(report: &serde_json::Value) {
     let coverage = report["action_coverage"]
         .as_object()
         .expect("action_coverage is an object");
-    assert!(!coverage.is_empty());
-    for (kind, count) in coverage {
-        assert!(natural(count, kind) > 0);
-    }
+    // Every action kind of the model, 0 included; at least one fired.
+    assert_eq!(
+        coverage
+            .keys()
+            .map(String::as_str)
+            .collect::<std::collections::BTreeSet<_>>(),
+        oncecheck_conformance::action_names::of(report["model"].as_str().unwrap())
+            .iter()
+            .copied()
+            .collect()
+    );
+    assert!(coverage
+        .iter()
+        .any(|(kind, count)| natural(count, kind) > 0));
     assert!(report["stopped"].is_null() || report["stopped"]["limit"].is_string());
+    // The liveness exploration's own graph: the model's reachable states (no reduction of the
+    // checker's), so as many as the safety search's when both finished.
+    if !report["liveness"].is_null() {
+        let live = natural(
+            &report["liveness"]["unique_states"],
+            "liveness.unique_states",
+        );
+        assert!(natural(&report["liveness"]["edges"], "liveness.edges") + 1 >= live);
+        if mode == "exhaustive" && report["complete"] == true {
+            assert_eq!(live, unique);
+        }
+    }
     for property in report["properties"].as_array().expect("properties") {
         for key in ["id", "name"] {
             assert!(property[key].is_string(), "{key}");
         }
-        assert!(["always", "sometimes"].contains(&property["kind"].as_str().unwrap()));
+        let kind = property["kind"].as_str().unwrap();
+        assert!(["always", "sometimes", "eventually", "leads-to"].contains(&kind));
+        let liveness = kind == "eventually" || kind == "leads-to";
+        let lasso_start = &property["lasso_start"];
+        match lasso_start.as_u64() {
+            Some(start) => {
+                assert!(liveness, "only a liveness counterexample is a lasso");
+                assert!((start as usize) < property["trace"].as_array().unwrap().len());
+            }
+            None => assert!(lasso_start.is_null()),
+        }
+        assert!(
+            liveness || property["bound_cut_states"].is_null(),
+            "bound cuts count for liveness only"
+        );
         assert!(VERDICTS.contains(&property["expected"].as_str().unwrap()));
         assert!(VERDICTS.contains(&property["verdict"].as_str().unwrap()));
         if let Some(trace) = property["trace"].as_array() {
@@ -122,7 +159,7 @@ fn check_json_is_one_versioned_document_with_a_verdict_and_numeric_bounds() {
     let mut keys: Vec<&String> = document.as_object().unwrap().keys().collect();
     keys.sort();
     assert_eq!(keys, ["ok", "reports", "schema"]);
-    assert_eq!(document["schema"], 1);
+    assert_eq!(document["schema"], 2);
     assert_eq!(document["ok"], true);
     let reports = document["reports"].as_array().unwrap();
     assert_eq!(reports.len(), 1);
@@ -135,7 +172,7 @@ fn check_json_is_one_versioned_document_with_a_verdict_and_numeric_bounds() {
     assert_eq!(report["bounds"]["add_era_writers"], 2);
     assert_eq!(report["search"]["mode"], "exhaustive");
     assert_eq!(report["complete"], true);
-    assert_eq!(report["unique_states"], 4992);
+    assert_eq!(report["unique_states"], 1923);
     let r1 = report["properties"]
         .as_array()
         .unwrap()
@@ -171,7 +208,7 @@ fn a_run_over_its_memory_limit_stops_with_unknown_exit_1_and_one_line() {
         .collect();
     assert_eq!(lines.len(), 1, "{stderr}");
     assert!(
-        lines[0].contains("relay/fixed stopped at the memory limit of 48 MiB"),
+        lines[0].contains("relay/fixed stopped at the memory limit (--memory-max-mb 48) with "),
         "{stderr}"
     );
     let document = document(&output);
@@ -206,7 +243,7 @@ fn a_run_over_its_state_limit_stops_the_same_way() {
     ]);
     assert_eq!(output.status.code(), Some(1), "{}", text(&output));
     assert!(
-        text(&output).contains("relay/fixed stopped at the state limit of 5000 unique states"),
+        text(&output).contains("relay/fixed stopped at the state limit (--states-max 5000) with "),
         "{}",
         text(&output)
     );

@@ -301,7 +301,14 @@ fn the_corpus_is_small_and_a_disagreement_with_the_model_or_manifest_fails_the_c
         stdout.contains("FAIL walks.manifest.json: the 200 walks of fixed (seed 1) now digest to"),
         "{stdout}"
     );
-    assert!(one_clear_line(&output).contains("oncecheck corpus --write"));
+    let line = one_clear_line(&output);
+    assert!(
+        line.contains(&format!(
+            "oncecheck corpus --dir {} --write",
+            copy.display()
+        )),
+        "{line}"
+    );
 }
 
 /// Asserts a failure is exactly one line on stderr, with no panic or backtrace.
@@ -586,15 +593,32 @@ fn the_explorer_speaks_the_clis_words_and_shows_variant_bounds_and_expectations(
         svg.contains("relay / add-era   bounds: add_era_writers=2"),
         "{svg}"
     );
+    // The expectations in one line per verdict, not one grey line per property.
     assert!(
-        svg.contains("R1 no-skip: expected violated")
-            && svg.contains("R5 reach: a legacy gap is crossed by a flip: expected unreached"),
+        svg.contains(
+            "expected: violated R1 R5; holds R2 R3 R4 R6 R7 R8 R9; reached R1 R3 R6 R8; unreached"
+        ),
         "{svg}"
     );
+    assert_eq!(svg.matches("expected").count(), 1, "{svg}");
+    // The state by role in the step text's words: no Rust Debug, no ITF.
     assert!(
-        svg.contains("W1.phase: Allocated { seq: 1 }"),
+        svg.contains("W1.phase: holds seq 1 from UpdateItem ADD")
+            && svg.contains("table: counter: next_seq 1")
+            && svg.contains("F1.watermark: seq 0"),
         "the state by role: {svg}"
     );
+    for leak in ["Allocated", "{ ", "#bigint", "folders[", "Some("] {
+        assert!(!svg.contains(leak), "`{leak}` in {svg}");
+    }
+    // A picture a browser shows without scrolling sideways: at most 100 characters a line.
+    let width: usize = svg
+        .split("width=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .and_then(|width| width.parse().ok())
+        .unwrap();
+    assert!(width <= 100 * 8 + 24, "{width} px wide");
 }
 
 // The covering set is chosen by coverage: one path per kind of step (action, handler outcome,

@@ -251,11 +251,13 @@ fn concurrent_jobs_replay_the_corpus_with_the_same_lines_in_the_same_order() {
             >= 40,
         "{four}"
     );
+    // An unknown way to lose a response is bad input where the option applies (the endpoint is
+    // never contacted: the flags are read first) ...
     let output = oncecheck(&[
         "replay",
         &files[0],
         "--target",
-        "memory",
+        "dynamodb=http://127.0.0.1:9",
         "--lose-by",
         "sometimes",
     ]);
@@ -263,6 +265,17 @@ fn concurrent_jobs_replay_the_corpus_with_the_same_lines_in_the_same_order() {
     assert!(
         stderr(&output).contains("unknown way to lose a response `sometimes`; valid: close, stall")
     );
+    // ... and refused where it does not: memory loses no responses.
+    let output = oncecheck(&[
+        "replay",
+        &files[0],
+        "--target",
+        "memory",
+        "--lose-by",
+        "close",
+    ]);
+    assert_eq!(output.status.code(), Some(2));
+    assert!(stderr(&output).contains("--lose-by does not apply to the memory target"));
     let output = oncecheck(&["replay", &files[0], "--target", "memory", "--jobs", "0"]);
     assert_eq!(output.status.code(), Some(2));
     assert!(stderr(&output).contains("--jobs 0: valid range 1..=64"));

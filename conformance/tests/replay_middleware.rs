@@ -353,15 +353,20 @@ fn every_layer_mutation_is_caught_by_corpus_traces_on_both_databases() {
     println!("{}", table.join("\n"));
 }
 
+/// The layer as shipped (its heartbeat on the layer's clock) replays the whole seed-1 export of
+/// `renewed`: before the heartbeat covered the finalizers, 11 of 278 traces diverged at a tick
+/// while a finalize was pending (the model renews, the layer had stopped).
+//= specs/idempotency-middleware.md#M1
+//# The handler runs only for the request that won the atomic claim of its key.
 #[test]
-fn the_fenced_export_writes_at_least_a_hundred_replayable_traces() {
-    let out = scratch("fenced-export");
+fn the_renewed_export_replays_on_the_layer_as_shipped() {
+    let out = scratch("renewed-export");
     let _ = std::fs::remove_dir_all(&out);
     let output = oncecheck(&[
         "traces",
         "idempotency",
         "--variant",
-        "fenced",
+        "renewed",
         "--out",
         &out.to_string_lossy(),
     ]);
@@ -404,11 +409,11 @@ fn an_unknown_layer_variant_or_mutation_exits_2_naming_the_valid_ones() {
         "--target",
         "middleware-sqlite",
         "--store-variant",
-        "renewed",
+        "shipped",
     ]);
     let line = one_clear_line(&output);
     assert!(
-        line.contains("unknown layer variant `renewed`; valid: pre-fix, fixed, fenced"),
+        line.contains("unknown layer variant `shipped`; valid: pre-fix, fixed, fenced, renewed"),
         "{line}"
     );
 }

@@ -136,12 +136,26 @@ fn every_counterexample_diagram_keeps_every_text_inside_its_box_and_the_canvas()
                 );
             }
         }
+        // A safety counterexample marks its breaking step; a liveness lasso its cycle instead.
+        let lasso = svg.contains("class=\"cycle\"");
         assert!(
-            svg.contains("class=\"breaking\"") && svg.contains(" here</text>"),
+            lasso || (svg.contains("class=\"breaking\"") && svg.contains(" here</text>")),
             "{}: the breaking step is marked",
             file.display()
         );
+        if lasso {
+            assert!(svg.contains("^ cycle: step"), "{}", file.display());
+            assert!(!svg.contains("class=\"breaking\""), "{}", file.display());
+        }
     }
+    // The relay's R10 lassos (add-era, counter-only, mixed) are among the diagrams.
+    assert_eq!(
+        files
+            .iter()
+            .filter(|file| file.to_string_lossy().contains("r10-pull-progress"))
+            .count(),
+        3
+    );
     // Client steps sit on the client's lifeline: no idempotency step starting with `C1:` is a
     // server dot (a dot on the last lane) — checked in the layout test; here the lane exists.
     let idempotency = files
@@ -243,4 +257,92 @@ fn the_html_report_opens_in_headless_chromium_with_its_counterexample_and_diagra
         dom.contains(">WriterAddsToCounter</text>"),
         "action counts by action"
     );
+    // Every action kind, 0 included (add-era never truncates), and the two charts side by side
+    // in a flex box, not baseline-aligned inline pictures.
+    assert!(
+        dom.contains(">TruncatorDeletes</text>") && dom.contains("never fired: "),
+        "zero-coverage actions listed"
+    );
+    assert!(dom.contains("<div class=\"charts\">"), "the charts' box");
+    // The changed roles speak the step text's words: claim letters, ops by seq, F1, phases.
+    for words in [
+        "<b>table: claim a</b>",
+        "claimed seq 1",
+        "<b>W1.phase</b>",
+        "holds seq 1 from UpdateItem ADD",
+        "<b>F1.watermark</b>",
+    ] {
+        assert!(dom.contains(words), "`{words}` in the changes");
+    }
+    for leak in [
+        "Claim(0)",
+        "Claim { seq",
+        "folders[0]",
+        "Allocated {",
+        "Sent { round",
+    ] {
+        assert!(!dom.contains(leak), "`{leak}` is Rust Debug text");
+    }
+}
+
+#[test]
+fn the_html_index_says_what_was_checked_and_what_green_means_for_each_variant() {
+    let (_, html) = outputs();
+    let url = format!("file://{}", html.join("index.html").display());
+    let output = chromium(&["--dump-dom", &url], &html.join("chromium-profile-index"));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let dom = String::from_utf8(output.stdout).unwrap();
+    let field = |id: &str| -> String {
+        let start = dom
+            .find(&format!("id=\"{id}\">"))
+            .unwrap_or_else(|| panic!("#{id} in the index"))
+            + id.len()
+            + 6;
+        let end = start + dom[start..].find('<').unwrap();
+        dom[start..end].to_string()
+    };
+    assert_eq!(field("result"), "every verdict equals its expectation");
+    let commit = field("commit");
+    assert!(
+        commit.len() >= 12 && commit != "unknown",
+        "the commit the binary was built from: {commit}"
+    );
+    let started = field("started");
+    assert!(
+        started.len() == "2025-01-01 00:00:00 UTC".len() && started.ends_with(" UTC"),
+        "{started}"
+    );
+    assert!(field("command").starts_with("oncecheck check --diagrams "));
+    assert!(
+        field("time").ends_with("s for 11 variants"),
+        "{}",
+        field("time")
+    );
+    assert!(dom.contains("What green means"), "the legend");
+    // Every variant says what it is and what it must show.
+    for (variant, role, must_show) in [
+        ("relay/add-era", "bug", "violated: R1, R5"),
+        (
+            "relay/fixed",
+            "design",
+            "holds: R1, R2, R3, R4, R5, R6, R7, R8, R9",
+        ),
+        ("idempotency/renewed", "design", "holds: M1"),
+        ("token/tokenless", "bug", "violated: T1"),
+    ] {
+        let row_start = dom
+            .find(&format!(">{variant}</a>"))
+            .unwrap_or_else(|| panic!("{variant} row"));
+        let row = &dom[row_start..row_start + dom[row_start..].find("</tr>").unwrap()];
+        assert!(
+            row.contains(&format!("<td>{role}</td>")),
+            "{variant}: {row}"
+        );
+        assert!(row.contains(must_show), "{variant}: {row}");
+        assert!(row.contains("class=\"means\""), "{variant}: {row}");
+    }
 }

@@ -13,9 +13,14 @@
 //!   a report compares the two and `CheckReport::matches_expectations` is the exit status.
 //! - Nothing here does I/O: progress goes to a caller-supplied callback, and memory is measured
 //!   by a caller-supplied probe ([`CheckOptions::memory_probe`]).
+//! - Liveness (`eventually`, `leads-to`) is decided over the whole reachable graph under weak
+//!   fairness of the families each property names ([`liveness`]); its violation is a lasso or a
+//!   run that stops where no fair step is enabled, and it is `unknown` whenever the graph was not
+//!   explored completely.
 
 mod codec;
 mod frontier;
+mod liveness;
 mod merge;
 mod scale;
 mod search;
@@ -158,12 +163,24 @@ impl std::fmt::Display for SpecError {
 
 impl std::error::Error for SpecError {}
 
-/// What kind of stateright property a requirement is checked with.
+/// What kind of property a requirement is checked with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "lowercase")]
+#[serde(rename_all = "kebab-case")]
 pub enum Kind {
+    /// Safety: no reachable state violates the condition.
     Always,
+    /// Reachability: some reachable state satisfies the condition (the partner of an `always`).
     Sometimes,
+    /// Liveness: every fair run from an initial state reaches a goal state ([`LivenessDef`]).
+    Eventually,
+    /// Liveness: from every reachable trigger state every fair run reaches a goal state.
+    LeadsTo,
+}
+
+impl Kind {
+    pub fn is_liveness(self) -> bool {
+        matches!(self, Kind::Eventually | Kind::LeadsTo)
+    }
 }
 
 /// A verdict as reported, and as expected.
@@ -206,11 +223,65 @@ pub struct PropertyDef<M: Model> {
 }
 
 impl<M: Model> PropertyDef<M> {
+    /// The property as stateright states it. A liveness kind becomes stateright's `eventually`,
+    /// which looks at terminal paths only: the checker decides liveness itself ([`liveness`]);
+    /// this is only what the Explorer shows.
     pub fn to_stateright(&self) -> Property<M> {
         match self.kind {
             Kind::Always => Property::always(self.name, self.condition),
             Kind::Sometimes => Property::sometimes(self.name, self.condition),
+            Kind::Eventually | Kind::LeadsTo => Property::eventually(self.name, self.condition),
         }
+    }
+}
+
+/// A liveness property as a model declares it: `eventually goal` (no trigger: every fair run
+/// from an initial state reaches a goal state) or `trigger leads to goal` (from every reachable
+/// trigger state, every fair run reaches a goal state), under weak fairness of the action
+/// families named in `fair`.
+///
+/// A family name in `fair` is either exact (`server`) or a role prefix ending in `*` (`W*`: every
+/// writer's family). A family is what [`ModelSpec::fairness`] answers for an action; weak fairness
+/// of a family means a family that stays enabled is eventually taken. The spec of the model states
+/// the same families next to the requirement.
+pub struct LivenessDef<M: Model> {
+    /// The requirement ID of the model's spec (`R6`, `M11`, `T6`).
+    pub id: &'static str,
+    /// Unique within the model; by convention it starts with the ID.
+    pub name: &'static str,
+    /// `None`: `eventually goal` from the initial states; `Some(p)`: `p leads to goal`.
+    pub trigger: Option<fn(&M, &M::State) -> bool>,
+    pub goal: fn(&M, &M::State) -> bool,
+    /// The families this property assumes weakly fair.
+    pub fair: &'static [&'static str],
+}
+
+impl<M: Model> LivenessDef<M> {
+    pub fn kind(&self) -> Kind {
+        match self.trigger {
+            None => Kind::Eventually,
+            Some(_) => Kind::LeadsTo,
+        }
+    }
+
+    /// The property as the report and the expectation table see it: its goal is its condition.
+    pub fn as_property(&self) -> PropertyDef<M> {
+        PropertyDef {
+            id: self.id,
+            name: self.name,
+            kind: self.kind(),
+            condition: self.goal,
+        }
+    }
+
+    /// Whether the family named `family` is one this property assumes weakly fair.
+    pub fn assumes_fair(&self, family: &str) -> bool {
+        self.fair
+            .iter()
+            .any(|pattern| match pattern.strip_suffix('*') {
+                Some(prefix) => family.starts_with(prefix),
+                None => *pattern == family,
+            })
     }
 }
 
@@ -244,8 +315,36 @@ where
     fn variant(&self) -> &'static str;
     fn bounds(&self) -> &Bounds;
 
-    /// Every property with its requirement ID; `Model::properties` is derived from this.
+    /// Every safety and reachability property with its requirement ID; `Model::properties` is
+    /// derived from this.
     fn property_defs(&self) -> Vec<PropertyDef<Self>>;
+
+    /// Every liveness property with its requirement ID and the fairness it assumes; reported
+    /// after the [`ModelSpec::property_defs`] (see [`definitions`]).
+    fn liveness_defs(&self) -> Vec<LivenessDef<Self>> {
+        Vec::new()
+    }
+
+    /// The weak-fairness family of an action (`W1`, `server`, `clock`), or `None` for a step no
+    /// run is obliged to take (a fault: a lost response, a cancellation, a crash).
+    fn fairness(&self, _action: &Self::Action) -> Option<&'static str> {
+        None
+    }
+
+    /// A model whose `actions` prunes interleavings (a partial-order reduction) lists here every
+    /// action the unreduced model enables at `state` and answers true; weak fairness then reads
+    /// which families are enabled from these, so a pruned interleaving never makes a starved
+    /// actor look disabled. The default answers false: `actions` is the whole truth.
+    fn unreduced_actions(&self, _state: &Self::State, _actions: &mut Vec<Self::Action>) -> bool {
+        false
+    }
+
+    /// The families a bound withholds at `state`: steps the protocol would take here that a
+    /// bound of the model (a budget of pulls, of clock ticks) does not allow. A run reaching
+    /// such a state is cut by the bound: a liveness property assuming one of these families
+    /// fair counts the state as reaching its goal, and the report says how many states it
+    /// counted so (`bound_cut_states`), so a bound never silently decides a verdict.
+    fn families_cut(&self, _state: &Self::State, _cut: &mut Vec<&'static str>) {}
 
     /// The verdict this variant is expected to reach for a property.
     fn expected(&self, property: &PropertyDef<Self>) -> Verdict;
@@ -262,6 +361,13 @@ where
     /// default (check/scale.rs).
     fn scale(&self) -> Scale<Self> {
         Scale::none()
+    }
+
+    /// The state role by role in the step text's words (`W1.phase`, `table: claim a`): what
+    /// the HTML report's changes and the Explorer's picture show. By default the state's Debug
+    /// form split by role ([`crate::view::roles`]); a model overrides it with its own words.
+    fn state_roles(&self, state: &Self::State) -> Vec<(String, String)> {
+        crate::view::roles(state)
     }
 
     /// Resolves a variant name, listing the valid ones on error.
@@ -317,6 +423,9 @@ pub struct CheckOptions {
     /// declaration allows it (`ModelSpec::scale`), with the cycle proviso: the same verdicts;
     /// traces are real paths, but may be longer than the shortest.
     pub partial_order: bool,
+    /// Decide the liveness properties (their own exploration, after the safety search). False
+    /// leaves them `unknown` and the run incomplete: what a benchmark compares against.
+    pub liveness: bool,
 }
 
 /// A level must hold this many states per shard before an exhaustive search splits it: below,
@@ -366,6 +475,7 @@ impl std::fmt::Debug for CheckOptions {
             .field("shard", &self.shard)
             .field("symmetry", &self.symmetry)
             .field("partial_order", &self.partial_order)
+            .field("liveness", &self.liveness)
             .finish_non_exhaustive()
     }
 }
@@ -385,6 +495,7 @@ impl Default for CheckOptions {
             shard: None,
             symmetry: false,
             partial_order: false,
+            liveness: true,
         }
     }
 }
@@ -519,7 +630,8 @@ pub struct Progress {
 pub struct TraceStep {
     /// 1-based step number; step 0 is the initial state.
     pub step: usize,
-    /// The action, as the model's `Debug` prints it.
+    /// The action as the Explorer lists it: its kind and parameters, actors numbered from 1
+    /// (`WriterSendsRound W1`), the model's `format_action`.
     pub action: String,
     /// The action in protocol words.
     pub words: String,
@@ -532,8 +644,17 @@ pub struct PropertyReport {
     pub kind: Kind,
     pub expected: Verdict,
     pub verdict: Verdict,
-    /// The shortest path found: a counterexample (`always`) or an example (`sometimes`).
+    /// The shortest path found: a counterexample (`always`), an example (`sometimes`), or a
+    /// liveness counterexample (a lasso, or a run that stops where no fair step is enabled).
     pub trace: Option<Vec<TraceStep>>,
+    /// Liveness lasso: the state index (0 = initial) the cycle returns to; the trace's last
+    /// state is that state again, and the steps after it repeat forever. `None` for a run that
+    /// stops (no fair step enabled at its last state) and for every other kind.
+    pub lasso_start: Option<usize>,
+    /// Liveness: reachable states short of the goal where a bound withheld a family the
+    /// property assumes fair ([`ModelSpec::families_cut`]), counted as reaching the goal. `None`
+    /// for other kinds and undecided properties.
+    pub bound_cut_states: Option<usize>,
 }
 
 impl PropertyReport {
@@ -569,7 +690,20 @@ pub struct CheckReport {
     /// A shard of a larger run (its verdicts are of its part: `oncecheck merge` joins them).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shard: Option<ShardReport>,
+    /// The liveness run, when the model declares liveness properties and the search was
+    /// exhaustive: its own exploration of the reachable graph.
+    pub liveness: Option<LivenessRun>,
     pub properties: Vec<PropertyReport>,
+}
+
+/// What the liveness exploration measured ([`liveness`]).
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct LivenessRun {
+    /// States of the stored graph (the model's own actions: no reduction of the checker's).
+    pub unique_states: usize,
+    /// Edges of the stored graph, self-loops included.
+    pub edges: usize,
+    pub seconds: f64,
 }
 
 impl CheckReport {
@@ -585,12 +719,14 @@ impl CheckReport {
     }
 
     /// One property's verdict is what this run can show of its expectation: equal to it, or,
-    /// for a simulation, `unknown` where `holds` / `unreached` is expected.
+    /// for a simulation, `unknown` where `holds` / `unreached` is expected, and for every
+    /// liveness property (a walk cannot decide one either way).
     pub fn as_expected(&self, property: &PropertyReport) -> bool {
         property.matches()
             || (self.is_simulation()
                 && property.verdict == Verdict::Unknown
-                && matches!(property.expected, Verdict::Holds | Verdict::Unreached))
+                && (matches!(property.expected, Verdict::Holds | Verdict::Unreached)
+                    || property.kind.is_liveness()))
     }
 
     pub fn is_simulation(&self) -> bool {
@@ -695,7 +831,7 @@ where
                 .expect("every state of a path but the last has an action");
             TraceStep {
                 step: index + 1,
-                action: format!("{action:?}"),
+                action: model.format_action(action),
                 words: model.step_words(&window[0].0, action, &window[1].0),
             }
         })
@@ -722,6 +858,7 @@ fn property_reports<M: ModelSpec>(
     definitions: &[PropertyDef<M>],
     paths: &BTreeMap<&'static str, ModelPath<M>>,
     decided_by_absence: bool,
+    liveness: &BTreeMap<&'static str, LivenessVerdict>,
 ) -> Vec<PropertyReport>
 where
     M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
@@ -731,7 +868,11 @@ where
         .iter()
         .map(|def| {
             let path = paths.get(def.name);
+            let decided = liveness.get(def.name);
             let verdict = match (def.kind, path.is_some(), decided_by_absence) {
+                (Kind::Eventually | Kind::LeadsTo, true, _) => Verdict::Violated,
+                (Kind::Eventually | Kind::LeadsTo, false, _) if decided.is_some() => Verdict::Holds,
+                (Kind::Eventually | Kind::LeadsTo, false, _) => Verdict::Unknown,
                 (Kind::Always, true, _) => Verdict::Violated,
                 (Kind::Sometimes, true, _) => Verdict::Reached,
                 (_, false, false) => Verdict::Unknown,
@@ -745,7 +886,62 @@ where
                 expected: model.expected(def),
                 verdict,
                 trace: path.map(|pairs| steps_of(model, pairs)),
+                lasso_start: decided.and_then(|decided| decided.lasso_start),
+                bound_cut_states: decided.map(|decided| decided.bound_cut_states),
             }
+        })
+        .collect()
+}
+
+/// A liveness counterexample: the path, and for a lasso the index of the state its last state
+/// returns to (`None`: the run stops at its last state, where no fair step is enabled).
+pub type Lasso<M> = (ModelPath<M>, Option<usize>);
+
+/// A decided liveness property, as the report needs it (its path is among the run's paths).
+#[derive(Debug, Clone, Copy)]
+struct LivenessVerdict {
+    lasso_start: Option<usize>,
+    bound_cut_states: usize,
+}
+
+/// Every property of a model in report order: its safety and reachability properties, then its
+/// liveness properties (as [`LivenessDef::as_property`] shows them).
+pub fn definitions<M: ModelSpec>(model: &M) -> Vec<PropertyDef<M>>
+where
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let mut all = model.property_defs();
+    all.extend(model.liveness_defs().iter().map(LivenessDef::as_property));
+    all
+}
+
+/// Decides the model's liveness properties alone (their own exploration, [`liveness`]): per
+/// property name its verdict, and the path of each violation with the index its lasso returns
+/// to. What `oncecheck check --html` re-runs to show a lasso step by step.
+pub fn liveness_paths<M>(
+    model: &M,
+    options: &CheckOptions,
+) -> BTreeMap<&'static str, (Verdict, Option<Lasso<M>>)>
+where
+    M: ModelSpec,
+    M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let definitions = model.liveness_defs();
+    let checked = liveness::check(model, &definitions, options, Instant::now(), &mut |_| {});
+    definitions
+        .iter()
+        .zip(checked.properties)
+        .map(|(def, decided)| {
+            let entry = match decided {
+                None => (Verdict::Unknown, None),
+                Some(decided) => match decided.violation {
+                    Some(violation) => (Verdict::Violated, Some(violation)),
+                    None => (Verdict::Holds, None),
+                },
+            };
+            (def.name, entry)
         })
         .collect()
 }
@@ -762,6 +958,7 @@ struct Measured {
     complete: bool,
     stopped: Option<Stop>,
     shard: Option<ShardReport>,
+    liveness: Option<LivenessRun>,
 }
 
 /// The report of a run: every property's verdict from the paths found (and, when
@@ -771,13 +968,14 @@ fn checked<M: ModelSpec>(
     definitions: &[PropertyDef<M>],
     paths: BTreeMap<&'static str, ModelPath<M>>,
     decided_by_absence: bool,
+    liveness: &BTreeMap<&'static str, LivenessVerdict>,
     measured: Measured,
 ) -> Checked<M>
 where
     M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
     M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
 {
-    let properties = property_reports(model, definitions, &paths, decided_by_absence);
+    let properties = property_reports(model, definitions, &paths, decided_by_absence, liveness);
     let report = CheckReport {
         model: M::NAME,
         variant: model.variant(),
@@ -792,6 +990,7 @@ where
         complete: measured.complete,
         stopped: measured.stopped,
         shard: measured.shard,
+        liveness: measured.liveness,
         properties,
     };
     Checked { report, paths }
@@ -820,7 +1019,7 @@ where
     M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
 {
     let started = Instant::now();
-    let definitions = model.property_defs();
+    let mut definitions = model.property_defs();
     let targets = targets_of(&definitions);
     // Once every property is decided nothing is left to learn: stop, as stateright's
     // `HasDiscoveries::All` did.
@@ -840,13 +1039,13 @@ where
         &hooks,
         progress,
     );
-    let paths: BTreeMap<&'static str, ModelPath<M>> = definitions
+    let mut paths: BTreeMap<&'static str, ModelPath<M>> = definitions
         .iter()
         .zip(&searched.found)
         .filter_map(|(def, found)| found.map(|last| (def.name, searched.path_to(model, last))))
         .collect();
     let all_decided = searched.found.iter().all(Option::is_some);
-    let measured = Measured {
+    let mut measured = Measured {
         search: Search::Exhaustive,
         states: searched.generated,
         unique_states: searched.unique_states(),
@@ -861,8 +1060,42 @@ where
             count: shard.count,
             level: searched.shard_level,
         }),
+        liveness: None,
     };
-    checked(model, &definitions, paths, searched.exhausted, measured)
+    let exhausted = searched.exhausted;
+    // The safety search's visited map is not needed any more: free it before the liveness
+    // exploration builds its graph, so the two never share the peak.
+    drop(searched);
+    let liveness_defs = model.liveness_defs();
+    let mut decided = BTreeMap::new();
+    if !liveness_defs.is_empty() && measured.stopped.is_none() && options.liveness {
+        let checked = liveness::check(model, &liveness_defs, options, started, progress);
+        measured.liveness = Some(LivenessRun {
+            unique_states: checked.unique_states,
+            edges: checked.edges,
+            seconds: checked.seconds,
+        });
+        measured.stopped = checked.stopped;
+        measured.complete &= checked.stopped.is_none();
+        for (def, outcome) in liveness_defs.iter().zip(checked.properties) {
+            let Some(outcome) = outcome else { continue };
+            let lasso_start = outcome.violation.as_ref().and_then(|(_, start)| *start);
+            if let Some((path, _)) = outcome.violation {
+                paths.insert(def.name, path);
+            }
+            decided.insert(
+                def.name,
+                LivenessVerdict {
+                    lasso_start,
+                    bound_cut_states: outcome.bound_cut_states,
+                },
+            );
+        }
+    } else if !liveness_defs.is_empty() {
+        measured.complete = false;
+    }
+    definitions.extend(liveness_defs.iter().map(LivenessDef::as_property));
+    checked(model, &definitions, paths, exhausted, &decided, measured)
 }
 
 /// Seeded random walks instead of an exhaustive search, for bounds too large to exhaust. The
@@ -881,7 +1114,7 @@ where
     M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
 {
     let started = Instant::now();
-    let definitions = model.property_defs();
+    let mut definitions = model.property_defs();
     let targets = targets_of(&definitions);
     let simulated = simulation::simulate(
         model,
@@ -916,8 +1149,18 @@ where
             count: shard.count,
             level: None,
         }),
+        liveness: None,
     };
-    checked(model, &definitions, paths, false, measured)
+    // A walk cannot show that no fair run avoids a goal: liveness stays `unknown`.
+    definitions.extend(model.liveness_defs().iter().map(LivenessDef::as_property));
+    checked(
+        model,
+        &definitions,
+        paths,
+        false,
+        &BTreeMap::new(),
+        measured,
+    )
 }
 
 #[cfg(test)]

@@ -73,6 +73,12 @@ pub enum Mutation {
     TruncateCounterOp,
     /// A lost response re-pushes the whole push (the model before the lost-response decision).
     RepushAfterLostResponse,
+    /// The reverse Query's top is not kept as the floor: the next round lands on the same
+    /// occupied seq again (the re-query livelock, R6).
+    TopQueryForgetsFloor,
+    /// An op answered from its claim is sent again instead of the push moving on: the push
+    /// re-pushes a stored op forever unless its deadline ends it (R6).
+    ClaimAnswerSentAgain,
 }
 
 /// Op ids of legacy ops (stored before any writer of the model ran) start here, above every
@@ -497,7 +503,7 @@ pub const VARIANT_DEFAULTS: &[(&str, &str, u32)] = &[
     ("counter-only", "stream_folders", 1),
     // The whole design from every initial table: empty, legacy gap, run above the counter, with
     // the push deadline and one lost response (the unknown outcome every write path must
-    // survive). The lost response multiplies the state space by 8.6 (105,119 -> 903,106
+    // survive). The lost response multiplies the state space by 8.9 (59,658 -> 532,650
     // states); the stream fold would multiply it by 2.6 more and runs in its own tests.
     ("fixed", "add_era_writers", 0),
     ("fixed", "legacy", 3),
@@ -996,6 +1002,97 @@ impl RelayModel {
         }
     }
 
+    /// The model's actions at `state`; `reduced`: with the sound reductions of
+    /// specs/relay-append.md ("Reductions"), which prune interleavings.
+    fn actions_of(&self, state: &RelayState, actions: &mut Vec<Action>, reduced: bool) {
+        if reduced {
+            // Reduction (a): a response that cannot be lost is taken before anything else
+            // happens (specs/relay-append.md, "Reductions").
+            let ready = state
+                .writers
+                .iter()
+                .enumerate()
+                .position(|(index, writer)| match &writer.phase {
+                    Phase::Sent { outcome, .. } => {
+                        *outcome != TransactOutcome::Committed
+                            || state.lost_responses_left == 0
+                            || self.build_of(index) == Build::AddEra
+                    }
+                    _ => false,
+                });
+            if let Some(index) = ready {
+                actions.push(Action::WriterReceivesResponse {
+                    writer: index as u8,
+                });
+                return;
+            }
+        }
+        for (index, writer) in state.writers.iter().enumerate() {
+            let w = index as u8;
+            match (&writer.phase, self.build_of(index)) {
+                (Phase::Ready, _) if self.deadline_passed(writer) => {
+                    actions.push(Action::PushDeadlinePasses { writer: w })
+                }
+                (Phase::Ready, Build::New) => match writer.counter {
+                    Counter::Unknown => actions.push(Action::WriterReadsCounter { writer: w }),
+                    Counter::Known(_) => actions.push(Action::WriterSendsRound { writer: w }),
+                },
+                (Phase::Ready, Build::AddEra) => {
+                    actions.push(Action::WriterAddsToCounter { writer: w })
+                }
+                (Phase::Allocated { .. }, _) => {
+                    actions.push(Action::WriterSendsRound { writer: w })
+                }
+                (Phase::Sent { outcome, .. }, _) => {
+                    actions.push(Action::WriterReceivesResponse { writer: w });
+                    // The legacy build's handling of an unknown outcome is not what this model
+                    // is about: only new-build responses are lost.
+                    if *outcome == TransactOutcome::Committed
+                        && state.lost_responses_left > 0
+                        && self.build_of(index) == Build::New
+                    {
+                        actions.push(Action::ResponseLost { writer: w });
+                    }
+                }
+                (Phase::ReadingClaim { .. }, _) => {
+                    actions.push(Action::WriterReadsClaim { writer: w })
+                }
+                (Phase::ReadingClaims, _) => actions.push(Action::WriterReadsClaims { writer: w }),
+                (Phase::QueryingTop, _) => actions.push(Action::WriterQueriesTop { writer: w }),
+                (Phase::Done | Phase::Failed(_), _) => {}
+            }
+        }
+        for key in state.table.pending.keys() {
+            actions.push(Action::ItemApplied { key: *key });
+        }
+        for (index, puller) in state.pullers.iter().enumerate() {
+            // A pull that returns nothing changes nothing: always possible (a self-loop), so a
+            // puller can keep pulling; only pages with ops spend `pulls_per_puller` (R10).
+            if puller.pulls_left > 0 || self.page_of(state, puller).is_empty() {
+                actions.push(Action::PullerQueries {
+                    puller: index as u8,
+                });
+            }
+        }
+        if let Some(folder) = state.folders.first() {
+            for seq in state.table.committed_ops().into_keys() {
+                if !folder.folded.contains(&seq) {
+                    actions.push(Action::FolderReceivesRecord { seq });
+                }
+            }
+        }
+        if let Some(seq) = self.truncatable(state) {
+            actions.push(Action::TruncatorDeletes { seq });
+        }
+    }
+
+    /// The page a puller's next Query answers.
+    pub(crate) fn page_of(&self, state: &RelayState, puller: &Puller) -> Vec<(Seq, OpId)> {
+        state
+            .table
+            .query_after(puller.cursor, self.bounds.page_limit as usize)
+    }
+
     /// The op truncation may delete next: the oldest visible op below the op the counter points
     /// at, that every puller and fold consumer is past.
     fn truncatable(&self, state: &RelayState) -> Option<Seq> {
@@ -1070,83 +1167,7 @@ impl Model for RelayModel {
     }
 
     fn actions(&self, state: &RelayState, actions: &mut Vec<Action>) {
-        if self.reductions {
-            // Reduction (a): a response that cannot be lost is taken before anything else
-            // happens (specs/relay-append.md, "Reductions").
-            let ready = state
-                .writers
-                .iter()
-                .enumerate()
-                .position(|(index, writer)| match &writer.phase {
-                    Phase::Sent { outcome, .. } => {
-                        *outcome != TransactOutcome::Committed
-                            || state.lost_responses_left == 0
-                            || self.build_of(index) == Build::AddEra
-                    }
-                    _ => false,
-                });
-            if let Some(index) = ready {
-                actions.push(Action::WriterReceivesResponse {
-                    writer: index as u8,
-                });
-                return;
-            }
-        }
-        for (index, writer) in state.writers.iter().enumerate() {
-            let w = index as u8;
-            match (&writer.phase, self.build_of(index)) {
-                (Phase::Ready, _) if self.deadline_passed(writer) => {
-                    actions.push(Action::PushDeadlinePasses { writer: w })
-                }
-                (Phase::Ready, Build::New) => match writer.counter {
-                    Counter::Unknown => actions.push(Action::WriterReadsCounter { writer: w }),
-                    Counter::Known(_) => actions.push(Action::WriterSendsRound { writer: w }),
-                },
-                (Phase::Ready, Build::AddEra) => {
-                    actions.push(Action::WriterAddsToCounter { writer: w })
-                }
-                (Phase::Allocated { .. }, _) => {
-                    actions.push(Action::WriterSendsRound { writer: w })
-                }
-                (Phase::Sent { outcome, .. }, _) => {
-                    actions.push(Action::WriterReceivesResponse { writer: w });
-                    // The legacy build's handling of an unknown outcome is not what this model
-                    // is about: only new-build responses are lost.
-                    if *outcome == TransactOutcome::Committed
-                        && state.lost_responses_left > 0
-                        && self.build_of(index) == Build::New
-                    {
-                        actions.push(Action::ResponseLost { writer: w });
-                    }
-                }
-                (Phase::ReadingClaim { .. }, _) => {
-                    actions.push(Action::WriterReadsClaim { writer: w })
-                }
-                (Phase::ReadingClaims, _) => actions.push(Action::WriterReadsClaims { writer: w }),
-                (Phase::QueryingTop, _) => actions.push(Action::WriterQueriesTop { writer: w }),
-                (Phase::Done | Phase::Failed(_), _) => {}
-            }
-        }
-        for key in state.table.pending.keys() {
-            actions.push(Action::ItemApplied { key: *key });
-        }
-        for (index, puller) in state.pullers.iter().enumerate() {
-            if puller.pulls_left > 0 {
-                actions.push(Action::PullerQueries {
-                    puller: index as u8,
-                });
-            }
-        }
-        if let Some(folder) = state.folders.first() {
-            for seq in state.table.committed_ops().into_keys() {
-                if !folder.folded.contains(&seq) {
-                    actions.push(Action::FolderReceivesRecord { seq });
-                }
-            }
-        }
-        if let Some(seq) = self.truncatable(state) {
-            actions.push(Action::TruncatorDeletes { seq });
-        }
+        self.actions_of(state, actions, self.reductions);
     }
 
     fn next_state(&self, last: &RelayState, action: Action) -> Option<RelayState> {
@@ -1260,12 +1281,18 @@ impl Model for RelayModel {
                             );
                             if let Some(seq) = settled {
                                 Self::answer(&mut state, round.op, seq);
-                                self.op_done(
-                                    index,
-                                    &mut state.writers[index],
-                                    &mut state.anomalies,
-                                    true,
-                                );
+                                if self.has(Mutation::ClaimAnswerSentAgain) {
+                                    let writer = &mut state.writers[index];
+                                    writer.lost_in_a_row = 0;
+                                    writer.phase = Phase::Ready;
+                                } else {
+                                    self.op_done(
+                                        index,
+                                        &mut state.writers[index],
+                                        &mut state.anomalies,
+                                        true,
+                                    );
+                                }
                             }
                         }
                         Build::AddEra => {
@@ -1320,7 +1347,11 @@ impl Model for RelayModel {
             Action::WriterQueriesTop { writer } => {
                 let top = state.table.query_top();
                 let writer = &mut state.writers[writer as usize];
-                writer.floor = top;
+                writer.floor = if self.has(Mutation::TopQueryForgetsFloor) {
+                    None
+                } else {
+                    top
+                };
                 writer.phase = Phase::Ready;
             }
             Action::PushDeadlinePasses { writer } => {
@@ -1332,7 +1363,9 @@ impl Model for RelayModel {
                 let page = state
                     .table
                     .query_after(puller.cursor, self.bounds.page_limit as usize);
-                puller.pulls_left -= 1;
+                if !page.is_empty() {
+                    puller.pulls_left -= 1;
+                }
                 for (seq, _) in &page {
                     puller.received.insert(*seq);
                 }
@@ -1449,13 +1482,8 @@ fn r5_dense(_: &RelayModel, state: &RelayState) -> bool {
 
 //= specs/relay-append.md#R6
 //# Every append ends stored or with a typed error; a legacy gap costs one extra round, once.
-fn r6_no_wedge(model: &RelayModel, state: &RelayState) -> bool {
-    if state.anomalies.gap_paid_twice {
-        return false;
-    }
-    let mut actions = Vec::new();
-    model.actions(state, &mut actions);
-    !actions.is_empty() || state.writers.iter().all(Writer::is_finished)
+fn r6_gap_paid_once(_: &RelayModel, state: &RelayState) -> bool {
+    !state.anomalies.gap_paid_twice
 }
 
 //= specs/relay-append.md#R6
@@ -1672,7 +1700,7 @@ const ALWAYS: &[Declared] = &[
     ("R3", "R3 once-per-op-id", r3_once_per_op_id),
     ("R4", "R4 counter-monotonic", r4_counter_monotonic),
     ("R5", "R5 dense", r5_dense),
-    ("R6", "R6 no-wedge", r6_no_wedge),
+    ("R6", "R6 gap-paid-once", r6_gap_paid_once),
     ("R6", "R6 deadline", r6_deadline),
     ("R7", "R7 carry-forward", r7_carry_forward),
     ("R8", "R8 fold-safe", r8_fold_safe),
@@ -1828,17 +1856,38 @@ impl ModelSpec for RelayModel {
         always.chain(sometimes).collect()
     }
 
+    fn liveness_defs(&self) -> Vec<crate::check::LivenessDef<Self>> {
+        liveness::definitions()
+    }
+
+    fn fairness(&self, action: &Action) -> Option<&'static str> {
+        liveness::family_of(action)
+    }
+
+    fn unreduced_actions(&self, state: &RelayState, actions: &mut Vec<Action>) -> bool {
+        if !self.reductions {
+            return false;
+        }
+        self.actions_of(state, actions, false);
+        true
+    }
+
+    fn families_cut(&self, state: &RelayState, cut: &mut Vec<&'static str>) {
+        liveness::families_cut(self, state, cut);
+    }
+
     fn expected(&self, property: &PropertyDef<Self>) -> Verdict {
         if property.kind == Kind::Sometimes {
             return self.expected_reach(property.name);
         }
         let violated: &[&str] = match self.variant {
-            // The seed's reproduction; R5 falls with it (a refused write burns its ADD seq).
-            Variant::AddEra => &["R1", "R5"],
-            Variant::CounterOnly => &["R1"],
+            // The seed's reproduction; R5 falls with it (a refused write burns its ADD seq), and
+            // R10 (a puller past a skipped op never receives it).
+            Variant::AddEra => &["R1", "R5", "R10"],
+            Variant::CounterOnly => &["R1", "R10"],
             Variant::Fixed => &[],
             // The ordering guarantee holds only once every writer runs the new build.
-            Variant::Mixed => &["R1", "R5"],
+            Variant::Mixed => &["R1", "R5", "R10"],
         };
         if violated.contains(&property.id) {
             Verdict::Violated
@@ -1849,6 +1898,10 @@ impl ModelSpec for RelayModel {
 
     fn step_words(&self, before: &RelayState, action: &Action, after: &RelayState) -> String {
         describe(self, before, action, after)
+    }
+
+    fn state_roles(&self, state: &RelayState) -> Vec<(String, String)> {
+        words::roles(self, state)
     }
 }
 
@@ -2132,7 +2185,9 @@ pub fn describe(
 }
 
 pub mod encoding;
+mod liveness;
 mod scale;
+mod words;
 
 #[cfg(test)]
 mod tests;

@@ -58,7 +58,9 @@
 //! to fail somewhere.
 
 mod encoding;
+mod liveness;
 mod scale;
+mod words;
 
 use crate::check::{BoundSpec, Bounds, Kind, ModelSpec, PropertyDef, SpecError, Verdict};
 use stateright::{Model, Property};
@@ -344,6 +346,10 @@ pub enum Mutation {
     LongTokenTruncated,
     /// A record without a valid timestamp is read as expired (fails open).
     DamagedRecordReadAsExpired,
+    /// A client answered TransactionInProgress resends at once without counting the attempt:
+    /// the resend takes the answered attempt's place, so the client never runs out of retries
+    /// and never reconciles while the transaction is running (T6).
+    RetriesForeverOnInProgress,
 }
 
 /// The model's bounds, resolved from [`TokenModel::BOUNDS`].
@@ -576,9 +582,19 @@ impl TokenModel {
 
     fn may_retry(&self, state: &TokenState, client: &Client) -> bool {
         client.reconciled.is_none()
-            && self.retries_left(client)
+            && (self.retries_left(client) || self.retries_in_progress_again(client))
             && Self::last_attempt_retryable(client)
             && (!client.pattern.is_transaction() || self.transaction_timing_allows(state, client))
+    }
+
+    /// Under [`Mutation::RetriesForeverOnInProgress`]: the client's last attempt was answered
+    /// TransactionInProgress, and it resends without counting.
+    fn retries_in_progress_again(&self, client: &Client) -> bool {
+        self.mutation == Some(Mutation::RetriesForeverOnInProgress)
+            && client.attempts.last().is_some_and(|last| {
+                last.client == ClientSide::Delivered
+                    && last.answer() == Some(Answer::TransactionInProgress)
+            })
     }
 
     /// A client reconciles once it has no answer it trusts and will never retry again.
@@ -586,6 +602,9 @@ impl TokenModel {
         let Some(last) = client.attempts.last() else {
             return false;
         };
+        if self.retries_in_progress_again(client) {
+            return false;
+        }
         if client.reconciled.is_some()
             || client
                 .attempts
@@ -609,15 +628,19 @@ impl TokenModel {
     /// client, so that every request is processed, and every answer lost or delivered, in the tick
     /// it was sent.
     fn may_tick(&self, state: &TokenState) -> bool {
-        state.now < self.limits.ticks
-            && state.clients.iter().all(|client| {
-                client.attempts.iter().all(|a| {
-                    let running = matches!(a.server, ServerSide::Running { .. });
-                    let answer_on_its_way = matches!(a.server, ServerSide::Done { .. })
-                        && a.client == ClientSide::Waiting;
-                    !running && !answer_on_its_way
-                })
+        state.now < self.limits.ticks && Self::clock_free(state)
+    }
+
+    /// Nothing holds the clock back: no transaction runs and no answer is on its way.
+    fn clock_free(state: &TokenState) -> bool {
+        state.clients.iter().all(|client| {
+            client.attempts.iter().all(|a| {
+                let running = matches!(a.server, ServerSide::Running { .. });
+                let answer_on_its_way =
+                    matches!(a.server, ServerSide::Done { .. }) && a.client == ClientSide::Waiting;
+                !running && !answer_on_its_way
             })
+        })
     }
 
     fn apply_single_item(state: &mut TokenState, client: usize) {
@@ -1136,6 +1159,21 @@ impl ModelSpec for TokenModel {
         ]
     }
 
+    fn liveness_defs(&self) -> Vec<crate::check::LivenessDef<Self>> {
+        liveness::definitions()
+    }
+
+    fn fairness(&self, action: &Action) -> Option<&'static str> {
+        liveness::family_of(action)
+    }
+
+    fn families_cut(&self, state: &TokenState, cut: &mut Vec<&'static str>) {
+        // `ticks` bounds the clock: once spent, a tick the protocol would take is withheld.
+        if state.now >= self.limits.ticks && Self::clock_free(state) {
+            cut.push("clock");
+        }
+    }
+
     /// Expectations of the honest model (the spec's verdict table), derived from the bounds where a
     /// bound removes a case: no retries, or a clock too short for a late retry. At the CI
     /// bounds this is the table of `specs/tokened-writes.md`.
@@ -1217,8 +1255,13 @@ impl ModelSpec for TokenModel {
                 reached(damaged_records >= 1 && late_retry_happens)
             }
             (_, T5_DAMAGED_RECORD_REFUSED) => reached(damaged_records >= 1 && retries_happen),
+            (_, liveness::T6_OUTCOME_KNOWN) => holds(true),
             (_, name) => panic!("no expectation for property {name}"),
         }
+    }
+
+    fn state_roles(&self, state: &TokenState) -> Vec<(String, String)> {
+        words::roles(self, state)
     }
 
     fn step_words(&self, before: &TokenState, action: &Action, after: &TokenState) -> String {
@@ -1582,6 +1625,12 @@ impl Model for TokenModel {
                     state.clients[client as usize].token_too_long = token_too_long;
                 }
                 let now = state.now;
+                if matches!(action, Action::ClientRetries { .. })
+                    && self.retries_in_progress_again(&last.clients[client as usize])
+                {
+                    // The mutated client forgets the attempt it resends: it is not counted.
+                    state.clients[client as usize].attempts.pop();
+                }
                 state.clients[client as usize].attempts.push(Attempt {
                     rebuilt,
                     sent_at: now,
@@ -1822,6 +1871,7 @@ mod tests {
         (T5_BAD_TOKEN, [Holds, Holds, Holds]),
         (T5_LONG_TOKEN_REJECTED, [Unreached, Unreached, Unreached]),
         (T5_DAMAGED_RECORD_REFUSED, [Reached, Unreached, Reached]),
+        (liveness::T6_OUTCOME_KNOWN, [Holds, Holds, Holds]),
     ];
 
     /// Checks one variant at the CI bounds against [`TABLE`] and its pinned unique state count.

@@ -190,6 +190,24 @@ where
     M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
     M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
 {
+    to_itf_lasso(model, path, meta, None)
+}
+
+/// Writes a path as an ITF trace; a lasso (a liveness counterexample) says where its cycle
+/// starts: `loop` is the index of the state the last state returns to — the last state *is*
+/// that state again, and the steps after it repeat forever. It is written where ADR-015 and the
+/// `itf` crate read it (a top-level number) and, as every `#meta` value, as a string in `#meta`.
+pub fn to_itf_lasso<M>(
+    model: &M,
+    path: &[(M::State, Option<M::Action>)],
+    meta: &TraceMeta,
+    lasso_start: Option<usize>,
+) -> Json
+where
+    M: TraceEncoding,
+    M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
     let mut states = Vec::with_capacity(path.len());
     let mut taken: Option<&M::Action> = None;
     for (index, (state, next_action)) in path.iter().enumerate() {
@@ -226,7 +244,12 @@ where
     if let Some(property) = &meta.property {
         header["property"] = Json::String(property.clone());
     }
-    json!({ "#meta": header, "vars": vars, "states": states })
+    let mut document = json!({ "#meta": header, "vars": vars, "states": states });
+    if let Some(start) = lasso_start {
+        document["#meta"]["loop"] = Json::String(start.to_string());
+        document["loop"] = json!(start);
+    }
+    document
 }
 
 /// A trace read back and re-executed against the model.
@@ -235,6 +258,9 @@ pub struct LoadedTrace<M: stateright::Model> {
     pub meta: TraceMeta,
     /// The model's path: every state, with the action taken from it (none for the last).
     pub path: Vec<(M::State, Option<M::Action>)>,
+    /// A lasso's `loop`: the index of the state the last state is again; the steps after it
+    /// repeat forever.
+    pub lasso_start: Option<usize>,
 }
 
 impl<M: stateright::Model> std::fmt::Debug for LoadedTrace<M> {
@@ -442,7 +468,65 @@ where
         }
         path.push((state, None));
     }
-    Ok(LoadedTrace { model, meta, path })
+    let lasso_start = read_loop(document, &path)?;
+    Ok(LoadedTrace {
+        model,
+        meta,
+        path,
+        lasso_start,
+    })
+}
+
+/// A trace's `loop` (top level, as ADR-015 places it; `#meta.loop` must agree when both are
+/// there): an index before the last state whose state the last state is again.
+fn read_loop<S: PartialEq, A>(
+    document: &Json,
+    path: &[(S, Option<A>)],
+) -> Result<Option<usize>, TraceError> {
+    let top = match document.get("loop") {
+        None | Some(Json::Null) => None,
+        Some(value) => Some(
+            value
+                .as_u64()
+                .ok_or_else(|| error(None, "loop", format!("`{value}` is not an index")))?,
+        ),
+    };
+    let in_meta = match document.get("#meta").and_then(|meta| meta.get("loop")) {
+        None => None,
+        Some(value) => Some(
+            value
+                .as_str()
+                .and_then(|text| text.parse::<u64>().ok())
+                .ok_or_else(|| error(None, "#meta.loop", format!("`{value}` is not an index")))?,
+        ),
+    };
+    let index = match (top, in_meta) {
+        (Some(top), Some(in_meta)) if top != in_meta => {
+            return Err(error(
+                None,
+                "#meta.loop",
+                format!("says {in_meta} but `loop` says {top}"),
+            ))
+        }
+        (Some(index), _) | (None, Some(index)) => index as usize,
+        (None, None) => return Ok(None),
+    };
+    let last = path.len() - 1;
+    if index >= last {
+        return Err(error(
+            None,
+            "loop",
+            format!("{index} is not a state before the last ({last})"),
+        ));
+    }
+    if path[index].0 != path[last].0 {
+        return Err(error(
+            Some(last),
+            "loop",
+            format!("the last state is not state {index} again: the cycle does not close"),
+        ));
+    }
+    Ok(Some(index))
 }
 
 /// A small deterministic generator (SplitMix64) so sampled paths are reproducible from a seed
@@ -470,8 +554,26 @@ impl SplitMix64 {
 
 pub use crate::check::ModelPath;
 
-/// Up to `count` distinct random walks, each run until no action is enabled or `depth_max`
-/// steps, starting from the initial states in turn. Reproducible from `seed`.
+/// Removes the actions whose step leaves `state` as it is (a puller's Query that returns
+/// nothing): a walk that takes them goes nowhere, and a state whose only steps are such loops is
+/// where a walk ends. An action that produces no state is kept (the walk stops on it, as before).
+pub fn drop_self_loops<M: stateright::Model>(
+    model: &M,
+    state: &M::State,
+    actions: &mut Vec<M::Action>,
+) where
+    M::State: PartialEq,
+    M::Action: Clone,
+{
+    actions.retain(|action| {
+        model
+            .next_state(state, action.clone())
+            .is_none_or(|next| next != *state)
+    });
+}
+
+/// Up to `count` distinct random walks, each run until no action but a self-loop is enabled or
+/// `depth_max` steps, starting from the initial states in turn. Reproducible from `seed`.
 pub fn random_paths<M>(model: &M, count: usize, seed: u64, depth_max: usize) -> Vec<ModelPath<M>>
 where
     M: ModelSpec,
@@ -494,6 +596,7 @@ where
         for _ in 0..depth_max {
             actions.clear();
             model.actions(&state, &mut actions);
+            drop_self_loops(model, &state, &mut actions);
             if actions.is_empty() {
                 break;
             }
@@ -690,11 +793,17 @@ mod tests {
         assert_eq!(actions(&first), actions(&again));
         let other = random_paths(&model, 20, 8, 200);
         assert_ne!(actions(&first), actions(&other));
-        // Walks run until nothing is enabled: every writer finished, every pull used.
+        // Walks run until nothing but a self-loop is enabled: every writer finished, and a pull
+        // would return nothing (or the puller spent its pages with ops).
         for path in &first {
+            let last = &path.last().unwrap().0;
             let mut enabled = Vec::new();
-            model.actions(&path.last().unwrap().0, &mut enabled);
+            model.actions(last, &mut enabled);
+            drop_self_loops(&model, last, &mut enabled);
             assert!(enabled.is_empty());
+            assert!(path.iter().all(|(state, action)| action
+                .as_ref()
+                .is_none_or(|action| model.next_state(state, *action).as_ref() != Some(state))));
         }
     }
 }

@@ -251,25 +251,60 @@ pub fn changes(before: &[(String, String)], after: &[(String, String)]) -> Vec<C
 }
 
 /// An action in the reviewer's words from its Debug form, actors numbered as the CLI numbers
-/// them: `WriterSendsRound { writer: 0 }` -> `WriterSendsRound W1`,
-/// `ServerBegins { client: 1, attempt: 0 }` -> `ServerBegins C2 attempt: 0`.
+/// them and no Rust syntax left: `WriterSendsRound { writer: 0 }` -> `WriterSendsRound W1`,
+/// `ServerBegins { client: 1, attempt: 0 }` -> `ServerBegins C2 attempt: 0`,
+/// `MiddlewareFinalizes { client: 0, result: Error { committed: true } }` ->
+/// `MiddlewareFinalizes C1 result: Error(committed: true)`.
 pub fn action_words<A: Debug>(action: &A) -> String {
     let text = format!("{action:?}");
-    let Some((name, fields)) = text.split_once(" { ") else {
-        return text;
+    let mut parser = Parser {
+        text: text.as_bytes(),
+        at: 0,
     };
-    let fields = fields.trim_end_matches(" }");
-    let mut words = vec![name.to_string()];
-    for field in fields.split(", ") {
-        match field.split_once(": ") {
-            Some((key @ ("writer" | "puller" | "client"), value)) => match value.parse::<usize>() {
-                Ok(index) => words.push(element_name(&format!("{key}s"), index)),
-                Err(_) => words.push(field.to_string()),
-            },
-            _ => words.push(field.to_string()),
+    match parser.value() {
+        Shape::Struct(name, fields) => {
+            let mut words = vec![name];
+            for (key, value) in &fields {
+                let actor = match (key.as_str(), value) {
+                    ("writer" | "puller" | "client", Shape::Atom(index)) => index
+                        .parse::<usize>()
+                        .ok()
+                        .map(|index| element_name(&format!("{key}s"), index)),
+                    _ => None,
+                };
+                words.push(actor.unwrap_or_else(|| format!("{key}: {}", plain(value))));
+            }
+            words.join(" ")
+        }
+        other => plain(&other),
+    }
+}
+
+/// A value without Rust's braces: `Error { committed: true }` -> `Error(committed: true)`.
+fn plain(shape: &Shape) -> String {
+    let join = |items: &[Shape]| items.iter().map(plain).collect::<Vec<_>>().join(", ");
+    match shape {
+        Shape::Atom(text) => text.clone(),
+        Shape::List(items) => format!("[{}]", join(items)),
+        Shape::Tuple(name, items) => format!("{name}({})", join(items)),
+        Shape::Struct(name, fields) => {
+            let fields: Vec<String> = fields
+                .iter()
+                .map(|(field, value)| format!("{field}: {}", plain(value)))
+                .collect();
+            format!("{name}({})", fields.join(", "))
+        }
+        Shape::Map(entries) => {
+            let entries: Vec<String> = entries
+                .iter()
+                .map(|(key, value)| match key {
+                    Some(key) => format!("{} -> {}", plain(key), plain(value)),
+                    None => plain(value),
+                })
+                .collect();
+            format!("[{}]", entries.join(", "))
         }
     }
-    words.join(" ")
 }
 
 /// A step in protocol words for the Explorer's `format_step`: the model's own `step_words`
@@ -291,9 +326,73 @@ fn escape(text: &str) -> String {
         .replace('"', "&quot;")
 }
 
-/// The Explorer's picture of a path's last state: the model, variant and bounds, each
-/// property's expectation, the last step in protocol words, and the state by role. Returned by
-/// every model's `as_svg`.
+/// The widest line of the Explorer's picture, in characters; longer lines wrap.
+const PICTURE_LINE_CHARS_MAX: usize = 100;
+
+/// `text` cut into lines of at most [`PICTURE_LINE_CHARS_MAX`] characters at spaces where it
+/// can be, continuation lines indented by two spaces.
+fn wrapped(text: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = String::new();
+    for word in text.split(' ') {
+        let width = line.chars().count();
+        if width > 0 && width + 1 + word.chars().count() > PICTURE_LINE_CHARS_MAX {
+            lines.push(std::mem::replace(&mut line, "  ".to_string()));
+        } else if width > 0 {
+            line.push(' ');
+        }
+        line.push_str(word);
+        while line.chars().count() > PICTURE_LINE_CHARS_MAX {
+            let head: String = line.chars().take(PICTURE_LINE_CHARS_MAX).collect();
+            let rest: String = line.chars().skip(PICTURE_LINE_CHARS_MAX).collect();
+            lines.push(head);
+            line = format!("  {rest}");
+        }
+    }
+    if !line.trim().is_empty() {
+        lines.push(line);
+    }
+    lines
+}
+
+/// The expectations of a model's variant in one line: each verdict with the requirement IDs
+/// expected to reach it (`expected: violated R1 R5; holds R2 ...`).
+fn expectations_line<M>(model: &M) -> String
+where
+    M: ModelSpec,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let definitions: Vec<PropertyDef<M>> = model.property_defs();
+    let mut by_verdict: Vec<(String, Vec<&'static str>)> = Vec::new();
+    for def in &definitions {
+        let expected = model.expected(def).to_string();
+        let ids = match by_verdict
+            .iter_mut()
+            .find(|(verdict, _)| *verdict == expected)
+        {
+            Some((_, ids)) => ids,
+            None => {
+                by_verdict.push((expected, Vec::new()));
+                &mut by_verdict.last_mut().expect("just pushed").1
+            }
+        };
+        if !ids.contains(&def.id) {
+            ids.push(def.id);
+        }
+    }
+    let expectations: Vec<String> = by_verdict
+        .iter()
+        .map(|(verdict, ids)| format!("{verdict} {}", ids.join(" ")))
+        .collect();
+    format!("expected: {}", expectations.join("; "))
+}
+
+/// The Explorer's picture of a path's last state: the model, variant and bounds, the
+/// expectations in one line per verdict (requirement IDs only: the Explorer lists the
+/// properties, `oncecheck explore` prints each with its expectation), the last step in
+/// protocol words, and the state by role in the model's words. Returned by every model's
+/// `as_svg`; no line is wider than [`PICTURE_LINE_CHARS_MAX`] characters.
 pub fn explorer_svg<M>(model: &M, path: &[(M::State, Option<M::Action>)]) -> String
 where
     M: ModelSpec,
@@ -301,7 +400,12 @@ where
     M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
 {
     let mut lines: Vec<(String, &str)> = Vec::new();
-    lines.push((
+    let mut add = |text: String, class: &'static str| {
+        for line in wrapped(&text) {
+            lines.push((line, class));
+        }
+    };
+    add(
         format!(
             "{} / {}   bounds: {}",
             M::NAME,
@@ -309,24 +413,18 @@ where
             model.bounds()
         ),
         "title",
-    ));
-    let definitions: Vec<PropertyDef<M>> = model.property_defs();
-    for def in &definitions {
-        lines.push((
-            format!("{}: expected {}", def.name, model.expected(def)),
-            "property",
-        ));
-    }
+    );
+    add(expectations_line(model), "property");
     if path.len() >= 2 {
         let (before, action) = &path[path.len() - 2];
         if let Some(action) = action {
             let words = model.step_words(before, action, &path[path.len() - 1].0);
-            lines.push((format!("step {}: {words}", path.len() - 1), "step"));
+            add(format!("step {}: {words}", path.len() - 1), "step");
         }
     }
     if let Some((state, _)) = path.last() {
-        for (role, value) in roles(state) {
-            lines.push((format!("{role}: {value}"), "role"));
+        for (role, value) in model.state_roles(state) {
+            add(format!("{role}: {value}"), "role");
         }
     }
     let row_px = 17;
@@ -349,7 +447,7 @@ where
             _ => "",
         };
         svg.push_str(&format!(
-            "<text x=\"12\" y=\"{}\"{style}>{}</text>\n",
+            "<text x=\"12\" y=\"{}\"{style} xml:space=\"preserve\">{}</text>\n",
             20 + index * row_px,
             escape(text)
         ));
@@ -391,6 +489,13 @@ mod tests {
         WriterSendsRound { writer: u8 },
         ClockTicks,
         ServerBegins { client: u8, attempt: u8 },
+        Finalizes { client: u8, result: Result },
+    }
+
+    #[derive(Debug)]
+    #[allow(dead_code)]
+    enum Result {
+        Error { committed: bool },
     }
 
     #[test]
@@ -478,6 +583,58 @@ mod tests {
         );
     }
 
+    /// Walks the first `states_max` states of every variant of a model breadth-first and
+    /// asserts every action and every role it shows a reviewer is free of Rust's Debug syntax
+    /// and of ITF values.
+    fn words_are_protocol_words<M: ModelSpec>(states_max: usize)
+    where
+        M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
+        M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+    {
+        let leaks = [
+            "{ ", " }", "#bigint", "Some(", "[0]", "Known(", "Claim(", "Op(",
+        ];
+        for variant in M::VARIANTS {
+            let model = M::build(variant, &M::resolve_bounds(variant, &[]).unwrap()).unwrap();
+            let mut seen = std::collections::HashSet::new();
+            let mut queue: std::collections::VecDeque<M::State> =
+                model.init_states().into_iter().collect();
+            let mut actions = Vec::new();
+            while let Some(state) = queue.pop_front() {
+                if seen.len() >= states_max || !seen.insert(state.clone()) {
+                    continue;
+                }
+                for (role, value) in model.state_roles(&state) {
+                    for leak in leaks {
+                        assert!(
+                            !role.contains(leak) && !value.contains(leak),
+                            "{}/{variant}: `{leak}` in `{role}: {value}`",
+                            M::NAME
+                        );
+                    }
+                }
+                actions.clear();
+                model.actions(&state, &mut actions);
+                for action in actions.drain(..) {
+                    let words = model.format_action(&action);
+                    for leak in leaks.iter().chain(&["{", "}"]) {
+                        assert!(!words.contains(leak), "{}: `{leak}` in `{words}`", M::NAME);
+                    }
+                    if let Some(next) = model.next_state(&state, action) {
+                        queue.push_back(next);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_model_shows_states_and_actions_in_protocol_words() {
+        words_are_protocol_words::<crate::relay::RelayModel>(4000);
+        words_are_protocol_words::<crate::idempotency::IdempotencyModel>(4000);
+        words_are_protocol_words::<crate::token::TokenModel>(4000);
+    }
+
     #[test]
     fn actions_name_actors_from_one() {
         assert_eq!(
@@ -492,5 +649,12 @@ mod tests {
             "ServerBegins C2 attempt: 0"
         );
         assert_eq!(action_words(&Action::ClockTicks), "ClockTicks");
+        assert_eq!(
+            action_words(&Action::Finalizes {
+                client: 0,
+                result: Result::Error { committed: true }
+            }),
+            "Finalizes C1 result: Error(committed: true)"
+        );
     }
 }

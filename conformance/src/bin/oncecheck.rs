@@ -14,11 +14,16 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
+use oncecheck_conformance::terminal::note;
+
 const CHECK_EXAMPLES: &str = "\
 Exit codes:
   0  every verdict equals its expectation (a buggy variant must still fail where expected)
-  1  a verdict differs from its expectation, or the run was incomplete
-  2  bad input: unknown model, variant or bound; an unusable --diagrams or --html directory
+  1  a verdict differs from its expectation (at changed bounds the report says which bound
+     changed it), or a limit stopped the run before it decided everything
+  2  bad input: unknown model, variant or bound; an option out of range; an unusable
+     --diagrams, --html or --junit path
+  A reader that leaves early (`| head`) ends the run as SIGPIPE ends any tool (status 141).
 
 Examples:
   oncecheck check                                     every model and variant at the CI bounds
@@ -26,14 +31,44 @@ Examples:
   oncecheck check relay --variant counter-only --bound window=0
   oncecheck check relay --variant fixed --bound lost_responses_max=2 --threads 2
   oncecheck check idempotency --html /tmp/report      an HTML report per (model, variant)
-  oncecheck check token --diagrams /tmp/diagrams      every counterexample as an SVG sequence diagram";
+  oncecheck check token --diagrams /tmp/diagrams      every counterexample as an SVG sequence diagram
+  oncecheck check --junit /tmp/check.xml              a JUnit test case per property, for CI";
+
+const TRACES_HELP: &str = "\
+Exit codes:
+  0  the traces were written
+  2  bad input: unknown model, variant or bound; an unwritable --out directory
+
+Examples:
+  oncecheck traces relay --variant fixed --out /tmp/traces
+  oncecheck traces token --variant tokened --out /tmp/token --count 0
+  oncecheck traces idempotency --variant fenced --bound sqlite=1 --out /tmp/mw-sqlite";
+
+const EXPLORE_HELP: &str = "\
+Exit codes:
+  0  the Explorer stopped (ctrl-c)
+  2  bad input: unknown model, variant or bound; a port that cannot be served
+
+Examples:
+  oncecheck explore relay --variant counter-only --port 3000
+  oncecheck explore token                          the design variant, tokened";
+
+const PROBE_HELP: &str = "\
+Exit codes:
+  0  the probe ran (each semantic's verdict is in its row, a difference included)
+  2  bad input: a malformed target, or an endpoint that cannot be reached
+
+Examples:
+  oncecheck probe dynamodb=http://127.0.0.1:5000
+  oncecheck probe dynamodb=http://127.0.0.1:5000 --proxy --token-table off";
 
 const REPLAY_HELP: &str = "\
 Exit codes:
   0  every trace replayed and conformed (traces listed n/a with --only-replayable included)
   1  a trace diverged: the implementation did something the model did not
   2  bad input: a file that is not a loadable trace, an unknown target, store variant or
-     mutation, a trace the target cannot show, or a target that cannot be reached
+     mutation, an option the target cannot use, a trace the target cannot show, an unwritable
+     --junit file, or a target that cannot be reached
 
 Examples:
   oncecheck replay conformance/traces/relay/*.itf.json --target dynamodb=http://127.0.0.1:5000
@@ -91,8 +126,8 @@ enum Command {
         /// Override a bound: KEY=N (repeatable); the keys, defaults and ranges are below.
         #[arg(long = "bound", value_name = "KEY=N", value_parser = parse_bound)]
         bounds: Vec<(String, u32)>,
-        /// Checker threads (the verdicts and traces do not depend on it).
-        #[arg(long, default_value_t = 1)]
+        /// Checker threads, at least 1 (the verdicts and traces do not depend on it).
+        #[arg(long, default_value_t = 1, value_parser = parse_positive)]
         threads: usize,
         /// One JSON document on stdout instead of the human report: `schema`, overall `ok`, one report per (model, variant) (docs/check-json.md).
         #[arg(long)]
@@ -133,12 +168,16 @@ enum Command {
         /// Seed of --simulate, printed; the same seed gives the same report [default: the clock].
         #[arg(long, requires = "simulate")]
         seed: Option<u64>,
-        /// Walks of --simulate per variant.
-        #[arg(long, default_value_t = 1000)]
-        samples: usize,
-        /// Longest walk of --simulate, in steps.
-        #[arg(long, default_value_t = 200)]
-        depth: usize,
+        /// Walks of --simulate per variant, at least 1 [default: 1000].
+        #[arg(long, requires = "simulate", value_parser = parse_positive)]
+        samples: Option<usize>,
+        /// Longest walk of --simulate, in steps, at least 1 [default: 200].
+        #[arg(long, requires = "simulate", value_parser = parse_positive)]
+        depth: Option<usize>,
+        /// Write a JUnit XML report into FILE: a test suite per (model, variant), a test case per
+        /// property (failed when its verdict differs from its expectation), for CI systems.
+        #[arg(long, value_name = "FILE")]
+        junit: Option<PathBuf>,
         /// Run shard K of N (0-based) of this check, for `oncecheck merge` to join: with
         /// --simulate, its share of the --samples walks; exhaustive, the states of its hash part
         /// of the first level large enough to split. Needs --json (the shard's report, with its
@@ -169,10 +208,11 @@ enum Command {
         html: Option<PathBuf>,
     },
     /// Write counterexamples, examples and seeded covering paths as ITF trace files.
+    #[command(after_help = TRACES_HELP)]
     Traces {
         /// The model: relay, idempotency or token (each replayed: `oncecheck replay --target ...`).
         model: String,
-        /// One variant (every variant when omitted): add-era, counter-only, fixed, mixed.
+        /// One variant of MODEL (every variant when omitted); each model's are listed below.
         #[arg(long)]
         variant: Option<String>,
         /// Override a bound: KEY=N (repeatable); see `oncecheck check --help`.
@@ -232,12 +272,17 @@ enum Command {
         #[arg(long, default_value_t = 1)]
         jobs: usize,
         /// How the proxy loses a response the trace loses: close (the connection, no answer)
-        /// or stall (no answer until the client times out). Default: close.
+        /// or stall (no answer until the client times out). Default: close. dynamodb only.
         #[arg(long, value_name = "close|stall")]
         lose_by: Option<String>,
+        /// Write a JUnit XML report into FILE: a test case per trace (failed on a divergence,
+        /// skipped when not applicable with --only-replayable), for CI systems.
+        #[arg(long, value_name = "FILE")]
+        junit: Option<PathBuf>,
     },
     /// Check an endpoint's DynamoDB semantics with real requests on a fresh table (deleted after);
     /// exit 0 when it ran, 2 on a bad target or an unreachable endpoint.
+    #[command(after_help = PROBE_HELP)]
     Probe {
         /// The endpoint: dynamodb=URL (any DynamoDB-compatible endpoint, moto included).
         target: String,
@@ -251,12 +296,14 @@ enum Command {
         token_table: String,
     },
     /// Serve the stateright Explorer for one model variant on 127.0.0.1 (blocks until ctrl-c).
+    #[command(after_help = EXPLORE_HELP)]
     Explore {
         /// The model: relay, idempotency or token.
         model: String,
-        /// The variant to explore (see `oncecheck check --help` for each model's variants).
-        #[arg(long, default_value = "fixed")]
-        variant: String,
+        /// The variant to explore (listed below) [default: the model's design: relay fixed,
+        /// idempotency renewed, token tokened].
+        #[arg(long)]
+        variant: Option<String>,
         /// Override a bound: KEY=N (repeatable); see `oncecheck check --help`.
         #[arg(long = "bound", value_name = "KEY=N", value_parser = parse_bound)]
         bounds: Vec<(String, u32)>,
@@ -276,23 +323,46 @@ fn parse_bound(text: &str) -> Result<(String, u32), String> {
     Ok((key.to_string(), value))
 }
 
+/// A count that must be at least 1 (`--threads`, `--samples`, `--depth`): 0 would check nothing.
+fn parse_positive(text: &str) -> Result<usize, String> {
+    match text.parse::<usize>() {
+        Ok(0) => Err("must be at least 1".to_string()),
+        Ok(value) => Ok(value),
+        Err(_) => Err(format!("`{text}` is not a positive integer")),
+    }
+}
+
 /// One line on stderr and exit 2: what was wrong and, where there is one, what would be valid.
 fn bad_input(message: impl std::fmt::Display) -> ExitCode {
-    eprintln!("oncecheck: {message}");
+    note(message);
     ExitCode::from(2)
 }
 
-/// The command line, with `check --help` completed from the model registry.
+/// The command line, with the help of `check`, `traces` and `explore` completed from the model
+/// registry.
 fn command_line() -> clap::Command {
     let registry = models::registry_help();
-    Cli::command().mut_subcommand("check", |check| {
-        check.after_help(format!("{registry}\n{CHECK_EXAMPLES}"))
-    })
+    let variants = oncecheck_conformance::model_facts::variants_help();
+    Cli::command()
+        .mut_subcommand("check", |check| {
+            check.after_help(format!("{registry}\n{CHECK_EXAMPLES}"))
+        })
+        .mut_subcommand("traces", |traces| {
+            traces.after_help(format!("{variants}\n{TRACES_HELP}"))
+        })
+        .mut_subcommand("explore", |explore| {
+            explore.after_help(format!("{variants}\n{EXPLORE_HELP}"))
+        })
 }
 
 fn main() -> ExitCode {
     let matches = command_line().get_matches();
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|error| error.exit());
+    // The Explorer is a server: it keeps serving when its stderr goes away. Every other command
+    // ends quietly, as `cat` does, when the reader of its output leaves.
+    if !matches!(cli.command, Command::Explore { .. }) {
+        oncecheck_conformance::terminal::end_when_the_reader_leaves();
+    }
     match cli.command {
         Command::Check {
             model,
@@ -314,26 +384,22 @@ fn main() -> ExitCode {
             shard,
             symmetry,
             partial_order,
+            junit,
         } => {
+            if model.is_none() && !bounds.is_empty() {
+                return bad_input(oncecheck_conformance::model_facts::bound_without_a_model(
+                    &bounds,
+                ));
+            }
+            let (samples, depth) = (samples.unwrap_or(1000), depth.unwrap_or(200));
             let jobs = match models::resolve(model.as_deref(), variant.as_deref(), &bounds) {
                 Ok(jobs) => jobs,
                 Err(error) => return bad_input(error),
             };
-            if let Some(directory) = &diagrams {
-                if let Err(error) = models::prepare_directory(directory) {
-                    return bad_input(format!(
-                        "cannot write diagrams to {}: {error}",
-                        directory.display()
-                    ));
-                }
-            }
-            if let Some(directory) = &html {
-                if let Err(error) = models::prepare_directory(directory) {
-                    return bad_input(format!(
-                        "cannot write the HTML report to {}: {error}",
-                        directory.display()
-                    ));
-                }
+            if let Err(message) =
+                prepare_outputs(diagrams.as_deref(), html.as_deref(), junit.as_deref())
+            {
+                return bad_input(message);
             }
             let spill_parent = spill_dir.unwrap_or_else(std::env::temp_dir);
             let spill = match oncecheck_conformance::spill::DirectorySpill::create(&spill_parent) {
@@ -367,7 +433,7 @@ fn main() -> ExitCode {
                         .unwrap_or_default();
                     now.as_nanos() as u64
                 });
-                eprintln!("oncecheck: simulating with seed {seed}: {samples} walks of at most {depth} steps per variant (--seed {seed} repeats this run)");
+                note(format!("simulating with seed {seed}: {samples} walks of at most {depth} steps per variant (--seed {seed} repeats this run)"));
                 SimulationOptions {
                     seed,
                     samples,
@@ -378,6 +444,7 @@ fn main() -> ExitCode {
                 json,
                 diagrams: diagrams.as_deref(),
                 html: html.as_deref(),
+                junit: junit.as_deref(),
             };
             check(&jobs, &options, simulation.as_ref(), &outputs)
         }
@@ -405,7 +472,12 @@ fn main() -> ExitCode {
             for job in &jobs {
                 match models::export_traces(job, &out, &options) {
                     Ok(Ok(files)) => {
-                        eprintln!("{}/{}: {} traces", job.model, job.variant, files.len());
+                        oncecheck_conformance::terminal::note_raw(format!(
+                            "{}/{}: {} traces",
+                            job.model,
+                            job.variant,
+                            files.len()
+                        ));
                         total += files.len();
                     }
                     Ok(Err(error)) => {
@@ -438,14 +510,18 @@ fn main() -> ExitCode {
             only_replayable,
             jobs,
             lose_by,
+            junit,
         } => replay(
             &traces,
             &target,
-            store_variant,
-            &store_mutations,
+            ReplayFlags {
+                store_variant,
+                store_mutations,
+                lose_by,
+                junit,
+            },
             only_replayable,
             jobs,
-            lose_by.as_deref(),
         ),
         Command::Probe {
             target,
@@ -458,12 +534,16 @@ fn main() -> ExitCode {
             bounds,
             port,
         } => {
-            let jobs = match models::resolve(Some(&model), Some(&variant), &bounds) {
+            let variant = variant.or_else(|| {
+                oncecheck_conformance::variants::design_variant(&model).map(str::to_string)
+            });
+            let jobs = match models::resolve(Some(&model), variant.as_deref(), &bounds) {
                 Ok(jobs) => jobs,
                 Err(error) => return bad_input(error),
             };
             let address = format!("127.0.0.1:{port}");
-            match models::explore(&jobs[0], &address, &mut |banner| eprintln!("{banner}")) {
+            let mut banner = |line: String| oncecheck_conformance::terminal::note_raw(line);
+            match models::explore(&jobs[0], &address, &mut banner) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(error) => bad_input(error),
             }
@@ -477,6 +557,23 @@ fn corpus(
     walks_out: Option<&std::path::Path>,
 ) -> ExitCode {
     use oncecheck_conformance::traces;
+    // A corpus is a directory with its manifest: without one there is nothing to check against
+    // and nowhere it is safe to write (a relative --dir run from elsewhere names a stranger's
+    // directory).
+    if !directory.is_dir() {
+        let here = std::env::current_dir()
+            .map(|path| path.display().to_string())
+            .unwrap_or_else(|_| "the working directory".to_string());
+        return bad_input(format!(
+            "no corpus directory {} (from {here}): run from the repository root or pass --dir",
+            directory.display()
+        ));
+    }
+    if let Err(error) = traces::read_manifest(directory) {
+        return bad_input(format!(
+            "{error}; every corpus directory holds one (`{{\"model\": MODEL, \"walks\": []}}` at least)"
+        ));
+    }
     if write {
         return match traces::write_corpus(directory) {
             Ok(summary) => {
@@ -508,21 +605,29 @@ fn corpus(
             for problem in &problems {
                 println!("FAIL {problem}");
             }
-            eprintln!("oncecheck: {} disagreements between the corpus and the model; `oncecheck corpus --write` regenerates it", problems.len());
+            note(format!("{} disagreements between the corpus in {} and the model; `oncecheck corpus --dir {} --write` regenerates it", problems.len(), directory.display(), directory.display()));
             ExitCode::from(1)
         }
     }
+}
+
+/// `oncecheck replay`'s options about the real side and the outputs, checked against the
+/// target before anything runs. (A build without `replay` only refuses the command.)
+#[cfg_attr(not(feature = "replay"), allow(dead_code))]
+struct ReplayFlags {
+    store_variant: Option<String>,
+    store_mutations: Vec<String>,
+    lose_by: Option<String>,
+    junit: Option<PathBuf>,
 }
 
 #[cfg(feature = "replay")]
 fn replay(
     traces: &[PathBuf],
     target: &str,
-    store_variant: Option<String>,
-    store_mutations: &[String],
+    flags: ReplayFlags,
     only_replayable: bool,
     jobs: usize,
-    lose_by: Option<&str>,
 ) -> ExitCode {
     let target: oncecheck_conformance::replay::Target = match target.parse() {
         Ok(target) => target,
@@ -530,18 +635,34 @@ fn replay(
     };
     use oncecheck_conformance::replay::Target;
     use oncecheck_conformance::replay_command::TargetConfig;
+    if let Err(message) = oncecheck_conformance::replay_flags::usable_on(
+        &target,
+        flags.store_variant.is_some(),
+        !flags.store_mutations.is_empty(),
+        flags.lose_by.is_some(),
+    ) {
+        return bad_input(message);
+    }
+    if let Some(file) = &flags.junit {
+        if let Err(error) = oncecheck_conformance::junit::prepare_file(file) {
+            return bad_input(format!(
+                "cannot write the JUnit report to {}: {error}",
+                file.display()
+            ));
+        }
+    }
     let config = match target {
         Target::MiddlewareSqlite | Target::MiddlewarePostgres(_) => {
             oncecheck_conformance::replay_middleware::target::LayerConfig::parse(
-                store_variant.as_deref(),
-                store_mutations,
+                flags.store_variant.as_deref(),
+                &flags.store_mutations,
             )
             .map(TargetConfig::Layer)
         }
         _ => oncecheck_conformance::replay_command::store_config(
-            store_variant,
-            store_mutations,
-            lose_by,
+            flags.store_variant,
+            &flags.store_mutations,
+            flags.lose_by.as_deref(),
         )
         .map(TargetConfig::Store),
     };
@@ -549,21 +670,20 @@ fn replay(
         Ok(config) => config,
         Err(message) => return bad_input(message),
     };
-    oncecheck_conformance::replay_command::run(traces, &target, config, only_replayable, jobs)
+    oncecheck_conformance::replay_command::run(
+        traces,
+        &target,
+        config,
+        only_replayable,
+        jobs,
+        flags.junit.as_deref(),
+    )
 }
 
 /// Without the `replay` feature the binary carries no store, SDK or database driver: say how to
 /// get one that does, in one line.
 #[cfg(not(feature = "replay"))]
-fn replay(
-    _: &[PathBuf],
-    _: &str,
-    _: Option<String>,
-    _: &[String],
-    _: bool,
-    _: usize,
-    _: Option<&str>,
-) -> ExitCode {
+fn replay(_: &[PathBuf], _: &str, _: ReplayFlags, _: bool, _: usize) -> ExitCode {
     bad_input(
         "this oncecheck was built without replay; build one with it: \
          cargo run --release -p oncecheck-conformance --features replay --bin oncecheck -- replay ...",
@@ -584,12 +704,81 @@ fn probe(_: &str, _: bool, _: bool) -> ExitCode {
     )
 }
 
+/// Makes sure every output of `check` can be written before any checking starts: an unusable
+/// path is bad input found in a second, not after the run.
+fn prepare_outputs(
+    diagrams: Option<&std::path::Path>,
+    html: Option<&std::path::Path>,
+    junit: Option<&std::path::Path>,
+) -> Result<(), String> {
+    if let Some(directory) = diagrams {
+        models::prepare_directory(directory).map_err(|error| {
+            format!("cannot write diagrams to {}: {error}", directory.display())
+        })?;
+    }
+    if let Some(directory) = html {
+        models::prepare_directory(directory).map_err(|error| {
+            format!(
+                "cannot write the HTML report to {}: {error}",
+                directory.display()
+            )
+        })?;
+    }
+    if let Some(file) = junit {
+        oncecheck_conformance::junit::prepare_file(file).map_err(|error| {
+            format!(
+                "cannot write the JUnit report to {}: {error}",
+                file.display()
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// Writes the JUnit report, then says in one line each what --junit, --diagrams and --html wrote.
+fn finish_outputs(
+    reports: &[oncecheck_model::check::CheckReport],
+    outputs: &Outputs,
+    diagrams_written: usize,
+    pages_written: usize,
+) -> Result<(), String> {
+    if let Some(file) = outputs.junit {
+        let document = oncecheck_conformance::junit::check_document(reports);
+        std::fs::write(file, document).map_err(|error| {
+            format!(
+                "cannot write the JUnit report to {}: {error}",
+                file.display()
+            )
+        })?;
+        let cases: usize = reports.iter().map(|report| report.properties.len()).sum();
+        note(format!(
+            "wrote the JUnit report to {} ({} test suites, {cases} test cases)",
+            file.display(),
+            reports.len()
+        ));
+    }
+    if let Some(directory) = outputs.diagrams {
+        note(format!(
+            "wrote {diagrams_written} sequence diagrams to {}",
+            directory.display()
+        ));
+    }
+    if let Some(directory) = outputs.html {
+        note(format!(
+            "wrote the HTML report to {} ({pages_written} pages)",
+            directory.join("index.html").display()
+        ));
+    }
+    Ok(())
+}
+
 /// Where `check` writes besides the human report.
 struct Outputs<'a> {
     /// One JSON document on stdout instead of the human report.
     json: bool,
     diagrams: Option<&'a std::path::Path>,
     html: Option<&'a std::path::Path>,
+    junit: Option<&'a std::path::Path>,
 }
 
 fn check(
@@ -599,12 +788,12 @@ fn check(
     outputs: &Outputs,
 ) -> ExitCode {
     let (json, diagrams, html) = (outputs.json, outputs.diagrams, outputs.html);
+    let run = oncecheck_conformance::run_info::RunInfo::now();
     let mut all_match = true;
-    // A run stopped by a limit has said so in its own line; this counts the other mismatches.
-    let mut verdict_differs = false;
     let mut reports = Vec::new();
     let mut shard_itfs = Vec::new();
     let mut html_reports = Vec::new();
+    let mut diagrams_written = 0usize;
     let stdout = std::io::stdout();
     for job in jobs {
         let bar = ProgressBar::new_spinner();
@@ -613,8 +802,13 @@ fn check(
         let label = format!("{}/{}", job.model, job.variant);
         let mut last = (0usize, Duration::ZERO);
         let mut on_progress = |progress: oncecheck_model::check::Progress| {
-            let rate = (progress.states - last.0) as f64
-                / (progress.elapsed - last.1).as_secs_f64().max(1e-3);
+            // The liveness exploration, which follows the safety search, counts from zero again.
+            let rate = progress.states.saturating_sub(last.0) as f64
+                / progress
+                    .elapsed
+                    .saturating_sub(last.1)
+                    .as_secs_f64()
+                    .max(1e-3);
             last = (progress.states, progress.elapsed);
             bar.set_message(format!(
                 "{label}: {} states, {} unique, {:.0} states/s, depth {}",
@@ -642,16 +836,18 @@ fn check(
         // A shard's verdicts are of its part: `merge` decides; the shard only says it ran.
         all_match &= options.shard.is_some() || report.matches_expectations();
         all_match &= report.stopped.is_none();
-        match models::stop_line(&report) {
-            Some(line) => eprintln!("oncecheck: {line}"),
-            None => verdict_differs |= options.shard.is_none() && !report.matches_expectations(),
+        if let Some(line) = models::stop_line(&report) {
+            note(line);
         }
         if let Some(directory) = diagrams {
-            if let Err(error) = models::write_diagrams(&report, directory) {
-                return bad_input(format!(
-                    "cannot write diagrams to {}: {error}",
-                    directory.display()
-                ));
+            match models::write_diagrams(&report, directory) {
+                Ok(files) => diagrams_written += files.len(),
+                Err(error) => {
+                    return bad_input(format!(
+                        "cannot write diagrams to {}: {error}",
+                        directory.display()
+                    ))
+                }
             }
         }
         if let Some(directory) = html {
@@ -662,6 +858,7 @@ fn check(
                         oncecheck_conformance::report::write_index(
                             directory,
                             &html_reports.iter().collect::<Vec<_>>(),
+                            &run,
                         )
                     },
                 )
@@ -684,6 +881,9 @@ fn check(
         }
         reports.push(report);
     }
+    if let Err(message) = finish_outputs(&reports, outputs, diagrams_written, html_reports.len()) {
+        return bad_input(message);
+    }
     if json {
         let mut out = stdout.lock();
         let document = if options.shard.is_some() {
@@ -698,9 +898,20 @@ fn check(
         if let Err(error) = written {
             return bad_input(format!("cannot write the report: {error}"));
         }
-    }
-    if verdict_differs {
-        eprintln!("oncecheck: a verdict differs from its expectation");
+    } else {
+        let outcomes: Vec<_> = reports
+            .iter()
+            .map(|report| {
+                (
+                    report,
+                    oncecheck_conformance::model_facts::outcome_of(report),
+                )
+            })
+            .collect();
+        let summary = oncecheck_conformance::verdict_words::summary(&outcomes);
+        if let Err(error) = writeln!(stdout.lock(), "{summary}") {
+            return bad_input(format!("cannot write the report: {error}"));
+        }
     }
     if all_match {
         ExitCode::SUCCESS
@@ -736,7 +947,7 @@ fn merge(files: &[PathBuf], json: bool, html: Option<&std::path::Path>) -> ExitC
     let mut out = stdout.lock();
     for report in &reports {
         if let Some(line) = models::stop_line(report) {
-            eprintln!("oncecheck: {line}");
+            note(line);
         }
         if !json {
             if let Err(error) = models::write_human(report, &mut out) {

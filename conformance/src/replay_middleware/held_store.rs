@@ -11,13 +11,13 @@
 //!
 //! Invariants: the wrapper never changes what the real store answers, only when it answers and
 //! whether the layer hears it; a call dropped before it was released never reaches the database;
-//! the lease heartbeat is off in every replay (no model variant it replays has one), so a
-//! renewal is a bug of the set-up and is refused.
+//! the lease heartbeat's renewals (`renewed` only) are not held: the model makes them within the
+//! tick that makes them due, and the replay's tick waits for them.
 
 use super::hub::{CallKind, CallTracker, Hub, Release};
 use oncecheck_idempotency::store::{
     CacheKey, CacheStore, ClaimOutcome, ClaimRequest, Fencing, FinalizeOutcome, RenewOutcome,
-    StoreError, SuccessRecord,
+    StoreError, SuccessRecord, UnknownOutcome,
 };
 use oncecheck_idempotency::{Clock, ManualClock};
 use std::future::Future;
@@ -44,7 +44,7 @@ impl<S: CacheStore> HeldStore<S> {
     async fn held_finalize<F>(
         &self,
         generation: i64,
-        statement: impl Fn(i64) -> F,
+        statement: impl FnOnce(i64) -> F,
     ) -> Result<FinalizeOutcome, StoreError>
     where
         F: Future<Output = Result<FinalizeOutcome, StoreError>>,
@@ -90,6 +90,56 @@ fn words(answer: &Result<FinalizeOutcome, StoreError>) -> String {
 }
 
 impl<S: CacheStore> CacheStore for HeldStore<S> {
+    type Effect = S::Effect;
+
+    /// Not held: the model has no step for the begin, which runs inside the handler's step.
+    async fn begin_effect(&self) -> Result<S::Effect, StoreError> {
+        self.inner.begin_effect().await
+    }
+
+    /// Held like any finalize: the atomic commit of the row and the handler's effects.
+    async fn finalize_succeeded_in(
+        &self,
+        effect: S::Effect,
+        key: &CacheKey,
+        generation: i64,
+        record: SuccessRecord<'_>,
+        _now_millis: i64,
+    ) -> Result<FinalizeOutcome, StoreError> {
+        self.held_finalize(generation, |now_millis| {
+            self.inner
+                .finalize_succeeded_in(effect, key, generation, record, now_millis)
+        })
+        .await
+    }
+
+    async fn abandon_effect(&self, effect: S::Effect) {
+        self.inner.abandon_effect(effect).await
+    }
+
+    async fn unknown_outcomes(
+        &self,
+        _now_millis: i64,
+        count_max: usize,
+    ) -> Result<Vec<UnknownOutcome>, StoreError> {
+        self.inner
+            .unknown_outcomes(self.now_millis(), count_max)
+            .await
+    }
+
+    /// Not held: the reconciler's step is one step of the model.
+    async fn resolve_unknown(
+        &self,
+        held: &UnknownOutcome,
+        applied: bool,
+        status: u16,
+        _now_millis: i64,
+    ) -> Result<FinalizeOutcome, StoreError> {
+        self.inner
+            .resolve_unknown(held, applied, status, self.now_millis())
+            .await
+    }
+
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         let (id, release) = self.hub.hold(CallKind::Claim, None);
         let client = self
@@ -160,16 +210,27 @@ impl<S: CacheStore> CacheStore for HeldStore<S> {
         .await
     }
 
+    /// The heartbeat's renewal: not held (the model renews within the tick that made it due),
+    /// recorded for the tick step to wait on.
     async fn renew_lease(
         &self,
-        _key: &CacheKey,
-        _generation: i64,
-        _lease_expires_at: i64,
-        _now_millis: i64,
+        key: &CacheKey,
+        generation: i64,
+        lease_expires_at: i64,
+        now_millis: i64,
     ) -> Result<RenewOutcome, StoreError> {
-        Err(StoreError::Injected(
-            "a lease renewal in a replay without a heartbeat",
-        ))
+        let renewed = self
+            .inner
+            .renew_lease(key, generation, lease_expires_at, now_millis)
+            .await;
+        if let Ok(outcome) = &renewed {
+            self.hub.renewed(
+                generation,
+                lease_expires_at,
+                *outcome == RenewOutcome::Renewed,
+            );
+        }
+        renewed
     }
 
     fn round_trips(&self) -> u64 {

@@ -108,6 +108,9 @@ pub struct HubState {
     directives: BTreeMap<usize, oneshot::Sender<Outcome>>,
     capture_gates: BTreeMap<usize, oneshot::Sender<()>>,
     pub clients: BTreeMap<usize, ClientProgress>,
+    /// The heartbeat's renewals that answered: (generation, the lease end asked for, whether a
+    /// row matched).
+    pub renewals: BTreeSet<(i64, i64, bool)>,
 }
 
 impl HubState {
@@ -239,6 +242,14 @@ impl Hub {
             state.held.remove(&id);
             state.releases.remove(&id);
             state.dropped.insert(id);
+        });
+    }
+
+    pub fn renewed(&self, generation: i64, lease_expires_at: i64, matched: bool) {
+        self.update(|state| {
+            state
+                .renewals
+                .insert((generation, lease_expires_at, matched));
         });
     }
 

@@ -35,13 +35,52 @@ pub enum Database {
     Postgres,
 }
 
-/// The layer behaviour (`oncecheck_idempotency::Behaviour`, behind `test-seams` except
-/// `fenced`) that stands for a model variant.
+/// The layer configuration that stands for a model variant: its behaviour
+/// (`oncecheck_idempotency::Behaviour`, behind `test-seams` except `fenced`) and whether its
+/// lease heartbeat runs.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LayerBehaviour {
     PreFix,
     Fixed,
+    /// `Behaviour::Fenced` built `without_lease_renewal()`.
     Fenced,
+    /// The layer as shipped: `Behaviour::Fenced` with its heartbeat, driven by the layer's clock.
+    Renewed,
+    /// As shipped, the scripted handler's effect in the request's `EffectScope` transaction.
+    Atomic,
+    /// As shipped, built `fail_closed()`.
+    FailClosed,
+}
+
+impl LayerBehaviour {
+    pub const ALL: [LayerBehaviour; 6] = [
+        LayerBehaviour::PreFix,
+        LayerBehaviour::Fixed,
+        LayerBehaviour::Fenced,
+        LayerBehaviour::Renewed,
+        LayerBehaviour::Atomic,
+        LayerBehaviour::FailClosed,
+    ];
+
+    /// The model variant's name, which `--store-variant` takes too.
+    pub fn name(self) -> &'static str {
+        match self {
+            LayerBehaviour::PreFix => "pre-fix",
+            LayerBehaviour::Fixed => "fixed",
+            LayerBehaviour::Fenced => "fenced",
+            LayerBehaviour::Renewed => "renewed",
+            LayerBehaviour::Atomic => "atomic",
+            LayerBehaviour::FailClosed => "fail-closed",
+        }
+    }
+
+    /// Whether the layer runs its lease heartbeat.
+    pub fn heartbeat(self) -> bool {
+        matches!(
+            self,
+            LayerBehaviour::Renewed | LayerBehaviour::Atomic | LayerBehaviour::FailClosed
+        )
+    }
 }
 
 /// What a stored success holds, as the row's `response_body` and `body_too_large` show it.
@@ -62,6 +101,10 @@ pub struct RowView {
     pub fingerprint: Fingerprint,
     /// `Some` exactly for `succeeded`.
     pub body: Option<BodyKind>,
+    /// `lease_expires_at` and `expires_at` in model ticks from the replay's clock start (a real
+    /// time that is no whole tick reads as `None`): the heartbeat's renewals are seen here.
+    pub lease_ends: Option<i64>,
+    pub expires: Option<i64>,
 }
 
 /// What a replay compares after every step.
@@ -74,6 +117,8 @@ pub struct MiddlewareView {
     /// it): `claim` (SQLite's read of the row is in the same call) or `finalize` (inline or the
     /// drop guard's).
     pub waiting: Vec<Option<&'static str>>,
+    /// `atomic`: the handler effects committed (rows of the effect table; the model's record).
+    pub effects: Option<usize>,
 }
 
 /// Whether the layer from impl/idempotency can reproduce `path` on `database`; `Err` names the
@@ -83,16 +128,10 @@ pub fn applicable(
     path: &[(IdempotencyState, Option<Action>)],
     database: Database,
 ) -> Result<LayerBehaviour, String> {
-    let behaviour = match model.variant() {
-        "pre-fix" => LayerBehaviour::PreFix,
-        "fixed" => LayerBehaviour::Fixed,
-        "fenced" => LayerBehaviour::Fenced,
-        other => {
-            return Err(format!(
-                "variant `{other}` needs the lease heartbeat, which the layer in impl/idempotency does not have"
-            ))
-        }
-    };
+    let behaviour = LayerBehaviour::ALL
+        .into_iter()
+        .find(|behaviour| behaviour.name() == model.variant())
+        .ok_or_else(|| format!("variant `{}` has no layer configuration", model.variant()))?;
     let sqlite_claim = model.bounds().get("sqlite") == 1;
     match (database, sqlite_claim) {
         (Database::Sqlite, false) => {
@@ -103,8 +142,24 @@ pub fn applicable(
         }
         _ => {}
     }
-    for (index, (_, action)) in path.iter().enumerate() {
+    for (index, (before, action)) in path.iter().enumerate() {
+        let expired = before.row.is_some_and(|row| row.expires_at <= before.now);
+        let sqlite_write_waits = database == Database::Sqlite
+            && behaviour == LayerBehaviour::Atomic
+            && writes_beside_an_effect(before, action.as_ref());
         let reason = match action {
+            _ if sqlite_write_waits => {
+                "a write while another request's effect transaction is open: SQLite serializes writers, so it waits for that commit"
+            }
+            // The pre-fix layer in impl/idempotency already decides expiry when it reads a row;
+            // the model's pre-fix leaves it to the cleanup job (M10's counterexample).
+            Some(
+                Action::MiddlewareClaims { .. }
+                | Action::MiddlewareReadsRow { .. }
+                | Action::MiddlewareClaimFails { .. },
+            ) if expired && behaviour == LayerBehaviour::PreFix => {
+                "a claim on an expired row: the pre-fix layer decides expiry when it reads the row, the model's pre-fix leaves it to the cleanup job"
+            }
             Some(Action::ProcessStalls { .. }) => {
                 "the process stalls past the lease: the replay runs the layer in its own process, which it cannot freeze"
             }
@@ -130,13 +185,45 @@ pub fn applicable(
     Ok(behaviour)
 }
 
+/// `atomic` on SQLite: whether `action` writes (a claim, a finalize, a begin, the heartbeat's
+/// renewals at a tick) while a client other than its own holds an open effect transaction (a
+/// 2xx captured or finalizing), or a tick comes while any does (its own renewal waits too).
+fn writes_beside_an_effect(state: &IdempotencyState, action: Option<&Action>) -> bool {
+    let open: Vec<usize> = state
+        .clients
+        .iter()
+        .enumerate()
+        .filter(|(_, client)| {
+            matches!(client.stage,
+                Stage::Capturing { outcome, .. } | Stage::Finalizing { outcome, .. } if outcome.is_success())
+        })
+        .map(|(index, _)| index)
+        .collect();
+    let other = |client: usize| open.iter().any(|holder| *holder != client);
+    match action {
+        Some(Action::ClockTicks) => !open.is_empty(),
+        Some(
+            Action::MiddlewareClaims { client }
+            | Action::MiddlewareClaimFails { client, .. }
+            | Action::MiddlewareReadsRow { client }
+            | Action::MiddlewareFinalizes { client, .. }
+            | Action::DropGuardFinalizes { client, .. }
+            | Action::HandlerResponds { client, .. },
+        ) => other(*client),
+        _ => false,
+    }
+}
+
 /// Whether the step at `index` directly follows `previous`.
 fn follows(path: &[(IdempotencyState, Option<Action>)], index: usize, previous: Action) -> bool {
     index > 0 && path[index - 1].1 == Some(previous)
 }
 
 /// The model's state after every step of `path`, in the words of [`MiddlewareView`].
-pub fn expected_views(path: &[(IdempotencyState, Option<Action>)]) -> Vec<MiddlewareView> {
+pub fn expected_views(
+    path: &[(IdempotencyState, Option<Action>)],
+    effects: bool,
+) -> Vec<MiddlewareView> {
     // The real generation restarts at 1 on a row claimed while absent; the model's continues.
     let mut offset: i64 = 0;
     let mut views = Vec::with_capacity(path.len());
@@ -166,6 +253,8 @@ pub fn expected_views(path: &[(IdempotencyState, Option<Action>)]) -> Vec<Middle
                 generation: i64::from(row.generation) - offset,
                 fingerprint: row.fingerprint,
                 body,
+                lease_ends: Some(i64::from(row.lease_expires_at)),
+                expires: Some(i64::from(row.expires_at)),
             }
         });
         let waiting = state
@@ -181,6 +270,7 @@ pub fn expected_views(path: &[(IdempotencyState, Option<Action>)]) -> Vec<Middle
             row,
             handler_runs: state.history.ran_with.len(),
             waiting,
+            effects: effects.then_some(state.history.effects.len()),
         });
     }
     views
@@ -195,7 +285,7 @@ pub fn first_difference(
     other: &IdempotencyModel,
 ) -> Option<(usize, String)> {
     use stateright::Model;
-    let expected = expected_views(path);
+    let expected = expected_views(path, false);
     let mut states = vec![path.first()?.0.clone()];
     for (index, (_, action)) in path.iter().enumerate() {
         let Some(action) = action else { break };
@@ -215,7 +305,9 @@ pub fn first_difference(
         states.push(next);
         let replayed: Vec<(IdempotencyState, Option<Action>)> =
             states.iter().map(|state| (state.clone(), None)).collect();
-        let actual = expected_views(&replayed).pop().expect("one view per state");
+        let actual = expected_views(&replayed, false)
+            .pop()
+            .expect("one view per state");
         if actual != expected[index + 1] {
             return Some((
                 index + 1,
@@ -270,7 +362,7 @@ mod tests {
             applicable(&model, &path, Database::Postgres),
             Ok(LayerBehaviour::PreFix)
         );
-        let views = expected_views(&path);
+        let views = expected_views(&path, false);
         assert_eq!(views.len(), path.len());
         assert_eq!(
             views[0],
@@ -278,6 +370,7 @@ mod tests {
                 row: None,
                 handler_runs: 0,
                 waiting: vec![None, None],
+                effects: None,
             }
         );
         let last = views.last().unwrap();
@@ -288,6 +381,8 @@ mod tests {
                 generation: 1,
                 fingerprint: Fingerprint::A,
                 body: Some(BodyKind::Empty),
+                lease_ends: Some(1),
+                expires: Some(2),
             })
         );
         assert_eq!(last.handler_runs, 1);
@@ -295,11 +390,7 @@ mod tests {
 
     #[test]
     fn a_trace_the_layer_cannot_take_is_not_applicable_with_the_reason() {
-        let renewed = model("renewed", &[]);
         let path = counterexample(&model("fenced", &[]), "M1 at-most-once");
-        let error = applicable(&renewed, &path, Database::Postgres).unwrap_err();
-        assert!(error.contains("heartbeat"), "{error}");
-
         let fenced = model("fenced", &[]);
         let error = applicable(&fenced, &path, Database::Sqlite).unwrap_err();
         assert!(error.contains("bound sqlite=0"), "{error}");
@@ -415,6 +506,12 @@ mod tests {
         assert_eq!(first_difference(&path, &fenced), None);
     }
 
+    #[cfg(feature = "replay")]
+    #[test]
+    fn the_layer_makes_the_models_finalize_attempts() {
+        assert!(super::target::finalize_attempts_agree());
+    }
+
     // The fenced lease crossing: a second claim takes the row over in place, so the real
     // generation is the model's (2), and both claims entered the handler.
     //= specs/idempotency-middleware.md#M1
@@ -423,7 +520,7 @@ mod tests {
     fn the_lease_crossing_shows_two_handler_runs_and_generation_two() {
         let model = model("fenced", &[]);
         let path = counterexample(&model, "M1 at-most-once");
-        let last = expected_views(&path).pop().unwrap();
+        let last = expected_views(&path, false).pop().unwrap();
         assert_eq!(last.handler_runs, 2);
         assert_eq!(last.row.map(|row| row.generation), Some(2));
     }

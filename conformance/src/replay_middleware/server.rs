@@ -78,6 +78,33 @@ pub fn full_body(outcome: Outcome) -> (Vec<u8>, bool) {
     (data, failed)
 }
 
+/// The bytes a client received of an outcome's body, by the parts the model says reached it:
+/// the frames up to the cap (the capture's, which end the body for one within the cap) and the
+/// tail. Exactly the whole body when it received every part the body has.
+pub fn received_body(
+    outcome: Outcome,
+    received: oncecheck_model::idempotency::Received,
+) -> (Vec<u8>, bool) {
+    if received == oncecheck_model::idempotency::Received::exactly(outcome) {
+        return full_body(outcome);
+    }
+    let (capture, tail) = body_of(outcome);
+    let parts = [(received.head, capture), (received.tail, tail)];
+    let mut data = Vec::new();
+    let mut failed = false;
+    for item in parts
+        .into_iter()
+        .filter(|(sent, _)| *sent)
+        .flat_map(|(_, items)| items)
+    {
+        match item {
+            Ok(bytes) => data.extend_from_slice(bytes),
+            Err(()) => failed = true,
+        }
+    }
+    (data, failed)
+}
+
 /// The request body of a fingerprint: the fingerprint is method, path and body.
 pub fn request_body(fingerprint: Fingerprint) -> &'static [u8] {
     match fingerprint {
@@ -162,10 +189,23 @@ impl Drop for HandlerGuard {
 pub type BodySenders =
     Arc<std::sync::Mutex<std::collections::BTreeMap<usize, mpsc::UnboundedSender<Item>>>>;
 
+/// `atomic`: how the scripted handler writes its one effect (a row of the effect table naming its
+/// client) in the request's effect transaction, uncommitted.
+pub type EffectWriter<E> = Arc<
+    dyn for<'a> Fn(
+            &'a mut E,
+            usize,
+        )
+            -> Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + 'a>>
+        + Send
+        + Sync,
+>;
+
 /// The scripted handler.
-async fn scripted(
+async fn scripted<E: Send + 'static>(
     hub: Arc<Hub>,
     senders: BodySenders,
+    effect: Option<EffectWriter<E>>,
     request: Request<axum::body::Body>,
 ) -> Result<Response<ScriptedBody>, ScriptedError> {
     let client: usize = request
@@ -185,6 +225,19 @@ async fn scripted(
     if outcome == Outcome::HandlerError {
         guard.returned = true;
         return Err(ScriptedError);
+    }
+    // `atomic`: a 2xx's effect goes into the request's transaction (committed by the layer with
+    // the row); a failure to write it is a 500, the effect not written.
+    if let (Some(write), true) = (&effect, outcome.is_success()) {
+        let scope = request
+            .extensions()
+            .get::<oncecheck_idempotency::EffectScope<E>>()
+            .cloned()
+            .ok_or(ScriptedError)?;
+        let mut transaction = scope.transaction().await.map_err(|_| ScriptedError)?;
+        write(&mut transaction, client)
+            .await
+            .map_err(|_| ScriptedError)?;
     }
     let (sender, frames) = mpsc::unbounded_channel();
     let status = if outcome.is_success() {
@@ -228,12 +281,15 @@ impl Server {
     pub async fn start<St: oncecheck_idempotency::CacheStore>(
         layer: oncecheck_idempotency::IdempotencyLayer<St>,
         hub: Arc<Hub>,
+        effect: Option<EffectWriter<St::Effect>>,
     ) -> std::io::Result<Server> {
         use tower::Layer;
         let senders: BodySenders = Arc::default();
         let handler = {
             let (hub, senders) = (hub.clone(), senders.clone());
-            tower::service_fn(move |request| scripted(hub.clone(), senders.clone(), request))
+            tower::service_fn(move |request| {
+                scripted(hub.clone(), senders.clone(), effect.clone(), request)
+            })
         };
         // The handler's error becomes the application's 500, as axum's error handling does it.
         let service =

@@ -13,7 +13,8 @@
 //! Invariants: a step is performed only once the real system is where the model's previous
 //! state says (each step waits for the evidence of its own effect, bounded by
 //! `hub::WAIT_MILLIS_MAX`); a step that cannot be taken (nothing waits for it) is a divergence at
-//! that step, never skipped; the lease heartbeat is off, as in every variant replayed.
+//! that step, never skipped; the lease heartbeat runs for `renewed` (as shipped, a third of the
+//! lease on the layer's clock, so a tick makes it beat) and is off for the variants before it.
 
 use super::held_store::HeldStore;
 use super::hub::{CallKind, Hub, Received, Release};
@@ -27,8 +28,7 @@ use oncecheck_idempotency::fingerprint::Fingerprint as RealFingerprint;
 use oncecheck_idempotency::store::{PostgresStore, SqliteStore};
 use oncecheck_idempotency::{Behaviour, CacheStore, IdempotencyLayer, ManualClock};
 use oncecheck_model::idempotency::{
-    Action, Answer, AwaitPoint, DbResult, Fingerprint, IdempotencyModel, Live, Outcome, Stage,
-    Stored,
+    Action, Answer, AwaitPoint, DbResult, Fingerprint, IdempotencyModel, Outcome, Stage, Stored,
 };
 use oncecheck_model::trace::LoadedTrace;
 use std::collections::BTreeMap;
@@ -39,8 +39,6 @@ use std::sync::Arc;
 pub const LEASE_SECS: u64 = 3_600;
 /// The row lives two ticks (`ROW_TTL_TICKS`).
 pub const ROW_TTL_SECS: u64 = 2 * LEASE_SECS;
-/// The model's finalize attempts.
-const FINALIZE_ATTEMPTS_MAX: u32 = oncecheck_model::idempotency::FINALIZE_ATTEMPTS_MAX as u32;
 /// Wall time a finalize's attempts may take: far above any replay, below the lease.
 const FINALIZE_BUDGET_MS: u64 = 600_000;
 /// The first backoff between finalize attempts: short, a replay waits for every retry.
@@ -50,6 +48,13 @@ const CLOCK_START_MILLIS: i64 = 1_000_000;
 /// How long a cancelled client's layer may take to reach the store with a call the model does
 /// not make (a spawned drop-guard finalize): loopback and a spawned task, far under this.
 const GONE_GRACE_MILLIS: u64 = 250;
+
+/// Whether the layer's shipped finalize attempts are the model's: the replay builds the layer
+/// with its default, so a change to either must change the other.
+pub fn finalize_attempts_agree() -> bool {
+    oncecheck_idempotency::Config::default().finalize_attempts_max
+        == u32::from(oncecheck_model::idempotency::FINALIZE_ATTEMPTS_MAX)
+}
 
 /// The layer as `--store-variant` and `--store-mutation` configure it for a middleware target.
 #[derive(Debug, Clone, Default)]
@@ -108,14 +113,19 @@ impl LayerConfig {
     pub fn parse(variant: Option<&str>, mutations: &[String]) -> Result<LayerConfig, String> {
         let behaviour = match variant {
             None => None,
-            Some("pre-fix") => Some(LayerBehaviour::PreFix),
-            Some("fixed") => Some(LayerBehaviour::Fixed),
-            Some("fenced") => Some(LayerBehaviour::Fenced),
-            Some(other) => {
-                return Err(format!(
-                    "unknown layer variant `{other}`; valid: pre-fix, fixed, fenced"
-                ))
-            }
+            Some(name) => Some(
+                LayerBehaviour::ALL
+                    .into_iter()
+                    .find(|behaviour| behaviour.name() == name)
+                    .ok_or_else(|| {
+                        let valid: Vec<&str> =
+                            LayerBehaviour::ALL.iter().map(|b| b.name()).collect();
+                        format!(
+                            "unknown layer variant `{name}`; valid: {}",
+                            valid.join(", ")
+                        )
+                    })?,
+            ),
         };
         let mutations = mutations
             .iter()
@@ -145,9 +155,7 @@ impl LayerConfig {
     pub fn flags(&self) -> String {
         let mut flags = match self.behaviour {
             None => String::new(),
-            Some(LayerBehaviour::PreFix) => " --store-variant pre-fix".into(),
-            Some(LayerBehaviour::Fixed) => " --store-variant fixed".into(),
-            Some(LayerBehaviour::Fenced) => " --store-variant fenced".into(),
+            Some(behaviour) => format!(" --store-variant {}", behaviour.name()),
         };
         for mutation in &self.mutations {
             flags.push_str(&format!(" --store-mutation {}", mutation.name()));
@@ -280,6 +288,8 @@ pub struct MiddlewareTarget {
     outcomes: BTreeMap<usize, Outcome>,
     requests: usize,
     lost_responses: usize,
+    /// `atomic` on SQLite: the database file, removed at the end.
+    sqlite_file: Option<std::path::PathBuf>,
 }
 
 impl MiddlewareTarget {
@@ -298,6 +308,7 @@ impl MiddlewareTarget {
             outcomes: BTreeMap::new(),
             requests: 0,
             lost_responses: 0,
+            sqlite_file: None,
         }
     }
 
@@ -305,7 +316,10 @@ impl MiddlewareTarget {
         let behaviour = match self.behaviour {
             LayerBehaviour::PreFix => Behaviour::PreFix,
             LayerBehaviour::Fixed => Behaviour::Fixed,
-            LayerBehaviour::Fenced => Behaviour::Fenced,
+            LayerBehaviour::Fenced
+            | LayerBehaviour::Renewed
+            | LayerBehaviour::Atomic
+            | LayerBehaviour::FailClosed => Behaviour::Fenced,
         };
         let mut builder =
             IdempotencyLayer::builder(HeldStore::new(store, self.hub.clone(), self.clock.clone()));
@@ -318,17 +332,69 @@ impl MiddlewareTarget {
         {
             builder = builder.mutation(seam);
         }
+        // The shipped heartbeat (a third of the lease, on the layer's clock) for `renewed`; none
+        // for the variants before it.
+        if !self.behaviour.heartbeat() {
+            builder = builder.without_lease_renewal();
+        }
+        if self.behaviour == LayerBehaviour::FailClosed {
+            builder = builder.fail_closed();
+        }
         builder
             .body_bytes_max(server::BODY_BYTES_MAX)
             .lease_secs(LEASE_SECS)
             .row_ttl_secs(ROW_TTL_SECS)
-            .without_lease_renewal()
-            .finalize_attempts_max(FINALIZE_ATTEMPTS_MAX)
             .finalize_budget_ms(FINALIZE_BUDGET_MS)
             .finalize_backoff_ms(FINALIZE_BACKOFF_MS)
             .clock(self.clock.clone())
             .behaviour(behaviour)
             .build()
+    }
+
+    fn atomic(&self) -> bool {
+        self.behaviour == LayerBehaviour::Atomic
+    }
+
+    /// The effects committed so far (`atomic`).
+    async fn effects(&self) -> Result<Option<usize>, Fault> {
+        if !self.atomic() {
+            return Ok(None);
+        }
+        let counted: Result<i64, sqlx::Error> = match &self.database {
+            Some(TraceDatabase::Sqlite(store)) => {
+                sqlx::query_scalar(EFFECTS_SQL)
+                    .fetch_one(store.pool())
+                    .await
+            }
+            Some(TraceDatabase::Postgres { store, .. }) => {
+                sqlx::query_scalar(EFFECTS_SQL)
+                    .fetch_one(store.pool())
+                    .await
+            }
+            None => return Err(Fault::Environment("no database".into())),
+        };
+        let counted =
+            counted.map_err(|error| Fault::Environment(format!("counting effects: {error}")))?;
+        Ok(Some(usize::try_from(counted).unwrap_or(usize::MAX)))
+    }
+
+    /// The reconciler's step: the held key resolved as the trace says, through the store's
+    /// resolution (the layer's `reconcile_unknown` runs the same two statements).
+    async fn reconcile(&self, applied: bool) -> Result<(), Fault> {
+        let now = oncecheck_idempotency::Clock::now_millis(&self.clock);
+        let resolved = match &self.database {
+            Some(TraceDatabase::Sqlite(store)) => resolve_held(store, applied, now).await,
+            Some(TraceDatabase::Postgres { store, .. }) => resolve_held(store, applied, now).await,
+            None => return Err(Fault::Environment("no database".into())),
+        };
+        match resolved {
+            Ok(oncecheck_idempotency::store::FinalizeOutcome::Applied) => Ok(()),
+            Ok(other) => Err(Fault::diverged(
+                "the held key resolved",
+                format!("{other:?}: no held key, or it changed"),
+            )),
+            Err(error) => Err(Fault::Environment(format!("reconciling: {error}"))),
+        }
     }
 
     fn claims_over_live_leases(&self) -> bool {
@@ -340,6 +406,30 @@ impl MiddlewareTarget {
 
     async fn open_database(&mut self) -> Result<(), String> {
         match &self.context.postgres {
+            None if self.atomic() => {
+                // An open effect transaction holds a connection while the row is read and other
+                // requests claim: a file in WAL mode, readers beside the one writer.
+                let path = std::env::temp_dir().join(format!("{}.db", fresh_schema()));
+                let options = sqlx::sqlite::SqliteConnectOptions::new()
+                    .filename(&path)
+                    .create_if_missing(true)
+                    .journal_mode(sqlx::sqlite::SqliteJournalMode::Wal);
+                let pool = sqlx::sqlite::SqlitePoolOptions::new()
+                    .max_connections(4)
+                    .connect_with(options)
+                    .await
+                    .map_err(|error| {
+                        format!("cannot open SQLite at {}: {error}", path.display())
+                    })?;
+                self.sqlite_file = Some(path);
+                let store = SqliteStore::new(pool);
+                store.migrate().await.map_err(|error| error.to_string())?;
+                sqlx::raw_sql(EFFECTS_TABLE_SQL)
+                    .execute(store.pool())
+                    .await
+                    .map_err(|error| error.to_string())?;
+                self.database = Some(TraceDatabase::Sqlite(store));
+            }
             None => {
                 // One connection: an in-memory SQLite database lives as long as its connection.
                 let pool = sqlx::sqlite::SqlitePoolOptions::new()
@@ -367,8 +457,9 @@ impl MiddlewareTarget {
                 let search_path = format!("SET search_path TO {schema}");
                 // One connection: the trace releases one store call at a time and reads the row
                 // between steps, so 64 concurrent traces stay within PostgreSQL's default 100.
+                // `atomic` holds one per open effect transaction: four.
                 let pool = sqlx::postgres::PgPoolOptions::new()
-                    .max_connections(1)
+                    .max_connections(if self.atomic() { 4 } else { 1 })
                     .after_connect(move |connection, _| {
                         let search_path = search_path.clone();
                         Box::pin(async move {
@@ -389,6 +480,12 @@ impl MiddlewareTarget {
                     schema,
                 });
                 store.migrate().await.map_err(|error| error.to_string())?;
+                if self.atomic() {
+                    sqlx::raw_sql(EFFECTS_TABLE_SQL)
+                        .execute(store.pool())
+                        .await
+                        .map_err(|error| error.to_string())?;
+                }
             }
         }
         Ok(())
@@ -396,8 +493,8 @@ impl MiddlewareTarget {
 
     /// The row of the trace's key as the database holds it.
     async fn read_row(&self) -> Result<Option<RowView>, Fault> {
-        type Columns = (String, i64, Vec<u8>, Option<Vec<u8>>, bool);
-        const READ: &str = "SELECT status, generation, fingerprint, response_body, body_too_large FROM idempotency_keys";
+        type Columns = (String, i64, Vec<u8>, Option<Vec<u8>>, bool, i64, i64);
+        const READ: &str = "SELECT status, generation, fingerprint, response_body, body_too_large, lease_expires_at, expires_at FROM idempotency_keys";
         let rows: Vec<Columns> = match &self.database {
             Some(TraceDatabase::Sqlite(store)) => {
                 sqlx::query_as(READ).fetch_all(store.pool()).await
@@ -408,7 +505,9 @@ impl MiddlewareTarget {
             None => return Err(Fault::Environment("no database".into())),
         }
         .map_err(|error| Fault::Environment(format!("reading the row: {error}")))?;
-        let Some((status, generation, fingerprint, body, too_large)) = rows.first().cloned() else {
+        let Some((status, generation, fingerprint, body, too_large, lease_ends, expires)) =
+            rows.first().cloned()
+        else {
             return Ok(None);
         };
         if rows.len() > 1 {
@@ -443,6 +542,8 @@ impl MiddlewareTarget {
             generation,
             fingerprint,
             body,
+            lease_ends: tick_of(lease_ends),
+            expires: tick_of(expires),
         }))
     }
 
@@ -498,7 +599,7 @@ impl MiddlewareTarget {
                     })
                     .await
             }
-            Stage::Streaming => {
+            Stage::Streaming { .. } => {
                 self.hub
                     .wait_for(|state| state.clients.get(&client)?.head.as_ref().map(|_| ()))
                     .await
@@ -537,7 +638,7 @@ impl MiddlewareTarget {
         };
         let outcome = self.outcomes.get(&client).copied();
         let want = match answer {
-            Answer::Fresh { success, live } => {
+            Answer::Fresh { success, received } => {
                 let outcome = outcome.unwrap_or(Outcome::OkUnder);
                 let status = if success {
                     200
@@ -546,10 +647,7 @@ impl MiddlewareTarget {
                 } else {
                     server::FAILURE_STATUS
                 };
-                let body = match live {
-                    Live::Exact => server::full_body(outcome),
-                    Live::Empty => (Vec::new(), false),
-                };
+                let body = server::received_body(outcome, received);
                 expected(status, success.then_some("false"), Some(body))
             }
             Answer::Replay {
@@ -572,6 +670,7 @@ impl MiddlewareTarget {
             Answer::Conflict { .. } => expected(409, None, None),
             Answer::Mismatch { .. } => expected(422, None, None),
             Answer::Unavailable => expected(503, None, None),
+            Answer::OutcomeUnknown { .. } => expected(409, None, None),
         };
         let words = format!("client {} received {answer:?}", client + 1);
         // Over HTTP/1.1 a body that fails before hyper flushed the response head reaches the
@@ -850,6 +949,7 @@ impl MiddlewareTarget {
             }
             Action::ClockTicks => {
                 self.clock.advance_secs(LEASE_SECS as i64);
+                self.renewals(step.before, step.after).await?;
                 None
             }
             Action::CleanupPurges => {
@@ -860,6 +960,10 @@ impl MiddlewareTarget {
                     None => return Err(Fault::Environment("no database".into())),
                 };
                 purged.map_err(|error| Fault::Environment(format!("cleanup: {error}")))?;
+                None
+            }
+            Action::ReconcilerResolves { applied } => {
+                self.reconcile(applied).await?;
                 None
             }
             Action::ProcessStalls { .. } | Action::ProcessDies { .. } => {
@@ -875,6 +979,44 @@ impl MiddlewareTarget {
         Ok(())
     }
 
+    /// Waits for the heartbeat renewal a tick makes in the model: the row's claim renewed to its
+    /// new lease (on the layer's clock the heartbeat beats when the tick moves it).
+    async fn renewals(
+        &self,
+        before: &oncecheck_model::idempotency::IdempotencyState,
+        after: &oncecheck_model::idempotency::IdempotencyState,
+    ) -> Result<(), Fault> {
+        let (Some(old), Some(new)) = (before.row, after.row) else {
+            return Ok(());
+        };
+        if new.lease_expires_at == old.lease_expires_at {
+            return Ok(());
+        }
+        let real_generation = self.views[self.index].row.map_or(0, |row| row.generation);
+        let lease_millis = LEASE_SECS as i64 * 1000;
+        let lease_ends = CLOCK_START_MILLIS + i64::from(new.lease_expires_at) * lease_millis;
+        self.hub
+            .wait_for(|state| {
+                state
+                    .renewals
+                    .contains(&(real_generation, lease_ends, true))
+                    .then_some(())
+            })
+            .await
+            .map_err(|()| {
+                Fault::diverged(
+                    format!(
+                        "the heartbeat renews generation {real_generation}'s lease to tick {}",
+                        new.lease_expires_at
+                    ),
+                    format!(
+                        "renewals (generation, lease ends, renewed): {:?}",
+                        self.hub.read(|state| state.renewals.clone())
+                    ),
+                )
+            })
+    }
+
     async fn observe_now(&mut self) -> Result<MiddlewareView, Fault> {
         let row = self.read_row().await?;
         let (handler_runs, waiting) = self.hub.read(|state| {
@@ -883,12 +1025,69 @@ impl MiddlewareTarget {
                 .collect();
             (state.handler_runs, waiting)
         });
+        let effects = self.effects().await?;
         Ok(MiddlewareView {
             row,
             handler_runs,
             waiting,
+            effects,
         })
     }
+}
+
+/// `atomic`: the table the scripted handler's effects go to, one row per committed effect.
+const EFFECTS_TABLE_SQL: &str = "CREATE TABLE replay_effects (client BIGINT NOT NULL)";
+const EFFECTS_SQL: &str = "SELECT COUNT(*) FROM replay_effects";
+const EFFECT_SQL: &str = "INSERT INTO replay_effects (client) VALUES ($1)";
+
+/// `atomic`: the scripted handler's effect, one row naming its client, in its transaction.
+macro_rules! effect_writer {
+    ($name:ident, $effect:ty) => {
+        fn $name(
+            transaction: &mut $effect,
+            client: usize,
+        ) -> std::pin::Pin<Box<dyn std::future::Future<Output = Result<(), String>> + Send + '_>> {
+            Box::pin(async move {
+                sqlx::query(EFFECT_SQL)
+                    .bind(client as i64)
+                    .execute(&mut **transaction)
+                    .await
+                    .map(|_| ())
+                    .map_err(|error| error.to_string())
+            })
+        }
+    };
+}
+effect_writer!(sqlite_effect, oncecheck_idempotency::store::SqliteEffect);
+effect_writer!(
+    postgres_effect,
+    oncecheck_idempotency::store::PostgresEffect
+);
+
+/// Resolves the one held key of a trace's database.
+async fn resolve_held<St: CacheStore>(
+    store: &St,
+    applied: bool,
+    now: i64,
+) -> Result<oncecheck_idempotency::store::FinalizeOutcome, oncecheck_idempotency::store::StoreError>
+{
+    use oncecheck_idempotency::reconcile::{RECONCILED_STATUS, RECONCILE_KEYS_MAX};
+    let held = store.unknown_outcomes(now, RECONCILE_KEYS_MAX).await?;
+    match held.first() {
+        Some(held) => {
+            store
+                .resolve_unknown(held, applied, RECONCILED_STATUS, now)
+                .await
+        }
+        None => Ok(oncecheck_idempotency::store::FinalizeOutcome::Lost),
+    }
+}
+
+/// A real time as a model tick from the clock's start, if it is a whole one.
+fn tick_of(millis: i64) -> Option<i64> {
+    let lease_millis = LEASE_SECS as i64 * 1000;
+    let since = millis - CLOCK_START_MILLIS;
+    (since % lease_millis == 0).then_some(since / lease_millis)
 }
 
 /// The real fingerprint of a model fingerprint's request.
@@ -932,7 +1131,10 @@ impl ReplayTarget for MiddlewareTarget {
     }
 
     async fn set_up(&mut self, trace: &LoadedTrace<IdempotencyModel>) -> Result<(), Fault> {
-        self.views = expected_views(&trace.path);
+        self.views = expected_views(
+            &trace.path,
+            oncecheck_model::check::ModelSpec::variant(&trace.model) == "atomic",
+        );
         self.clients = trace.path[0].0.clients.len();
         let variant = applicable(&trace.model, &trace.path, self.context.database)
             .map_err(Fault::Environment)?;
@@ -940,10 +1142,20 @@ impl ReplayTarget for MiddlewareTarget {
         self.open_database().await.map_err(Fault::Environment)?;
         let started = match &self.database {
             Some(TraceDatabase::Sqlite(store)) => {
-                Server::start(self.layer(store.clone()), self.hub.clone()).await
+                let effect: Option<
+                    server::EffectWriter<oncecheck_idempotency::store::SqliteEffect>,
+                > = self
+                    .atomic()
+                    .then(|| std::sync::Arc::new(sqlite_effect) as server::EffectWriter<_>);
+                Server::start(self.layer(store.clone()), self.hub.clone(), effect).await
             }
             Some(TraceDatabase::Postgres { store, .. }) => {
-                Server::start(self.layer(store.clone()), self.hub.clone()).await
+                let effect: Option<
+                    server::EffectWriter<oncecheck_idempotency::store::PostgresEffect>,
+                > = self
+                    .atomic()
+                    .then(|| std::sync::Arc::new(postgres_effect) as server::EffectWriter<_>);
+                Server::start(self.layer(store.clone()), self.hub.clone(), effect).await
             }
             None => unreachable!("the database was just opened"),
         };
@@ -1006,7 +1218,14 @@ impl ReplayTarget for MiddlewareTarget {
             server.stop();
         }
         match self.database.take() {
-            Some(TraceDatabase::Sqlite(store)) => store.pool().close().await,
+            Some(TraceDatabase::Sqlite(store)) => {
+                store.pool().close().await;
+                if let Some(path) = self.sqlite_file.take() {
+                    for suffix in ["", "-wal", "-shm"] {
+                        let _ = std::fs::remove_file(format!("{}{suffix}", path.display()));
+                    }
+                }
+            }
             Some(TraceDatabase::Postgres { store, schema }) => {
                 store.pool().close().await;
                 if let Some((_, admin)) = &self.context.postgres {

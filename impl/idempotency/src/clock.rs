@@ -1,12 +1,24 @@
 //! Time as the layer sees it: milliseconds since the Unix epoch, from a clock the application
 //! (or a test) supplies. Leases and row expiry are decided by comparing stored timestamps with
 //! this clock at read time, so an expired row never blocks a new request even before cleanup.
+//! The heartbeat waits on the same clock ([`Clock::sleep_until`]), so a lease and its renewal
+//! are measured in one time: a test or a replay that moves a [`ManualClock`] moves both.
 
-use crate::sync::{Arc, AtomicI64, Ordering};
+use crate::sync::{self, Arc, AtomicI64, Ordering};
+use std::future::Future;
+use std::pin::Pin;
+use std::time::Duration;
 
 /// A source of "now" in milliseconds since the Unix epoch.
 pub trait Clock: Send + Sync + 'static {
     fn now_millis(&self) -> i64;
+
+    /// Waits until this clock reads at least `deadline_millis` (the heartbeat's timer). The
+    /// default sleeps the difference in wall time, which is right for a clock that follows it.
+    fn sleep_until(&self, deadline_millis: i64) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        let wait = u64::try_from(deadline_millis.saturating_sub(self.now_millis())).unwrap_or(0);
+        Box::pin(sync::sleep_between_renewals(Duration::from_millis(wait)))
+    }
 }
 
 /// The wall clock.
@@ -23,26 +35,37 @@ impl Clock for SystemClock {
 }
 
 /// A clock that moves only when told to: tests use it to cross a lease or a row's expiry
-/// without sleeping.
+/// without sleeping, and a heartbeat waiting on it beats exactly when it is moved past its
+/// deadline.
 #[derive(Debug, Clone)]
 pub struct ManualClock {
     now: Arc<AtomicI64>,
+    moved: Arc<sync::Signal>,
 }
 
 impl ManualClock {
     pub fn new(start_millis: i64) -> Self {
         ManualClock {
             now: Arc::new(AtomicI64::new(start_millis)),
+            moved: Arc::new(sync::Signal::default()),
         }
     }
 
     pub fn advance_secs(&self, seconds: i64) {
         self.now.fetch_add(seconds * 1000, Ordering::SeqCst);
+        self.moved.notify();
     }
 }
 
 impl Clock for ManualClock {
     fn now_millis(&self) -> i64 {
         self.now.load(Ordering::SeqCst)
+    }
+
+    fn sleep_until(&self, deadline_millis: i64) -> Pin<Box<dyn Future<Output = ()> + Send + '_>> {
+        Box::pin(
+            self.moved
+                .wait_until(move || self.now_millis() >= deadline_millis),
+        )
     }
 }

@@ -8,14 +8,17 @@
 //! - The live response is the handler's response: parts are moved, never rebuilt, and its
 //!   body frames reach the client in order, over-cap tail, errors and trailers included (M7, M9).
 //! - Every finalize is conditional on the claim's generation (M8).
-//! - While a claim's handler runs (until its finalize starts) a heartbeat renews the claim's
-//!   lease every `lease_renew_interval`; it lives inside the request's future, so it stops when
-//!   the handler ends, when the request is dropped and when the process dies. A renewal that
-//!   matches no row means the claim was taken over: the heartbeat stops, the finalize is fenced.
+//! - While some finalizer of a claim is pending — the handler, the capture, the inline finalize,
+//!   or the drop guard's finalize — a heartbeat renews the claim's lease every
+//!   `lease_renew_interval` of the layer's clock; it lives inside the future that finalizes (the
+//!   request's, or the guard's background task), so it stops when the finalizing ends and when
+//!   the process dies. A renewal that matches no row means the claim was taken over (or already
+//!   finalized): the heartbeat stops, the finalize is fenced.
 //! - A finalize is retried only after a jittered backoff and only within `finalize_budget_ms`.
 
 use crate::capture::{capture_up_to_cap, BoxBody, BoxError, Capture, LiveBody};
 use crate::clock::{Clock, SystemClock};
+use crate::effect::{EffectScope, Taken};
 use crate::fingerprint::Fingerprint;
 use crate::key::{self, KeyError};
 use crate::problem::Problem;
@@ -102,6 +105,13 @@ pub struct Config {
     /// The backoff before the second attempt; it doubles per attempt, each drawn with jitter
     /// from its upper half.
     pub finalize_backoff_ms: u64,
+    /// The `Retry-After` of the layer's 503 (cache unavailable): how long a client should wait.
+    pub retry_after_secs: u64,
+    /// Unknown outcomes fail closed: a processing row whose lease lapsed is held (409
+    /// `outcome-unknown`) until reconciled, never taken over and re-run. For handlers with
+    /// effects outside the cache's database; off, the key re-runs after the lease (handlers that
+    /// are naturally idempotent).
+    pub fail_closed: bool,
     /// The methods the layer covers; others pass through.
     pub methods: Vec<Method>,
     pub behaviour: Behaviour,
@@ -130,6 +140,8 @@ impl Default for Config {
             finalize_attempts_max: 5,
             finalize_budget_ms: 2_000,
             finalize_backoff_ms: 25,
+            retry_after_secs: crate::problem::RETRY_AFTER_SECS_DEFAULT,
+            fail_closed: false,
             methods: vec![Method::POST, Method::PATCH],
             behaviour: Behaviour::Fenced,
             #[cfg(feature = "test-seams")]
@@ -216,6 +228,11 @@ impl<St: CacheStore> IdempotencyLayer<St> {
         &self.shared.config
     }
 
+    /// The layer's clock, now.
+    pub(crate) fn now_millis(&self) -> i64 {
+        self.shared.clock.now_millis()
+    }
+
     pub fn stats(&self) -> StatsSnapshot {
         let stats = &self.shared.stats;
         StatsSnapshot {
@@ -300,6 +317,19 @@ impl<St: CacheStore> IdempotencyLayerBuilder<St> {
     /// lease crossing). For handlers with their own deadline shorter than the lease.
     pub fn without_lease_renewal(mut self) -> Self {
         self.renewal = Renewal::Off;
+        self
+    }
+
+    /// Unknown outcomes fail closed (see [`Config::fail_closed`]); resolve held keys with
+    /// [`IdempotencyLayer::reconcile_unknown`] or [`IdempotencyLayer::resolve_unknown`].
+    pub fn fail_closed(mut self) -> Self {
+        self.config.fail_closed = true;
+        self
+    }
+
+    /// The `Retry-After` seconds of the layer's 503 answers (default 1).
+    pub fn retry_after_secs(mut self, seconds: u64) -> Self {
+        self.config.retry_after_secs = seconds;
         self
     }
 
@@ -510,6 +540,7 @@ where
             now_millis: shared.clock.now_millis(),
             lease_millis: secs_to_millis(config.lease_secs),
             row_ttl_millis: secs_to_millis(config.row_ttl_secs),
+            take_over_lapsed: !config.fail_closed,
         })
         .await;
     let generation = match claim {
@@ -520,6 +551,9 @@ where
         //= specs/idempotency-middleware.md#M5
         //# A key reused with another fingerprint gets 422 and never runs the handler.
         Ok(ClaimOutcome::FingerprintMismatch) => return Ok(problem_response(mismatch_problem())),
+        //= specs/idempotency-middleware.md#M1
+        //# The handler runs only for the request that won the atomic claim of its key.
+        Ok(ClaimOutcome::OutcomeUnknown) => return Ok(problem_response(outcome_unknown_problem())),
         Ok(ClaimOutcome::Replay(stored)) => {
             shared.stats.replays.fetch_add(1, Ordering::SeqCst);
             #[cfg(feature = "test-seams")]
@@ -531,23 +565,34 @@ where
         Err(error) => {
             // Without a claim the handler must not run: a retry later is safe, a run now is not.
             tracing::warn!(event = "idempotency.claim_unavailable", key = %cache_key.key, %error);
-            return Ok(problem_response(unavailable_problem()));
+            let response = unavailable_problem().to_response_retry_after(config.retry_after_secs);
+            return Ok(response.map(LiveBody::full));
         }
     };
-    let request = Request::from_parts(parts, ReqBody::from(body_bytes));
-    let finalizing = Arc::new(AtomicBool::new(false));
+    let mut request = Request::from_parts(parts, ReqBody::from(body_bytes));
+    // The request's transaction for effects in the cache's database, if its handler wants one.
+    let scope = {
+        let store = shared.store.clone();
+        EffectScope::new(Box::new(move || {
+            let store = store.clone();
+            Box::pin(async move { store.begin_effect().await })
+        }))
+    };
+    request.extensions_mut().insert(scope.clone());
     let claim = ClaimOwner {
         shared: shared.clone(),
         key: cache_key,
         generation,
-        finalizing: finalizing.clone(),
+        finalized: Arc::new(AtomicBool::new(false)),
     };
-    let heartbeat = Heartbeat::for_claim(&claim);
+    let heartbeat = Heartbeat::for_claim(&claim.shared, &claim.key, generation, &claim.finalized);
     let work = async move {
         let response = match inner.call(request).await {
             Ok(response) => response,
             Err(error) => {
-                // No response was produced: record the attempt failed so a retry may run it again.
+                // No response was produced: its effects roll back, and the attempt is recorded
+                // failed so a retry may run it again.
+                claim.abandon(scope.take()).await;
                 claim
                     .finalize(Write::Failure(StatusCode::INTERNAL_SERVER_ERROR.as_u16()))
                     .await;
@@ -561,8 +606,25 @@ where
             success if claim.shared.config.behaviour == Behaviour::PreFix => {
                 claim.finish_pre_fix(parts, body, success).await
             }
-            false => claim.finish_non_success(parts, body).await,
-            true => claim.finish_success(parts, body).await,
+            false => {
+                // A non-2xx commits nothing (D1): whatever the handler wrote in the effect
+                // transaction is rolled back.
+                claim.abandon(scope.take()).await;
+                claim.finish_non_success(parts, body).await
+            }
+            true => match scope.take() {
+                Taken::Unused => claim.finish_success(parts, body).await,
+                Taken::Transaction(effect) => {
+                    claim.finish_success_atomic(parts, body, effect).await
+                }
+                Taken::StillLent => {
+                    // The handler kept its transaction past its response: the layer cannot
+                    // commit it, so it rolls back when the handler drops it; nothing happened.
+                    tracing::error!(event = "idempotency.effect_held", key = %claim.key.key);
+                    claim.finalize(Write::Failure(500)).await;
+                    problem_response(effect_held_problem())
+                }
+            },
         })
     };
     match heartbeat {
@@ -574,6 +636,8 @@ where
 /// Runs `work` with the heartbeat beside it in the same future: whichever way `work` ends
 /// (or is dropped), the heartbeat ends with it. A heartbeat that ends first (its claim was
 /// taken over) leaves `work` running alone; its finalize is fenced.
+//= specs/idempotency-middleware.md#M11
+//# Every request eventually gets an answer once faults stop, and a claim no request works on any more is eventually released.
 async fn with_heartbeat<St: CacheStore, T>(
     heartbeat: Heartbeat<St>,
     work: impl Future<Output = T>,
@@ -587,27 +651,38 @@ async fn with_heartbeat<St: CacheStore, T>(
     }
 }
 
-/// Renews one claim's lease until its finalize starts or a renewal finds the claim gone.
+/// Renews one claim's lease until its finalizing ends or a renewal finds the claim gone.
 struct Heartbeat<St> {
     shared: Arc<Shared<St>>,
     key: CacheKey,
     generation: i64,
     interval: Duration,
-    finalizing: Arc<AtomicBool>,
+    /// The layer's clock when the heartbeat was made (just after the claim, before the work it
+    /// covers starts): its first beat is one interval after it, however late it is first polled.
+    started_millis: i64,
+    /// Set when the finalizing this heartbeat covers has ended: a later renewal is not due.
+    finalized: Arc<AtomicBool>,
 }
 
 impl<St: CacheStore> Heartbeat<St> {
-    fn for_claim(claim: &ClaimOwner<St>) -> Option<Self> {
+    /// The heartbeat of the claim `generation` of `key`, unless the layer runs without one.
+    fn for_claim(
+        shared: &Arc<Shared<St>>,
+        key: &CacheKey,
+        generation: i64,
+        finalized: &Arc<AtomicBool>,
+    ) -> Option<Self> {
         #[cfg(feature = "test-seams")]
-        if claim.shared.config.behaviour == Behaviour::PreFix {
+        if shared.config.behaviour == Behaviour::PreFix {
             return None;
         }
         Some(Heartbeat {
-            shared: claim.shared.clone(),
-            key: claim.key.clone(),
-            generation: claim.generation,
-            interval: claim.shared.config.lease_renew_interval?,
-            finalizing: claim.finalizing.clone(),
+            shared: shared.clone(),
+            key: key.clone(),
+            generation,
+            interval: shared.config.lease_renew_interval?,
+            started_millis: shared.clock.now_millis(),
+            finalized: finalized.clone(),
         })
     }
 
@@ -615,12 +690,16 @@ impl<St: CacheStore> Heartbeat<St> {
     //# The handler runs only for the request that won the atomic claim of its key.
     async fn run(self) {
         let lease_millis = secs_to_millis(self.shared.config.lease_secs);
+        let interval_millis = i64::try_from(self.interval.as_millis()).unwrap_or(i64::MAX);
+        let mut next = self.started_millis.saturating_add(interval_millis);
         loop {
-            sync::sleep_between_renewals(self.interval).await;
-            if self.finalizing.load(Ordering::SeqCst) {
+            // On the layer's own clock, the one the lease is measured in.
+            self.shared.clock.sleep_until(next).await;
+            if self.finalized.load(Ordering::SeqCst) {
                 return;
             }
             let now = self.shared.clock.now_millis();
+            next = now.saturating_add(interval_millis);
             let renewed = self
                 .shared
                 .store
@@ -632,8 +711,8 @@ impl<St: CacheStore> Heartbeat<St> {
                     stats.lease_renewed.fetch_add(1, Ordering::SeqCst);
                     tracing::debug!(event = "idempotency.lease_renewed", key = %self.key.key, generation = self.generation);
                 }
-                // A finalize that started after the check above makes the row terminal: not a loss.
-                Ok(RenewOutcome::Lost) if self.finalizing.load(Ordering::SeqCst) => return,
+                // A finalize that ended after the check above made the row terminal: not a loss.
+                Ok(RenewOutcome::Lost) if self.finalized.load(Ordering::SeqCst) => return,
                 Ok(RenewOutcome::Lost) => {
                     stats.lease_lost.fetch_add(1, Ordering::SeqCst);
                     tracing::warn!(
@@ -733,6 +812,44 @@ fn empty_principal_problem() -> Problem {
         kind: "empty-principal",
         title: "The request's credentials name no one",
         detail: "the authentication layer accepted credentials with an empty principal".into(),
+    }
+}
+
+fn outcome_unknown_problem() -> Problem {
+    Problem {
+        status: StatusCode::CONFLICT,
+        kind: "outcome-unknown",
+        title: "The outcome of the first request with this Idempotency-Key is unknown",
+        detail: "the key is held until its effect is reconciled; it will not run again until then"
+            .into(),
+    }
+}
+
+fn claim_lost_problem() -> Problem {
+    Problem {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        kind: "claim-lost",
+        title: "The request's claim was taken over before its effects committed",
+        detail: "its effects were rolled back; retry with the same key".into(),
+    }
+}
+
+fn commit_unknown_problem() -> Problem {
+    Problem {
+        status: StatusCode::SERVICE_UNAVAILABLE,
+        kind: "commit-unknown",
+        title: "The request's effects and response may or may not have committed",
+        detail: "they committed together or not at all; retry with the same key to learn which"
+            .into(),
+    }
+}
+
+fn effect_held_problem() -> Problem {
+    Problem {
+        status: StatusCode::INTERNAL_SERVER_ERROR,
+        kind: "effect-transaction-held",
+        title: "The handler kept its effect transaction past its response",
+        detail: "its effects were not committed; the handler must drop the transaction before it answers".into(),
     }
 }
 
@@ -948,14 +1065,59 @@ struct ClaimOwner<St> {
     shared: Arc<Shared<St>>,
     key: CacheKey,
     generation: i64,
-    /// Set when the finalize starts: the heartbeat stops renewing from then on.
-    finalizing: Arc<AtomicBool>,
+    /// Set when the inline finalize has ended: the heartbeat has nothing left to keep.
+    finalized: Arc<AtomicBool>,
 }
 
 impl<St: CacheStore> ClaimOwner<St> {
     async fn finalize(&self, write: Write<'_>) -> Finalized {
-        self.finalizing.store(true, Ordering::SeqCst);
-        finalize(&self.shared, &self.key, self.generation, write).await
+        let finalized = finalize(&self.shared, &self.key, self.generation, write).await;
+        self.finalized.store(true, Ordering::SeqCst);
+        finalized
+    }
+
+    /// Rolls back what the handler left in its effect transaction, if anything.
+    async fn abandon(&self, taken: Taken<St::Effect>) {
+        if let Taken::Transaction(effect) = taken {
+            self.shared.store.abandon_effect(effect).await;
+        }
+    }
+
+    /// A 2xx whose effects are in the effect transaction: the success row is written in it and
+    /// both commit at once, before the response is returned; or neither does, and the client is
+    /// told so (503, retry with the same key). No drop guard: a client gone before the commit
+    /// drops the transaction, so its effects never happened and the key is free after its lease.
+    //= specs/idempotency-middleware.md#M1
+    //# The handler runs only for the request that won the atomic claim of its key.
+    async fn finish_success_atomic(
+        self,
+        mut parts: http::response::Parts,
+        body: BoxBody,
+        effect: St::Effect,
+    ) -> Response<LiveBody> {
+        parts
+            .headers
+            .insert(REPLAYED_HEADER, HeaderValue::from_static("false"));
+        let headers = stored_headers(&parts.headers);
+        let capture = capture_up_to_cap(body, self.shared.config.body_bytes_max).await;
+        let record = SuccessRecord {
+            status: parts.status.as_u16(),
+            headers: &headers,
+            body: cached_body(&capture, &self.key, self.shared.config.body_bytes_max),
+        };
+        let finalized =
+            finalize_atomic(&self.shared, &self.key, self.generation, effect, record).await;
+        self.finalized.store(true, Ordering::SeqCst);
+        let retry_after = self.shared.config.retry_after_secs;
+        match finalized {
+            Finalized::Applied => Response::from_parts(parts, LiveBody::after_capture(capture)),
+            Finalized::Lost => claim_lost_problem()
+                .to_response_retry_after(retry_after)
+                .map(LiveBody::full),
+            Finalized::Unknown => commit_unknown_problem()
+                .to_response_retry_after(retry_after)
+                .map(LiveBody::full),
+        }
     }
 
     //= specs/idempotency-middleware.md#M9
@@ -986,7 +1148,7 @@ impl<St: CacheStore> ClaimOwner<St> {
         // or finalize, the guard still finalizes the sentinel.
         let guard = FinalizeGuard::arm(&self, status, headers.clone());
         // Seeded bug (loom only): the guard stops covering the capture and the finalize.
-        #[cfg(feature = "loom")]
+        #[cfg(oncecheck_loom)]
         let guard = if sync::loom_mutation("guard-disarmed-early") {
             guard.disarm();
             FinalizeGuard { armed: None }
@@ -994,19 +1156,7 @@ impl<St: CacheStore> ClaimOwner<St> {
             guard
         };
         let capture = capture_up_to_cap(body, self.shared.config.body_bytes_max).await;
-        //= specs/idempotency-middleware.md#M2
-        //# A cached success holds the complete body, at most the cap, or the too-large sentinel.
-        let cached = match &capture {
-            Capture::Within { data, .. } => CachedBody::Full(data),
-            Capture::Overflow { .. } => {
-                tracing::info!(event = "idempotency.overflow", key = %self.key.key, cap = self.shared.config.body_bytes_max);
-                CachedBody::TooLarge
-            }
-            Capture::Failed { error, .. } => {
-                tracing::warn!(event = "idempotency.body_stream_error", key = %self.key.key, %error);
-                CachedBody::TooLarge
-            }
-        };
+        let cached = cached_body(&capture, &self.key, self.shared.config.body_bytes_max);
         // Awaited before the response returns: whatever the tail does later, the row is terminal.
         self.finalize(Write::Success(SuccessRecord {
             status,
@@ -1068,6 +1218,71 @@ impl<St: CacheStore> ClaimOwner<St> {
     }
 }
 
+/// What a success row caches of a captured body: the body when it ended within the cap, the
+/// sentinel otherwise.
+//= specs/idempotency-middleware.md#M2
+//# A cached success holds the complete body, at most the cap, or the too-large sentinel.
+fn cached_body<'a>(capture: &'a Capture, key: &CacheKey, cap: usize) -> CachedBody<'a> {
+    match capture {
+        Capture::Within { data, .. } => CachedBody::Full(data),
+        Capture::Overflow { .. } => {
+            tracing::info!(event = "idempotency.overflow", key = %key.key, cap);
+            CachedBody::TooLarge
+        }
+        Capture::Failed { error, .. } => {
+            tracing::warn!(event = "idempotency.body_stream_error", key = %key.key, %error);
+            CachedBody::TooLarge
+        }
+    }
+}
+
+/// The atomic finalize: one attempt, the success row and the handler's effects in one commit.
+/// It cannot be retried (an error ends the transaction), so an error is an unknown outcome at
+/// once; the row then stays `processing` (nothing committed) or is the success (both did).
+async fn finalize_atomic<St: CacheStore>(
+    shared: &Shared<St>,
+    key: &CacheKey,
+    generation: i64,
+    effect: St::Effect,
+    record: SuccessRecord<'_>,
+) -> Finalized {
+    let now = shared.clock.now_millis();
+    let budget = Duration::from_millis(shared.config.finalize_budget_ms);
+    let attempt = shared
+        .store
+        .finalize_succeeded_in(effect, key, generation, record, now);
+    let error = match sync::within(budget, attempt).await {
+        Some(Ok(FinalizeOutcome::Applied)) => {
+            shared.stats.finalize_applied.fetch_add(1, Ordering::SeqCst);
+            tracing::debug!(event = "idempotency.finalize_applied", key = %key.key, generation, atomic = true);
+            return Finalized::Applied;
+        }
+        Some(Ok(FinalizeOutcome::Lost)) => {
+            shared.stats.finalize_lost.fetch_add(1, Ordering::SeqCst);
+            tracing::warn!(
+                event = "idempotency.finalize_lost",
+                key = %key.key,
+                generation,
+                atomic = true,
+                "the claim was taken over; the handler's effects were rolled back with the row"
+            );
+            return Finalized::Lost;
+        }
+        Some(Err(error)) => error.to_string(),
+        None => "the commit did not answer within the finalize budget".to_string(),
+    };
+    shared.stats.finalize_unknown.fetch_add(1, Ordering::SeqCst);
+    tracing::warn!(
+        event = "idempotency.finalize_unknown",
+        key = %key.key,
+        generation,
+        atomic = true,
+        %error,
+        "the effects and the row committed together or not at all; a retry with the key learns which"
+    );
+    Finalized::Unknown
+}
+
 /// Finalizes the sentinel if dropped while armed: the client went away after a 2xx, while the
 /// body was being captured or finalized. The handler's effects are committed by then, so the
 /// row must become a terminal success, never stay `processing` (which a lease would hand to a
@@ -1124,13 +1339,25 @@ impl<St: CacheStore> Drop for FinalizeGuard<St> {
                 headers: &armed.headers,
                 body: CachedBody::TooLarge,
             };
-            finalize(
-                &armed.shared,
-                &armed.key,
-                armed.generation,
-                Write::Success(record),
-            )
-            .await;
+            // The guard's finalize keeps the claim's lease like the request's did: the claim is
+            // still this process's until the sentinel is written.
+            let finalized = Arc::new(AtomicBool::new(false));
+            let heartbeat =
+                Heartbeat::for_claim(&armed.shared, &armed.key, armed.generation, &finalized);
+            let work = async {
+                finalize(
+                    &armed.shared,
+                    &armed.key,
+                    armed.generation,
+                    Write::Success(record),
+                )
+                .await;
+                finalized.store(true, Ordering::SeqCst);
+            };
+            match heartbeat {
+                Some(heartbeat) => with_heartbeat(heartbeat, work).await,
+                None => work.await,
+            }
         });
         if !spawned {
             tracing::error!(event = "idempotency.cancel_guard_no_runtime", key = %key, "row stays processing until its lease expires");
@@ -1138,7 +1365,7 @@ impl<St: CacheStore> Drop for FinalizeGuard<St> {
     }
 }
 
-#[cfg(all(test, not(feature = "shuttle"), not(feature = "loom")))]
+#[cfg(all(test, not(oncecheck_shuttle), not(oncecheck_loom)))]
 mod tests {
     use super::*;
     use crate::clock::ManualClock;
@@ -1203,6 +1430,7 @@ mod tests {
             now_millis: 0,
             lease_millis: 1000,
             row_ttl_millis: 10_000,
+            take_over_lapsed: true,
         };
         let ClaimOutcome::Claimed { generation } = store.claim(claim).await.unwrap() else {
             panic!("claimed")
@@ -1225,6 +1453,7 @@ mod tests {
             now_millis: 0,
             lease_millis: 1000,
             row_ttl_millis: 10_000,
+            take_over_lapsed: true,
         };
         assert_eq!(
             futures_util::FutureExt::now_or_never(store.claim(claim))

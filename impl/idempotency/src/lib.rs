@@ -23,19 +23,23 @@
 
 pub mod capture;
 pub mod clock;
+pub mod effect;
 pub mod fingerprint;
 pub mod key;
 pub mod layer;
 pub mod problem;
+pub mod reconcile;
 pub mod store;
 pub mod sync;
 
 pub use capture::{capture_up_to_cap, BoxBody, BoxError, Capture, LiveBody};
 pub use clock::{Clock, ManualClock, SystemClock};
+pub use effect::{EffectError, EffectScope, EffectTransaction};
 #[cfg(feature = "test-seams")]
 pub use layer::Mutation;
 pub use layer::{
     Behaviour, Config, IdempotencyLayer, IdempotencyLayerBuilder, IdempotencyService, Principal,
     StatsSnapshot, BODY_BYTES_MAX_DEFAULT, REPLAYED_HEADER,
 };
+pub use reconcile::{ReconcileHook, ReconcileReport};
 pub use store::{CacheKey, CacheStore, MemoryStore, PostgresStore, SqliteStore};

@@ -12,9 +12,11 @@
 //!   the finalize to the guard's background thread while a duplicate arrives; the handler runs
 //!   once and the row ends the sentinel (M1, M3). Seeded bug `guard-disarmed-early`.
 //!
-//! Run: `cargo test -p oncecheck-idempotency --features loom --test loom`; with `ONCECHECK_LOOM_MUTATION=<bug>` each test whose bug
-//! it is must fail (scripts/red-runs asserts that).
-#![cfg(feature = "loom")]
+//! Run: `ONCECHECK_SYNC=loom cargo test -p oncecheck-idempotency --features loom --test loom`
+//! (without `ONCECHECK_SYNC=loom` the layer keeps std's primitives and this file compiles to
+//! nothing); with `ONCECHECK_LOOM_MUTATION=<bug>` each test whose bug it is must fail
+//! (scripts/red-runs asserts that).
+#![cfg(oncecheck_loom)]
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};
@@ -132,6 +134,7 @@ fn claim(store: &MemoryStore) -> i64 {
         now_millis: 0,
         lease_millis: 1000,
         row_ttl_millis: 10_000,
+        take_over_lapsed: true,
     };
     match loom::future::block_on(store.claim(request)).unwrap() {
         ClaimOutcome::Claimed { generation } => generation,

@@ -386,7 +386,10 @@ async fn one_connection_pool<St: TestStore>(store: St) {
 async fn lease_crossing<St: TestStore>(store: St) {
     let clock = clock();
     let handler = slow_then_fast();
-    let layer = layer_builder(store.clone(), &clock).build();
+    // Without the heartbeat, which would keep the slow claim's lease as the clock moves.
+    let layer = layer_builder(store.clone(), &clock)
+        .without_lease_renewal()
+        .build();
     let app = app(layer.clone(), handler.clone());
     let stale = start_first(&app, &handler).await;
     let in_flight = send(&app, post(Some("k1"), "x")).await;
@@ -443,23 +446,24 @@ async fn wait_for_renewals<St>(
 /// The lease answer (the heartbeat): a handler that runs 45 s of the layer's clock under a
 /// 30 s lease keeps its claim, because the layer renews the lease while it runs. A duplicate
 /// that arrives after the original lease would have run out gets 409, then the replay; the
-/// handler runs once. Fails without the heartbeat (IDEM_BEHAVIOUR=pre-fix has none).
+/// handler runs once. Fails without the heartbeat (IDEM_BEHAVIOUR=pre-fix has none). The
+/// heartbeat waits on the layer's clock: each move past its period makes it beat once.
 //= specs/idempotency-middleware.md#M1
 //# The handler runs only for the request that won the atomic claim of its key.
 async fn heartbeat_outlives_the_lease<St: TestStore>(store: St) {
     let clock = clock();
     let handler = slow_then_fast();
     let layer = layer_builder(store.clone(), &clock)
-        .lease_renew_interval(Duration::from_millis(20))
+        .lease_renew_interval(Duration::from_secs(10))
         .build();
     let app = app(layer.clone(), handler.clone());
     let first = start_first(&app, &handler).await;
-    // 15 s steps, each followed by two renewals, so at least one read the clock after the step:
-    // the lease always ends at least 15 s after the clock's "now".
+    // 15 s steps, each past the 10 s period: one renewal each, read at the clock's new "now",
+    // so the lease always ends 30 s after it.
     for _ in 0..3 {
         let before = layer.stats().lease_renewed;
         clock.advance_secs(15);
-        wait_for_renewals(&layer, before, 2).await;
+        wait_for_renewals(&layer, before, 1).await;
     }
     let duplicate = send(&app, post(Some("k1"), "x")).await;
     assert_eq!(
@@ -489,24 +493,29 @@ async fn heartbeat_stops_with_its_request<St: TestStore>(store: St) {
     let clock = clock();
     let handler = slow_then_fast();
     let layer = layer_builder(store.clone(), &clock)
-        .lease_renew_interval(Duration::from_millis(10))
+        .lease_renew_interval(Duration::from_secs(10))
         .build();
     let app = app(layer.clone(), handler.clone());
-    let settled = |layer: &oncecheck_idempotency::IdempotencyLayer<St>| {
-        let layer = layer.clone();
+    let settled = |layer: &oncecheck_idempotency::IdempotencyLayer<St>, clock: &ManualClock| {
+        let (layer, clock) = (layer.clone(), clock.clone());
         async move {
-            // Quiet for 20 periods: no heartbeat of this layer is beating.
+            // Two periods pass on the layer's clock and no heartbeat of this layer beats (a
+            // beating one renews within milliseconds of the move, the wait is 200 ms).
             let before = layer.stats().lease_renewed;
-            tokio::time::sleep(Duration::from_millis(200)).await;
+            clock.advance_secs(11);
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            clock.advance_secs(11);
+            tokio::time::sleep(Duration::from_millis(100)).await;
             layer.stats().lease_renewed == before
         }
     };
     let dropped = start_first(&app, &handler).await;
-    wait_for_renewals(&layer, 0, 2).await;
+    clock.advance_secs(11);
+    wait_for_renewals(&layer, 0, 1).await;
     dropped.abort();
     let _ = dropped.await;
     assert!(
-        settled(&layer).await,
+        settled(&layer, &clock).await,
         "the dropped request's heartbeat stopped"
     );
     assert_eq!(
@@ -523,7 +532,7 @@ async fn heartbeat_stops_with_its_request<St: TestStore>(store: St) {
         "after the lease a retry took the key over"
     );
     assert!(
-        settled(&layer).await,
+        settled(&layer, &clock).await,
         "the heartbeat stopped when the handler answered"
     );
     assert_eq!(layer.stats().lease_lost, 0);
@@ -553,6 +562,51 @@ async fn without_heartbeat_the_lease_crossing_runs_twice<St: TestStore>(store: S
     let row = store.sole_row().await.expect("a row");
     assert_eq!(row.generation, 2);
     assert_eq!(layer.stats().lease_renewed, 0);
+}
+
+/// The reconcile hook of the fail-closed test: the effect of key k1 happened.
+struct EffectHappened;
+
+impl oncecheck_idempotency::ReconcileHook for EffectHappened {
+    async fn effect_happened(&self, key: &oncecheck_idempotency::CacheKey) -> Option<bool> {
+        Some(key.key == "k1")
+    }
+}
+
+/// Fail closed: a request dropped mid-handler leaves its row processing; once its lease lapsed
+/// the key is held (409 `outcome-unknown`), not re-run, until the reconcile hook says the effect
+/// happened: then the sentinel is replayed. The handler ran once. With the default policy the
+/// same retry runs the handler again (`heartbeat_stops_with_its_request`).
+//= specs/idempotency-middleware.md#M1
+//# The handler runs only for the request that won the atomic claim of its key.
+async fn fail_closed_holds_a_lapsed_key_until_reconciled<St: TestStore>(store: St) {
+    let clock = clock();
+    let handler = slow_then_fast();
+    let layer = layer_builder(store.clone(), &clock).fail_closed().build();
+    let app = app(layer.clone(), handler.clone());
+    let dropped = start_first(&app, &handler).await;
+    dropped.abort();
+    let _ = dropped.await;
+    clock.advance_secs(31);
+    let held = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(held.status, StatusCode::CONFLICT);
+    let problem: serde_json::Value = serde_json::from_slice(&held.data).unwrap();
+    assert!(
+        problem["type"]
+            .as_str()
+            .unwrap()
+            .ends_with("#outcome-unknown"),
+        "{problem}"
+    );
+    assert_eq!(handler.runs(), 1, "the held key was not run again");
+    assert_eq!(layer.unknown_outcomes().await.unwrap().len(), 1);
+    let report = layer.reconcile_unknown(&EffectHappened).await.unwrap();
+    assert_eq!((report.applied, report.still_held), (1, 0));
+    let replay = send(&app, post(Some("k1"), "x")).await;
+    assert_eq!(replay.replayed(), Some("true"));
+    assert_eq!(replay.headers["content-type"], "application/problem+json");
+    assert_eq!(handler.runs(), 1);
+    assert!(layer.unknown_outcomes().await.unwrap().is_empty());
 }
 
 /// A handler whose first run holds its response (3 bytes) until gate 0 is released; later
@@ -750,6 +804,7 @@ on_both_stores! {
     heartbeat_outlives_the_lease: 4,
     heartbeat_stops_with_its_request: 4,
     without_heartbeat_the_lease_crossing_runs_twice: 4,
+    fail_closed_holds_a_lapsed_key_until_reconciled: 4,
     tenant_scoping: 4,
     key_validation: 4,
     routing_and_principals: 4,

@@ -1,9 +1,10 @@
 //! Schedule exploration (shuttle) of the layer over the in-memory store: concurrent duplicates
 //! and the drop guard racing a duplicate. Run with
-//! `cargo test -p oncecheck-idempotency --features shuttle --test shuttle` (the feature swaps the
-//! layer's sync primitives for shuttle's, see src/sync.rs). The seed is printed; rerun a failing
+//! `ONCECHECK_SYNC=shuttle cargo test -p oncecheck-idempotency --features shuttle --test shuttle`
+//! (both swap the layer's sync primitives for shuttle's, see src/sync.rs and build.rs; without
+//! `ONCECHECK_SYNC=shuttle` this file compiles to nothing). The seed is printed; rerun a failing
 //! schedule with SHUTTLE_SEED=<seed>.
-#![cfg(feature = "shuttle")]
+#![cfg(oncecheck_shuttle)]
 
 use bytes::Bytes;
 use http::{Request, Response, StatusCode};

@@ -1139,6 +1139,8 @@ impl DynamoDbStore {
     //= specs/relay-append.md#R1
     //# A puller that stored cursor k has received every op that is or will ever be stored at a seq
     //# <= k.
+    //= specs/relay-append.md#R10
+    //# Every stored op is eventually received by every puller that keeps pulling.
     fn predecessor_check(
         &self,
         stream: &str,

@@ -1,26 +1,27 @@
 //! The one place the store takes its synchronisation primitives from, so a loom or shuttle build
 //! can swap them without touching the backends. Invariant: no backend names `std::sync` directly.
 //!
-//! Under the `loom` feature (tests/loom.rs) `Mutex` is loom's lock around a loom cell, so
-//! loom sees every access to the guarded data: a lock skipped or split shows up as a data race.
+//! In a loom run (cfg `oncecheck_loom`: the `loom` feature and `ONCECHECK_SYNC=loom`, see
+//! build.rs; tests/loom.rs) `Mutex` is loom's lock around a loom cell, so loom sees every access
+//! to the guarded data: a lock skipped or split shows up as a data race.
 
 pub use std::sync::Arc;
-#[cfg(not(feature = "loom"))]
+#[cfg(not(oncecheck_loom))]
 pub use std::sync::{Mutex, MutexGuard};
 
 /// Locks `mutex`, treating poisoning as a bug: a panic while holding a store lock means a
 /// half-applied append, and carrying on would hide it.
-#[cfg(not(feature = "loom"))]
+#[cfg(not(oncecheck_loom))]
 pub fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex
         .lock()
         .expect("a store lock was poisoned: a panic interrupted an append")
 }
 
-#[cfg(feature = "loom")]
+#[cfg(oncecheck_loom)]
 pub use checked::{lock, Mutex, MutexGuard};
 
-#[cfg(feature = "loom")]
+#[cfg(oncecheck_loom)]
 mod checked {
     use std::ops::{Deref, DerefMut};
 

@@ -7,8 +7,9 @@
 //! Seeded bug `unlocked-store` (ONCECHECK_LOOM_MUTATION): the lock is skipped and loom reports
 //! the racing accesses, so this test fails (scripts/red-runs asserts it).
 //!
-//! Run: `cargo test -p oncecheck-store --features loom --test loom`.
-#![cfg(feature = "loom")]
+//! Run: `ONCECHECK_SYNC=loom cargo test -p oncecheck-store --features loom --test loom` (without
+//! `ONCECHECK_SYNC=loom` the store keeps std's primitives and this file compiles to nothing).
+#![cfg(oncecheck_loom)]
 
 use std::future::Future;
 use std::pin::pin;

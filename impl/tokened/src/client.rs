@@ -550,6 +550,8 @@ impl ReliableWriter {
                 // The journal row records this first submission.
                 open.attempts = 1;
             } else {
+                //= specs/tokened-writes.md#T6
+                //# Every client eventually learns its write's outcome within its retries, or gives up and reports what it knows: the outcome it reads back, or that the outcome is unknown.
                 if submitted_now >= self.limits.attempts_max {
                     let outcome = match answers.last() {
                         Some(Answer::InProgress) => Outcome::InProgress,

@@ -168,7 +168,9 @@ fn merge_property(
         )));
     }
     let (found_verdict, absent_verdict) = match first.kind {
-        Kind::Always => (Verdict::Violated, Verdict::Holds),
+        // A liveness property is decided by each shard's own exploration of the whole graph
+        // (it is not split), so its shards agree; it merges as an `always` does.
+        Kind::Always | Kind::Eventually | Kind::LeadsTo => (Verdict::Violated, Verdict::Holds),
         Kind::Sometimes => (Verdict::Reached, Verdict::Unreached),
     };
     let found = shards
@@ -178,12 +180,10 @@ fn merge_property(
         .min_by_key(|property| property.trace.as_ref().map_or(usize::MAX, Vec::len));
     let mut merged = first.clone();
     match found {
-        Some(property) => {
-            merged.verdict = found_verdict;
-            merged.trace = property.trace.clone();
-        }
+        Some(property) => merged = (*property).clone(),
         None => {
             merged.trace = None;
+            merged.lasso_start = None;
             merged.verdict = if shards
                 .iter()
                 .all(|property| property.verdict == absent_verdict)

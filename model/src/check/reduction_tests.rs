@@ -70,7 +70,7 @@ fn symmetry_keeps_every_verdict_and_trace_length_of_every_relay_variant() {
         };
         let counts = compare(variant, || model::<RelayModel>(variant, lost));
         if *variant == "fixed" {
-            assert_eq!(counts, (105_119, 52_743));
+            assert_eq!(counts, (59_658, 29_924));
         }
         compare(variant, || {
             let pullers = [("pullers", 2), ("pulls_per_puller", 2)];

@@ -18,11 +18,16 @@ fn stored_json(stored: Stored) -> Json {
     word(stored)
 }
 
+fn received_json(received: Received) -> Json {
+    json!({ "head": received.head, "tail": received.tail })
+}
+
 fn answer_json(answer: Answer) -> Json {
     match answer {
-        Answer::Fresh { success, live } => {
-            variant("Fresh", json!({ "success": success, "live": word(live) }))
-        }
+        Answer::Fresh { success, received } => variant(
+            "Fresh",
+            json!({ "success": success, "received": received_json(received) }),
+        ),
         Answer::Replay {
             stored,
             marked,
@@ -39,6 +44,9 @@ fn answer_json(answer: Answer) -> Json {
             variant("Mismatch", json!({ "row_expired": row_expired }))
         }
         Answer::Unavailable => variant("Unavailable", unit()),
+        Answer::OutcomeUnknown { row_expired } => {
+            variant("OutcomeUnknown", json!({ "row_expired": row_expired }))
+        }
     }
 }
 
@@ -70,7 +78,7 @@ fn stage_json(stage: Stage) -> Json {
             generation,
             outcome,
             write,
-            live,
+            received,
             attempts,
         } => variant(
             "Finalizing",
@@ -78,11 +86,17 @@ fn stage_json(stage: Stage) -> Json {
                 "generation": int(generation.into()),
                 "outcome": word(outcome),
                 "write": write_json(write),
-                "live": word(live),
+                "received": received_json(received),
                 "attempts": int(attempts.into()),
             }),
         ),
-        Stage::Streaming => variant("Streaming", unit()),
+        Stage::Streaming {
+            generation,
+            received,
+        } => variant(
+            "Streaming",
+            json!({ "generation": int(generation.into()), "received": received_json(received) }),
+        ),
         Stage::Guarding {
             generation,
             attempts,
@@ -197,6 +211,7 @@ impl TraceEncoding for IdempotencyModel {
         "result",
         "at",
         "in_flight_commits",
+        "applied",
     ];
     const VARS: &'static [&'static str] =
         &["now", "row", "clients", "generations", "budget", "history"];
@@ -232,7 +247,12 @@ impl TraceEncoding for IdempotencyModel {
                 "claimed_over": by_generation(&history.claimed_over, |seen| word(*seen)),
                 "ran_with": by_generation(&history.ran_with, |fingerprint| word(*fingerprint)),
                 "handler": by_generation(&history.handler, |outcome| word(*outcome)),
-                "delivered": by_generation(&history.delivered, |live| word(*live)),
+                "effects": Json::Array(history.effects.iter().map(|generation| int((*generation).into())).collect()),
+                "delivered": by_generation(&history.delivered, |received| received_json(*received)),
+                "written": Json::Array(history.written.iter().map(|(generation, stored)| {
+                    json!({ "generation": int((*generation).into()), "stored": stored_json(*stored) })
+                }).collect()),
+                "finalize_errors": by_generation(&history.finalize_errors, |errors| int((*errors).into())),
                 "ended": by_generation(&history.ended, |ending| word(*ending)),
                 "lifetime_start": int(history.lifetime_start.into()),
             }),
@@ -310,6 +330,10 @@ impl TraceEncoding for IdempotencyModel {
                 client_pick(&mut picks, client);
                 "ProcessDies"
             }
+            Action::ReconcilerResolves { applied } => {
+                picks.insert("applied".into(), Json::Bool(applied));
+                "ReconcilerResolves"
+            }
         };
         (name.to_string(), picks)
     }
@@ -360,9 +384,10 @@ impl TraceEncoding for IdempotencyModel {
             "CleanupPurges" => Action::CleanupPurges,
             "ProcessStalls" => Action::ProcessStalls { client: client()? },
             "ProcessDies" => Action::ProcessDies { client: client()? },
+            "ReconcilerResolves" => Action::ReconcilerResolves { applied: pick_bool(picks, "applied")? },
             other => {
                 return Err(format!(
-                    "unknown action `{other}` (valid: ClientSends, MiddlewareClaims, MiddlewareClaimFails, MiddlewareReadsRow, HandlerResponds, MiddlewareCaptures, MiddlewareFinalizes, TailStreams, ClientCancels, DropGuardFinalizes, ClockTicks, CleanupPurges, ProcessStalls, ProcessDies)"
+                    "unknown action `{other}` (valid: ClientSends, MiddlewareClaims, MiddlewareClaimFails, MiddlewareReadsRow, HandlerResponds, MiddlewareCaptures, MiddlewareFinalizes, TailStreams, ClientCancels, DropGuardFinalizes, ClockTicks, CleanupPurges, ProcessStalls, ProcessDies, ReconcilerResolves)"
                 ))
             }
         })

@@ -9,13 +9,21 @@
 //!   empty body (cached and sent), a finalize error that empties the live body, no drop guard,
 //!   one finalize attempt, a finalize conditional on the key only, and row expiry decided by the
 //!   hourly cleanup job instead of at read time (the "dead but blocking" key).
-//! - `fixed`: the terminal rule, frame capture, the drop guard, three finalize attempts and
+//! - `fixed`: the terminal rule, frame capture, the drop guard, five finalize attempts and
 //!   read-time expiry, with the finalize still conditional on the key only.
 //! - `fenced`: `fixed` plus generation fencing; the lease crossing (a handler slower than its
 //!   lease runs twice) is still possible.
 //! - `renewed`: `fenced` plus the lease heartbeat: while some finalizer of the claim is pending
 //!   (the handler, the capture, the inline finalize or the drop guard's), the lease is renewed
 //!   before it lapses; a stalled or dead process stops renewing.
+//! - `atomic`: `renewed` for a handler whose effects live in the cache's database: they commit
+//!   with the success row in one transaction (one attempt; a client gone before it, a dead
+//!   process, a finalize that finds the claim taken over or fails commit nothing), so the
+//!   effects are recorded at that commit, not when the handler answers; no drop guard.
+//! - `fail-closed`: `renewed` whose claim never takes over a processing row whose lease lapsed:
+//!   its outcome is unknown, so the key is held (409 `outcome-unknown`) until the reconciler (the
+//!   handler's own "did my effect happen?", or an operator) resolves it once no process works on
+//!   that claim any more: the sentinel if its effects happened, `failed` if not.
 //!
 //! Invariants of the model itself: deterministic (ordered collections only), every action is one
 //! actor's verb, and the properties read only the protocol's own state and the record of what
@@ -30,25 +38,29 @@
 //! row's time to live (24 h) is far beyond any handler.
 
 mod encoding;
+mod liveness;
 mod properties;
 mod scale;
 mod spec;
 #[cfg(test)]
 mod tests;
+mod words;
 
 pub use encoding::{result_name, row_json};
+pub use liveness::M11_ANSWERED;
 pub use properties::*;
 pub use spec::*;
 
 use crate::check::Bounds;
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 /// Ticks a claim's lease lasts (renewed by the heartbeat in `renewed`).
 pub const LEASE_TICKS: u8 = 1;
 /// Ticks a row lives from its claim (`expires_at`).
 pub const ROW_TTL_TICKS: u8 = 2;
-/// The layer's finalize attempts (`finalize_attempts_max` in impl/idempotency/src/layer.rs).
-pub const FINALIZE_ATTEMPTS_MAX: u8 = 3;
+/// The layer's finalize attempts (`finalize_attempts_max`'s default in
+/// impl/idempotency/src/layer.rs, which the replay checks it equals).
+pub const FINALIZE_ATTEMPTS_MAX: u8 = 5;
 /// SQLite's claim loop (`CLAIM_ATTEMPTS_MAX` in impl/idempotency/src/store/mod.rs).
 pub const CLAIM_ATTEMPTS_MAX: u8 = 3;
 
@@ -113,6 +125,11 @@ impl Outcome {
         matches!(self, Outcome::OkUnder | Outcome::OkAtCap)
     }
 
+    /// Whether the handler's body has bytes past the cap (a 2xx's or a non-2xx's).
+    pub fn has_tail(self) -> bool {
+        self.overflows() || self == Outcome::FailFarOver
+    }
+
     /// Whether the fixed capture streams a tail after the finalize (the body passed the cap).
     pub fn overflows(self) -> bool {
         matches!(
@@ -165,13 +182,37 @@ impl Write {
     }
 }
 
-/// The body a first client received.
+/// Which parts of its handler's body a first client received, as the steps that put them on the
+/// wire sent them: the frames up to the cap (with the response head; for a body that ends
+/// within the cap, all of it) and the frames past the cap (the over-cap tail, streamed after the
+/// finalize, or sent at once by a layer that reads the whole body). The properties compare it
+/// with the handler's outcome ([`Received::exactly`]), never with what the layer meant to send.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Live {
-    /// Exactly the handler's frames (its error and trailers included).
-    Exact,
-    /// An empty body substituted for the handler's.
-    Empty,
+pub struct Received {
+    pub head: bool,
+    pub tail: bool,
+}
+
+impl Received {
+    /// Nothing of the handler's body: an empty body stood in for it.
+    pub const NOTHING: Received = Received {
+        head: false,
+        tail: false,
+    };
+
+    /// Exactly the handler's frames, computed from its outcome alone: every part its body has.
+    pub fn exactly(outcome: Outcome) -> Received {
+        Received {
+            head: true,
+            tail: outcome.has_tail(),
+        }
+    }
+
+    /// The handler's frames up to the cap, nothing past it yet.
+    pub const HEAD: Received = Received {
+        head: true,
+        tail: false,
+    };
 }
 
 /// What a claim found in the row, decided from the row and the clock alone (the same in every
@@ -185,7 +226,7 @@ pub enum Seen {
     OtherFingerprint,
     /// Processing under a live lease.
     LiveLease,
-    /// Processing, its lease lapsed.
+    /// Processing, its lease lapsed (in `fail-closed`: its outcome is unknown).
     LeaseLapsed,
     Failed,
     Succeeded,
@@ -206,7 +247,7 @@ impl Seen {
 pub enum Answer {
     Fresh {
         success: bool,
-        live: Live,
+        received: Received,
     },
     Replay {
         stored: Stored,
@@ -222,8 +263,13 @@ pub enum Answer {
     Mismatch {
         row_expired: bool,
     },
-    /// 503: the claim answered with a database error; the handler did not run.
+    /// 503: the claim answered with a database error, so the handler did not run; or (`atomic`)
+    /// the commit of the handler's effects did not happen or its outcome is unknown.
     Unavailable,
+    /// 409 `outcome-unknown` (`fail-closed`): a processing row whose lease lapsed.
+    OutcomeUnknown {
+        row_expired: bool,
+    },
 }
 
 /// How a claim's finalizing ended: the layer's own events and the environment's.
@@ -239,6 +285,8 @@ pub enum Ending {
     Cancelled,
     /// The process died.
     Died,
+    /// The reconciler resolved the claim's unknown outcome (`fail-closed`).
+    Reconciled,
 }
 
 /// Where a client's request is. Every variant but `Ready`, `Guarding`, `Done` and `Gone` is an
@@ -263,16 +311,20 @@ pub enum Stage {
         generation: u8,
         outcome: Outcome,
     },
-    /// A finalize is in flight; `attempts` made before this one.
+    /// A finalize is in flight; `attempts` made before this one. `received`: what the client
+    /// will have been sent with the response head.
     Finalizing {
         generation: u8,
         outcome: Outcome,
         write: Write,
-        live: Live,
+        received: Received,
         attempts: u8,
     },
-    /// The response was returned; its over-cap tail is still streaming.
-    Streaming,
+    /// The response was returned with `received`; its over-cap tail is still streaming.
+    Streaming {
+        generation: u8,
+        received: Received,
+    },
     /// The client went away after a 2xx; the drop guard's finalize is in flight.
     Guarding {
         generation: u8,
@@ -335,10 +387,17 @@ pub struct History {
     pub claimed_over: BTreeMap<u8, Seen>,
     /// The fingerprint each generation's handler ran with.
     pub ran_with: BTreeMap<u8, Fingerprint>,
-    /// How each generation's handler answered; a 2xx committed its effects.
+    /// How each generation's handler answered.
     pub handler: BTreeMap<u8, Outcome>,
-    /// What each generation's first client received.
-    pub delivered: BTreeMap<u8, Live>,
+    /// The generations whose handler's effects committed: when the handler answers a 2xx, or
+    /// (`atomic`) when the transaction carrying them and the success row commits.
+    pub effects: BTreeSet<u8>,
+    /// What each generation's first client received, once its response ended.
+    pub delivered: BTreeMap<u8, Received>,
+    /// The success bodies each generation wrote to the table (a replay serves one of them).
+    pub written: BTreeSet<(u8, Stored)>,
+    /// Finalize statements of each generation (inline and the drop guard's) answered an error.
+    pub finalize_errors: BTreeMap<u8, u8>,
     /// How each claim's finalizing ended (inline or through the drop guard).
     pub ended: BTreeMap<u8, Ending>,
     /// The generation whose claim began the key's current lifetime (took an absent or expired row).
@@ -392,7 +451,7 @@ impl Stage {
             Stage::Running { .. } => Some(AwaitPoint::Handler),
             Stage::Capturing { .. } => Some(AwaitPoint::Capture),
             Stage::Finalizing { .. } => Some(AwaitPoint::Finalize),
-            Stage::Streaming => Some(AwaitPoint::Tail),
+            Stage::Streaming { .. } => Some(AwaitPoint::Tail),
             _ => None,
         }
     }
@@ -466,6 +525,11 @@ pub enum Action {
     ProcessDies {
         client: usize,
     },
+    /// `fail-closed`: the reconciler answers whether the effects of the row's claim happened
+    /// (truthfully: its check reads the effect's own system) and resolves the row.
+    ReconcilerResolves {
+        applied: bool,
+    },
 }
 
 /// A seeded bug in one protocol step of the `renewed` middleware, for tests that show a
@@ -499,6 +563,20 @@ pub enum Mutation {
     /// The heartbeat renews only while the handler runs, not through the capture and the
     /// finalizers (M1).
     HeartbeatStopsAtResponse,
+    /// The response head of an over-cap body goes out with an empty body; the tail follows (M7).
+    OverCapLiveEmptied,
+    /// A sentinel row is replayed as if it held the full body (M4).
+    SentinelReplayedFull,
+    /// The finalize gives up after its first error instead of its attempts (M3).
+    FinalizeGivesUpEarly,
+    /// `atomic`: the handler's effects commit when it answers, apart from the finalize (M1).
+    AtomicEffectsCommitAtResponse,
+    /// `fail-closed`: the reconciler resolves a claim whose process still works on it (M1).
+    ReconcilerDoesNotWait,
+    /// The heartbeat is a task of its own that only a finalize stops: a request cancelled before
+    /// its finalize (a cancelled handler, which no drop guard covers) leaves it renewing the
+    /// claim forever, so the key is never released (M11).
+    HeartbeatDetached,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -507,6 +585,8 @@ pub(crate) enum Variant {
     Fixed,
     Fenced,
     Renewed,
+    Atomic,
+    FailClosed,
 }
 
 pub struct IdempotencyModel {
@@ -539,17 +619,42 @@ impl IdempotencyModel {
         }
     }
 
+    /// The attempts one finalizer makes before it reports the outcome unknown.
+    fn attempts_of_one_finalize(&self) -> u8 {
+        if self.mutated(Mutation::FinalizeGivesUpEarly) {
+            1
+        } else {
+            self.attempts()
+        }
+    }
+
     fn fenced(&self) -> bool {
-        matches!(self.variant, Variant::Fenced | Variant::Renewed)
+        !matches!(self.variant, Variant::PreFix | Variant::Fixed)
             && !self.mutated(Mutation::FinalizeUnfenced)
     }
 
+    /// The drop guard finalizes the sentinel for a client gone after a 2xx. `atomic` has none:
+    /// its effects are not committed before its finalize, and roll back without it.
     fn has_guard(&self) -> bool {
-        self.variant != Variant::PreFix && !self.mutated(Mutation::NoDropGuard)
+        !matches!(self.variant, Variant::PreFix | Variant::Atomic)
+            && !self.mutated(Mutation::NoDropGuard)
     }
 
-    fn heartbeat(&self) -> bool {
-        self.variant == Variant::Renewed
+    pub(crate) fn heartbeat(&self) -> bool {
+        matches!(
+            self.variant,
+            Variant::Renewed | Variant::Atomic | Variant::FailClosed
+        )
+    }
+
+    /// The handler's effects commit with the success row (`atomic`).
+    pub(crate) fn atomic(&self) -> bool {
+        self.variant == Variant::Atomic
+    }
+
+    /// A processing row whose lease lapsed is held, not taken over (`fail-closed`).
+    pub(crate) fn fail_closed(&self) -> bool {
+        self.variant == Variant::FailClosed
     }
 
     /// Expiry decided at read time (#1194's fix) rather than by the cleanup job.
@@ -585,6 +690,7 @@ impl IdempotencyModel {
             Seen::OtherFingerprint => self.mutated(Mutation::ClaimIgnoresFingerprint),
             Seen::LiveLease => self.mutated(Mutation::ClaimIgnoresLease),
             Seen::Succeeded => self.mutated(Mutation::ClaimTakesSucceeded),
+            Seen::LeaseLapsed if self.fail_closed() => false,
             other => other.claimable(),
         }
     }
@@ -602,11 +708,17 @@ impl IdempotencyModel {
         match seen {
             Seen::OtherFingerprint => Some(Answer::Mismatch { row_expired }),
             Seen::LiveLease => Some(Answer::Conflict { row_expired }),
+            Seen::LeaseLapsed if self.fail_closed() => Some(Answer::OutcomeUnknown { row_expired }),
             Seen::Succeeded => {
                 let RowStatus::Succeeded { stored, origin } = row_ref.status else {
                     return None;
                 };
                 let marked = !self.mutated(Mutation::ReplayUnmarked);
+                let stored = if self.mutated(Mutation::SentinelReplayedFull) {
+                    Stored::Full
+                } else {
+                    stored
+                };
                 Some(Answer::Replay {
                     stored,
                     marked,
@@ -629,46 +741,60 @@ impl IdempotencyModel {
         }
     }
 
-    /// What the middleware writes and sends once the body is read.
-    fn capture(&self, outcome: Outcome) -> (Write, Live) {
+    /// What the middleware writes, and sends with the response head, once the body is read.
+    fn capture(&self, outcome: Outcome) -> (Write, Received) {
         if !outcome.is_success() {
-            let live = match (self.variant, outcome) {
+            let received = match (self.variant, outcome) {
                 // Bug c: the non-2xx arm also used the capped to_bytes, empty on error.
-                (Variant::PreFix, Outcome::FailFarOver) => Live::Empty,
-                _ => Live::Exact,
+                (Variant::PreFix, Outcome::FailFarOver) => Received::NOTHING,
+                // Passed through as it is: every frame.
+                _ => Received::exactly(outcome),
             };
             let write = if self.mutated(Mutation::CacheNonSuccess) {
                 Write::Succeeded(Stored::Full)
             } else {
                 Write::Failed
             };
-            return (write, live);
+            return (write, received);
         }
         match self.variant {
             Variant::PreFix => match outcome {
                 Outcome::OkUnder | Outcome::OkAtCap => {
-                    (Write::Succeeded(Stored::Full), Live::Exact)
+                    (Write::Succeeded(Stored::Full), Received::exactly(outcome))
                 }
-                // to_bytes(cap + 1) succeeds on exactly cap + 1 bytes: the sentinel.
-                Outcome::OkOneOver => (Write::Succeeded(Stored::Sentinel), Live::Exact),
+                // to_bytes(cap + 1) succeeds on exactly cap + 1 bytes: the sentinel, and every
+                // byte sent at once.
+                Outcome::OkOneOver => (
+                    Write::Succeeded(Stored::Sentinel),
+                    Received::exactly(outcome),
+                ),
                 // Bug a: anything else errs and becomes an empty body, cached and sent.
-                _ => (Write::Succeeded(Stored::Empty), Live::Empty),
+                _ => (Write::Succeeded(Stored::Empty), Received::NOTHING),
             },
             _ => match outcome {
                 Outcome::OkUnder | Outcome::OkAtCap => {
-                    (Write::Succeeded(Stored::Full), Live::Exact)
+                    (Write::Succeeded(Stored::Full), Received::exactly(outcome))
                 }
                 Outcome::OkErrorBeforeCap | Outcome::OkErrorAfterCap
                     if self.mutated(Mutation::BodyErrorFinalizesFailed) =>
                 {
-                    (Write::Failed, Live::Exact)
+                    (Write::Failed, Received::exactly(outcome))
                 }
                 Outcome::OkOneOver | Outcome::OkFarOver
                     if self.mutated(Mutation::CaptureTruncates) =>
                 {
-                    (Write::Succeeded(Stored::Full), Live::Exact)
+                    (Write::Succeeded(Stored::Full), Received::HEAD)
                 }
-                _ => (Write::Succeeded(Stored::Sentinel), Live::Exact),
+                // The frames up to the cap go with the head; the tail streams after the finalize.
+                _ if outcome.overflows() && self.mutated(Mutation::OverCapLiveEmptied) => {
+                    (Write::Succeeded(Stored::Sentinel), Received::NOTHING)
+                }
+                _ if outcome.overflows() => (Write::Succeeded(Stored::Sentinel), Received::HEAD),
+                // A body that failed before the cap: its frames and its error, all sent.
+                _ => (
+                    Write::Succeeded(Stored::Sentinel),
+                    Received::exactly(outcome),
+                ),
             },
         }
     }
@@ -677,6 +803,9 @@ impl IdempotencyModel {
         let Some(row) = state.row.as_mut() else {
             return;
         };
+        if let Write::Succeeded(stored) = write {
+            state.history.written.insert((generation, stored));
+        }
         row.status = match write {
             Write::Succeeded(stored) => RowStatus::Succeeded {
                 stored,
@@ -693,27 +822,30 @@ impl IdempotencyModel {
         client: usize,
         generation: u8,
         outcome: Outcome,
-        live: Live,
+        received: Received,
         ending: Ending,
     ) {
         state.history.ended.insert(generation, ending);
-        let live = if ending == Ending::Unknown
+        let received = if ending == Ending::Unknown
             && outcome.is_success()
             // Bug b (pre-fix): the live body is swapped for an empty one.
             && (self.variant == Variant::PreFix || self.mutated(Mutation::UnknownFinalizeEmptiesBody))
         {
-            Live::Empty
+            Received::NOTHING
         } else {
-            live
+            received
         };
-        state.history.delivered.insert(generation, live);
         state.clients[client].stage =
             if self.variant != Variant::PreFix && outcome.is_success() && outcome.overflows() {
-                Stage::Streaming
+                Stage::Streaming {
+                    generation,
+                    received,
+                }
             } else {
+                state.history.delivered.insert(generation, received);
                 Stage::Done(Answer::Fresh {
                     success: outcome.is_success(),
-                    live,
+                    received,
                 })
             };
     }
@@ -783,19 +915,102 @@ impl IdempotencyModel {
         };
     }
 
+    /// The atomic finalize (`atomic`, a 2xx): one attempt that commits the success row and the
+    /// handler's effects together, or neither. The client gets the response only once both
+    /// committed; otherwise 503 (retry with the key).
+    fn finalize_atomic(
+        &self,
+        mut state: IdempotencyState,
+        client: usize,
+        result: DbResult,
+    ) -> Option<IdempotencyState> {
+        let Stage::Finalizing {
+            generation,
+            outcome,
+            write,
+            received,
+            ..
+        } = state.clients[client].stage
+        else {
+            return None;
+        };
+        let applies = self.finalize_applies(state.row.as_ref(), generation);
+        let committed = match result {
+            DbResult::Matched | DbResult::NoRowMatched => {
+                if (result == DbResult::Matched) != applies {
+                    return None;
+                }
+                applies
+            }
+            DbResult::Error { committed } => {
+                state.budget.finalize_faults -= 1;
+                *state.history.finalize_errors.entry(generation).or_default() += 1;
+                committed && applies
+            }
+        };
+        if committed {
+            Self::apply_write(&mut state, generation, write);
+            state.history.effects.insert(generation);
+        }
+        match result {
+            DbResult::Matched => self.after_finalize(
+                &mut state,
+                client,
+                generation,
+                outcome,
+                received,
+                Ending::Applied,
+            ),
+            DbResult::NoRowMatched => {
+                state.history.ended.insert(generation, Ending::Lost);
+                state.clients[client].stage = Stage::Done(Answer::Unavailable);
+            }
+            DbResult::Error { .. } => {
+                state.history.ended.insert(generation, Ending::Unknown);
+                state.clients[client].stage = Stage::Done(Answer::Unavailable);
+            }
+        }
+        Some(state)
+    }
+
+    /// Whether the reconciler may resolve the row (`fail-closed`): processing, its lease lapsed,
+    /// not expired, and no process works on its claim any more (a stalled one may still commit,
+    /// so the answer would not be final: the reconciler's contract waits for the attempt to be over).
+    fn reconcilable(&self, state: &IdempotencyState) -> bool {
+        let Some(row) = state.row else { return false };
+        self.fail_closed()
+            && row.status == RowStatus::Processing
+            && row.lease_expires_at <= state.now
+            && row.expires_at > state.now
+            && (self.mutated(Mutation::ReconcilerDoesNotWait)
+                || state
+                    .clients
+                    .iter()
+                    .all(|client| client.stage.working_on() != Some(row.generation)))
+    }
+
     /// Whether the clock may tick: never to the row expiry of a claim whose process is still
     /// working on it, unless the process stalled (a handler never outlives the 24 h row).
     fn may_tick(&self, state: &IdempotencyState) -> bool {
-        if state.budget.ticks == 0 {
-            return false;
-        }
-        let Some(row) = state.row else { return true };
+        state.budget.ticks > 0 && !self.clock_held(state)
+    }
+
+    /// The clock may not tick to the row expiry of a claim a process still works on.
+    fn clock_held(&self, state: &IdempotencyState) -> bool {
+        let Some(row) = state.row else { return false };
         let protected = row.status == RowStatus::Processing
-            && state
-                .clients
-                .iter()
-                .any(|client| client.stage.working_on() == Some(row.generation) && !client.stalled);
-        !(protected && row.expires_at <= state.now + 1)
+            && (state.clients.iter().any(|client| {
+                client.stage.working_on() == Some(row.generation) && !client.stalled
+            }) || self.detached_heartbeat_renews(state, row.generation));
+        protected && row.expires_at <= state.now + 1
+    }
+
+    /// Under [`Mutation::HeartbeatDetached`]: the claim of `generation` was taken by a request
+    /// (its heartbeat started) and no finalize or death has ended it, so its heartbeat still runs.
+    fn detached_heartbeat_renews(&self, state: &IdempotencyState, generation: u8) -> bool {
+        self.mutated(Mutation::HeartbeatDetached)
+            && state.history.ran_with.contains_key(&generation)
+            && !state.history.ended.contains_key(&generation)
     }
 
     /// The heartbeat renews the row's lease within the tick: conditional on key, generation
@@ -822,6 +1037,12 @@ impl IdempotencyModel {
                 };
                 renews && !client.stalled
             });
+        let (generation, processing) = (row.generation, row.status == RowStatus::Processing);
+        let renewing =
+            renewing || (processing && self.detached_heartbeat_renews(state, generation));
+        let Some(row) = state.row.as_mut() else {
+            return;
+        };
         if renewing {
             row.lease_expires_at = now + LEASE_TICKS;
         }
@@ -911,7 +1132,7 @@ impl stateright::Model for IdempotencyModel {
                         actions.push(Action::MiddlewareFinalizes { client, result });
                     }
                 }
-                Stage::Streaming => actions.push(Action::TailStreams { client }),
+                Stage::Streaming { .. } => actions.push(Action::TailStreams { client }),
                 Stage::Guarding { generation, .. } => {
                     for result in self.finalize_results(state, generation) {
                         actions.push(Action::DropGuardFinalizes { client, result });
@@ -952,6 +1173,12 @@ impl stateright::Model for IdempotencyModel {
         if self.may_tick(state) {
             actions.push(Action::ClockTicks);
         }
+        if self.reconcilable(state) {
+            let applied = state
+                .row
+                .is_some_and(|row| state.history.effects.contains(&row.generation));
+            actions.push(Action::ReconcilerResolves { applied });
+        }
         if !self.read_time_expiry() && state.row.is_some_and(|row| row.expires_at <= state.now) {
             actions.push(Action::CleanupPurges);
         }
@@ -986,13 +1213,20 @@ impl stateright::Model for IdempotencyModel {
                     return None;
                 };
                 state.history.handler.insert(generation, outcome);
+                // A 2xx means the handler committed its effects, unless they wait for the
+                // finalize's commit (`atomic`).
+                if outcome.is_success()
+                    && (!self.atomic() || self.mutated(Mutation::AtomicEffectsCommitAtResponse))
+                {
+                    state.history.effects.insert(generation);
+                }
                 state.clients[client].stage = if outcome == Outcome::HandlerError {
                     // No response to capture: the layer finalizes failed and returns the error.
                     Stage::Finalizing {
                         generation,
                         outcome,
                         write: Write::Failed,
-                        live: Live::Exact,
+                        received: Received::exactly(outcome),
                         attempts: 0,
                     }
                 } else {
@@ -1010,19 +1244,19 @@ impl stateright::Model for IdempotencyModel {
                 else {
                     return None;
                 };
-                let (write, live) = self.capture(outcome);
+                let (write, received) = self.capture(outcome);
                 if !outcome.is_success() && self.mutated(Mutation::NonSuccessNotFinalized) {
-                    state.history.delivered.insert(generation, live);
+                    state.history.delivered.insert(generation, received);
                     state.clients[client].stage = Stage::Done(Answer::Fresh {
                         success: false,
-                        live,
+                        received,
                     });
                 } else {
                     state.clients[client].stage = Stage::Finalizing {
                         generation,
                         outcome,
                         write,
-                        live,
+                        received,
                         attempts: 0,
                     };
                 }
@@ -1032,13 +1266,16 @@ impl stateright::Model for IdempotencyModel {
                     generation,
                     outcome,
                     write,
-                    live,
+                    received,
                     attempts,
                 } = state.clients[client].stage
                 else {
                     return None;
                 };
                 let applies = self.finalize_applies(state.row.as_ref(), generation);
+                if self.atomic() && outcome.is_success() {
+                    return self.finalize_atomic(state, client, result);
+                }
                 match result {
                     DbResult::Matched | DbResult::NoRowMatched => {
                         if (result == DbResult::Matched) != applies {
@@ -1052,19 +1289,22 @@ impl stateright::Model for IdempotencyModel {
                         } else {
                             Ending::Lost
                         };
-                        self.after_finalize(&mut state, client, generation, outcome, live, ending);
+                        self.after_finalize(
+                            &mut state, client, generation, outcome, received, ending,
+                        );
                     }
                     DbResult::Error { committed } => {
                         state.budget.finalize_faults -= 1;
+                        *state.history.finalize_errors.entry(generation).or_default() += 1;
                         if committed && applies {
                             Self::apply_write(&mut state, generation, write);
                         }
-                        if attempts + 1 < self.attempts() {
+                        if attempts + 1 < self.attempts_of_one_finalize() {
                             state.clients[client].stage = Stage::Finalizing {
                                 generation,
                                 outcome,
                                 write,
-                                live,
+                                received,
                                 attempts: attempts + 1,
                             };
                         } else {
@@ -1073,7 +1313,7 @@ impl stateright::Model for IdempotencyModel {
                                 client,
                                 generation,
                                 outcome,
-                                live,
+                                received,
                                 Ending::Unknown,
                             );
                         }
@@ -1081,9 +1321,22 @@ impl stateright::Model for IdempotencyModel {
                 }
             }
             Action::TailStreams { client } => {
+                let Stage::Streaming {
+                    generation,
+                    received,
+                } = state.clients[client].stage
+                else {
+                    return None;
+                };
+                // The tail's frames follow whatever went out with the head.
+                let received = Received {
+                    tail: true,
+                    ..received
+                };
+                state.history.delivered.insert(generation, received);
                 state.clients[client].stage = Stage::Done(Answer::Fresh {
                     success: true,
-                    live: Live::Exact,
+                    received,
                 });
             }
             Action::ClientCancels {
@@ -1097,11 +1350,17 @@ impl stateright::Model for IdempotencyModel {
                     return None;
                 }
                 if let Stage::Finalizing {
-                    generation, write, ..
+                    generation,
+                    write,
+                    outcome,
+                    ..
                 } = stage
                 {
                     if in_flight_commits && self.finalize_applies(state.row.as_ref(), generation) {
                         Self::apply_write(&mut state, generation, write);
+                        if self.atomic() && outcome.is_success() {
+                            state.history.effects.insert(generation);
+                        }
                     }
                 }
                 let after_success = match stage {
@@ -1122,7 +1381,9 @@ impl stateright::Model for IdempotencyModel {
                         generation,
                         attempts: 0,
                     },
-                    Some((generation, false)) => {
+                    // A non-2xx (no guard covers it), or a 2xx without a guard: the client's
+                    // request is gone, and with it (`atomic`) the uncommitted effects.
+                    Some((generation, _)) => {
                         state.history.ended.insert(generation, Ending::Cancelled);
                         Stage::Gone
                     }
@@ -1155,10 +1416,11 @@ impl stateright::Model for IdempotencyModel {
                     }
                     DbResult::Error { committed } => {
                         state.budget.finalize_faults -= 1;
+                        *state.history.finalize_errors.entry(generation).or_default() += 1;
                         if committed && applies {
                             Self::apply_write(&mut state, generation, write);
                         }
-                        (attempts + 1 >= self.attempts()).then_some(Ending::Unknown)
+                        (attempts + 1 >= self.attempts_of_one_finalize()).then_some(Ending::Unknown)
                     }
                 };
                 state.clients[client].stage = match ending {
@@ -1187,6 +1449,21 @@ impl stateright::Model for IdempotencyModel {
                 let generation = state.clients[client].stage.working_on()?;
                 state.history.ended.insert(generation, Ending::Died);
                 state.clients[client].stage = Stage::Gone;
+            }
+            Action::ReconcilerResolves { applied } => {
+                let row = state.row.as_mut()?;
+                let generation = row.generation;
+                if applied != state.history.effects.contains(&generation) {
+                    return None;
+                }
+                let write = if applied {
+                    // The response is not known: the sentinel, replayed with its problem body.
+                    Write::Succeeded(Stored::Sentinel)
+                } else {
+                    Write::Failed
+                };
+                Self::apply_write(&mut state, generation, write);
+                state.history.ended.insert(generation, Ending::Reconciled);
             }
         }
         Some(state)

@@ -1,6 +1,10 @@
 //! M1-M10 as state predicates over the row, the clients' answers and the [`History`] every
 //! variant records the same way. Each `always` has a `sometimes` partner showing its interesting
 //! states are reached.
+//!
+//! What a property compares is computed apart from the step it judges: what a client received
+//! against what its handler produced ([`Received::exactly`] of the outcome), a replay against
+//! what the table was written with, an abandoned finalize against the errors its statements got.
 
 use super::*;
 
@@ -22,27 +26,49 @@ fn finalizer_pending(state: &IdempotencyState, generation: u8) -> bool {
         .any(|client| client.stage.working_on() == Some(generation))
 }
 
-/// Generations of the key's current lifetime whose handler returned a 2xx (committed effects).
+/// Generations of the key's current lifetime whose handler's effects committed.
 fn committed_in_lifetime(state: &IdempotencyState) -> impl Iterator<Item = u8> + '_ {
-    let start = state.history.lifetime_start;
     state
         .history
-        .handler
-        .iter()
-        .filter(move |(generation, outcome)| **generation >= start && outcome.is_success())
-        .map(|(generation, _)| *generation)
+        .effects
+        .range(state.history.lifetime_start..)
+        .copied()
 }
 
 //= specs/idempotency-middleware.md#M1
 //# The handler runs only for the request that won the atomic claim of its key.
-/// Observed as effects: within one lifetime of the key (until its row expires), at most one
-/// handler run returns a 2xx.
+/// Observed as effects: within one lifetime of the key (until its row expires), the effects of
+/// at most one handler run committed (a 2xx, or in `atomic` the commit that carries them).
 pub fn m1_holds(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
     committed_in_lifetime(state).count() <= 1
 }
 
 pub fn m1_example(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
     answers(state).any(|answer| matches!(answer, Answer::Replay { .. }))
+}
+
+/// `atomic`: a run answered a 2xx whose effects never committed, and a later run of the same
+/// lifetime committed its own.
+pub fn m1_rolled_back_example(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
+    let start = state.history.lifetime_start;
+    let rolled_back = state.history.handler.iter().find(|(generation, outcome)| {
+        **generation >= start && outcome.is_success() && !state.history.effects.contains(generation)
+    });
+    rolled_back.is_some_and(|(first, _)| committed_in_lifetime(state).any(|later| later > *first))
+}
+
+/// `fail-closed`: a request was answered 409 outcome-unknown.
+pub fn m1_held_example(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
+    answers(state).any(|answer| matches!(answer, Answer::OutcomeUnknown { .. }))
+}
+
+/// `fail-closed`: the reconciler resolved a claim's unknown outcome.
+pub fn m1_reconciled_example(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
+    state
+        .history
+        .ended
+        .values()
+        .any(|ending| *ending == Ending::Reconciled)
 }
 
 //= specs/idempotency-middleware.md#M2
@@ -82,28 +108,35 @@ pub fn m2_example(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
 
 //= specs/idempotency-middleware.md#M3
 //# After a 2xx the row ends succeeded with the full body or the sentinel; never failed, never left processing.
+/// Whether the finalizing of `generation` was abandoned as the spec allows: its process died, or
+/// it ended unknown after every attempt of a finalizer answered an error (counted on the
+/// statements, not taken from the layer's own verdict).
+fn abandoned(model: &IdempotencyModel, state: &IdempotencyState, generation: u8) -> bool {
+    let errors = state
+        .history
+        .finalize_errors
+        .get(&generation)
+        .copied()
+        .unwrap_or(0);
+    match state.history.ended.get(&generation) {
+        Some(Ending::Died) => true,
+        Some(Ending::Unknown) => errors >= model.attempts(),
+        _ => false,
+    }
+}
+
 /// The exception the spec allows is encoded: a row stays processing after a 2xx only when the
 /// claim's finalizing ended unknown (every attempt answered an error) or its process died.
-pub fn m3_holds(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
+pub fn m3_holds(model: &IdempotencyModel, state: &IdempotencyState) -> bool {
     let Some(row) = state.row else { return true };
-    let committed = |generation: u8| {
-        state
-            .history
-            .handler
-            .get(&generation)
-            .is_some_and(|outcome| outcome.is_success())
-    };
+    let committed = |generation: u8| state.history.effects.contains(&generation);
     match row.status {
         RowStatus::Failed { origin } => !committed(origin),
         RowStatus::Processing => {
-            let abandoned = matches!(
-                state.history.ended.get(&row.generation),
-                Some(Ending::Unknown | Ending::Died)
-            );
             !committed(row.generation)
                 || row.expires_at <= state.now
                 || finalizer_pending(state, row.generation)
-                || abandoned
+                || abandoned(model, state, row.generation)
         }
         RowStatus::Succeeded { .. } => true,
     }
@@ -122,20 +155,38 @@ pub fn m3_example(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
 pub fn m3_unknown_example(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
     matches!(state.row, Some(row) if row.status == RowStatus::Processing
         && state.history.ended.get(&row.generation) == Some(&Ending::Unknown)
-        && state.history.handler.get(&row.generation).is_some_and(|outcome| outcome.is_success()))
+        && state.history.effects.contains(&row.generation))
+}
+
+/// Whether the first client of `generation` received exactly its handler's frames (or has not
+/// finished receiving).
+fn delivered_exactly(state: &IdempotencyState, generation: u8) -> bool {
+    match (
+        state.history.delivered.get(&generation),
+        state.history.handler.get(&generation),
+    ) {
+        (Some(received), Some(outcome)) => *received == Received::exactly(*outcome),
+        (Some(_), None) => false,
+        (None, _) => true,
+    }
 }
 
 //= specs/idempotency-middleware.md#M4
 //# A replay returns the stored status and body, or the sentinel response, marked as a replay.
+/// Observed on the replay, the table and the first client: a replay is marked, serves a body its
+/// origin wrote to the table, and a replayed full body is what the first client received.
 pub fn m4_holds(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
     answers(state).all(|answer| match answer {
-        Answer::Replay { marked: false, .. } => false,
-        // A replayed full body must be what the original client got (pre-fix bug b breaks it).
         Answer::Replay {
-            stored: Stored::Full,
+            stored,
+            marked,
             origin,
             ..
-        } => state.history.delivered.get(&origin) != Some(&Live::Empty),
+        } => {
+            marked
+                && state.history.written.contains(&(origin, stored))
+                && (stored != Stored::Full || delivered_exactly(state, origin))
+        }
         _ => true,
     })
 }
@@ -201,16 +252,25 @@ pub fn m6_renewed_example(_: &IdempotencyModel, state: &IdempotencyState) -> boo
         })
 }
 
+/// Whether the handler of `generation` answered a 2xx.
+fn succeeded(state: &IdempotencyState, generation: u8) -> bool {
+    state
+        .history
+        .handler
+        .get(&generation)
+        .is_some_and(|outcome| outcome.is_success())
+}
+
 //= specs/idempotency-middleware.md#M7
 //# The first client receives exactly the frames the handler produced, over-cap tail and trailers included.
+/// Observed on what each first client of a 2xx received, against its handler's outcome.
 pub fn m7_holds(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
-    answers(state).all(|answer| {
-        answer
-            != Answer::Fresh {
-                success: true,
-                live: Live::Empty,
-            }
-    })
+    state
+        .history
+        .delivered
+        .keys()
+        .filter(|generation| succeeded(state, **generation))
+        .all(|generation| delivered_exactly(state, *generation))
 }
 
 pub fn m7_example(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
@@ -218,7 +278,7 @@ pub fn m7_example(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
     state
         .clients
         .iter()
-        .any(|client| client.stage == Stage::Streaming)
+        .any(|client| matches!(client.stage, Stage::Streaming { .. }))
 }
 
 //= specs/idempotency-middleware.md#M8
@@ -248,16 +308,16 @@ pub fn m8_example(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
 
 //= specs/idempotency-middleware.md#M9
 //# A non-2xx response passes through untouched and its row is recorded failed.
-/// "Recorded failed" is observed on the row once its claim's finalizing is over: unless the
-/// client went away first or the finalize ended unknown, the row of a non-2xx is failed.
-pub fn m9_holds(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
-    let passthrough = answers(state).all(|answer| {
-        answer
-            != Answer::Fresh {
-                success: false,
-                live: Live::Empty,
-            }
-    });
+/// "Passes through untouched" is observed on what the client of a non-2xx received, against its
+/// handler's outcome; "recorded failed" on the row once its claim's finalizing is over: unless
+/// the client went away first or the finalize was abandoned, the row of a non-2xx is failed.
+pub fn m9_holds(model: &IdempotencyModel, state: &IdempotencyState) -> bool {
+    let passthrough = state
+        .history
+        .delivered
+        .keys()
+        .filter(|generation| !succeeded(state, **generation))
+        .all(|generation| delivered_exactly(state, *generation));
     let recorded = state.row.is_none_or(|row| {
         let non_success = |generation: u8| {
             state
@@ -272,10 +332,8 @@ pub fn m9_holds(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
                 !non_success(row.generation)
                     || finalizer_pending(state, row.generation)
                     || row.expires_at <= state.now
-                    || matches!(
-                        state.history.ended.get(&row.generation),
-                        Some(Ending::Unknown | Ending::Died | Ending::Cancelled)
-                    )
+                    || state.history.ended.get(&row.generation) == Some(&Ending::Cancelled)
+                    || abandoned(model, state, row.generation)
             }
             RowStatus::Failed { .. } => true,
         }
@@ -301,6 +359,7 @@ pub fn m10_holds(_: &IdempotencyModel, state: &IdempotencyState) -> bool {
                 ..
             } | Answer::Conflict { row_expired: true }
                 | Answer::Mismatch { row_expired: true }
+                | Answer::OutcomeUnknown { row_expired: true }
         )
     })
 }

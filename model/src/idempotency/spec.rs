@@ -38,7 +38,7 @@ const BOUNDS: &[BoundSpec] = &[
         key: "finalize_faults",
         default: 2,
         min: 0,
-        max: 3,
+        max: 5,
         help: "finalize statements answered with an error (unknown outcome)",
     },
     BoundSpec {
@@ -77,7 +77,14 @@ impl ModelSpec for IdempotencyModel {
     }
 
     const NAME: &'static str = "idempotency";
-    const VARIANTS: &'static [&'static str] = &["pre-fix", "fixed", "fenced", "renewed"];
+    const VARIANTS: &'static [&'static str] = &[
+        "pre-fix",
+        "fixed",
+        "fenced",
+        "renewed",
+        "atomic",
+        "fail-closed",
+    ];
     const BOUNDS: &'static [BoundSpec] = BOUNDS;
 
     fn build(variant: &str, bounds: &Bounds) -> Result<Self, SpecError> {
@@ -86,6 +93,8 @@ impl ModelSpec for IdempotencyModel {
             "pre-fix" => Variant::PreFix,
             "fixed" => Variant::Fixed,
             "fenced" => Variant::Fenced,
+            "atomic" => Variant::Atomic,
+            "fail-closed" => Variant::FailClosed,
             _ => Variant::Renewed,
         };
         let fingerprints =
@@ -124,6 +133,24 @@ impl ModelSpec for IdempotencyModel {
                 name: "M1 a replay is served",
                 kind: Sometimes,
                 condition: m1_example,
+            },
+            PropertyDef {
+                id: "M1",
+                name: M1_ROLLED_BACK_RUNS_AGAIN,
+                kind: Sometimes,
+                condition: m1_rolled_back_example,
+            },
+            PropertyDef {
+                id: "M1",
+                name: M1_HELD_UNKNOWN,
+                kind: Sometimes,
+                condition: m1_held_example,
+            },
+            PropertyDef {
+                id: "M1",
+                name: M1_RECONCILED,
+                kind: Sometimes,
+                condition: m1_reconciled_example,
             },
             PropertyDef {
                 id: "M2",
@@ -248,6 +275,18 @@ impl ModelSpec for IdempotencyModel {
         ]
     }
 
+    fn liveness_defs(&self) -> Vec<crate::check::LivenessDef<Self>> {
+        liveness::definitions()
+    }
+
+    fn fairness(&self, action: &Action) -> Option<&'static str> {
+        liveness::family_of(action)
+    }
+
+    fn families_cut(&self, state: &IdempotencyState, cut: &mut Vec<&'static str>) {
+        liveness::families_cut(self, state, cut);
+    }
+
     /// The table of specs/idempotency-middleware.md section 5 at the CI bounds; where a bound
     /// removes a case (no clock, one client, no process fault) the expectation follows it.
     fn expected(&self, property: &PropertyDef<Self>) -> Verdict {
@@ -279,8 +318,29 @@ impl ModelSpec for IdempotencyModel {
                 Variant::Renewed => {
                     holds(!(lease_can_lapse && (process_faults || finalize_can_end_unknown)))
                 }
+                // The effects commit with the row, or the key is held until reconciled.
+                Variant::Atomic | Variant::FailClosed => holds(true),
                 _ => holds(!lease_can_lapse),
             },
+            // A run whose effects rolled back (a failed or lost commit, a client gone, a dead
+            // process) leaves its claim to lapse and a duplicate to run, once.
+            M1_ROLLED_BACK_RUNS_AGAIN => reached(
+                self.atomic()
+                    && lease_can_lapse
+                    && (self.bounds.get("finalize_faults") >= 1
+                        || self.bounds.get("cancellations") >= 1
+                        || process_faults),
+            ),
+            // A claim left processing (its claim committed unheard, its client gone before the
+            // 2xx, its finalize unknown, its process dead) lapses and is held, then resolved.
+            M1_HELD_UNKNOWN | M1_RECONCILED => reached(
+                self.fail_closed()
+                    && lease_can_lapse
+                    && (self.bounds.get("claim_faults") >= 1
+                        || self.bounds.get("cancellations") >= 1
+                        || finalize_can_end_unknown
+                        || process_faults),
+            ),
             "M2 no-poison" | "M4 replay-fidelity" | "M7 live-body" | "M9 non-2xx passthrough" => {
                 holds(!pre_fix)
             }
@@ -291,17 +351,16 @@ impl ModelSpec for IdempotencyModel {
             M10_EXPIRED_FREE => holds(!(pre_fix && row_can_expire)),
             "M5 fingerprint" | "M6 in-flight" => holds(true),
             // Pre-fix never streams a tail and has no drop guard.
-            "M3 the drop guard stores the sentinel"
-            | "M7 an over-cap tail streams after the finalize" => reached(!pre_fix),
-            M3_UNKNOWN_FINALIZE => reached(finalize_can_end_unknown),
-            M6_RENEWED => {
-                reached(self.variant == Variant::Renewed && ticks >= u32::from(LEASE_TICKS))
-            }
+            "M3 the drop guard stores the sentinel" => reached(!pre_fix && !self.atomic()),
+            "M7 an over-cap tail streams after the finalize" => reached(!pre_fix),
+            // `atomic` commits the effects with the row: no processing row has committed effects.
+            M3_UNKNOWN_FINALIZE => reached(finalize_can_end_unknown && !self.atomic()),
+            M6_RENEWED => reached(self.heartbeat() && ticks >= u32::from(LEASE_TICKS)),
             // Unfenced finalizers are never lost: they overwrite (M8 violated).
             // A finalize is also lost after its own earlier attempt committed and the failed row was
             // claimed again, so no clock is needed when finalizes can fail.
             M8_STALE_LOST => reached(
-                matches!(self.variant, Variant::Fenced | Variant::Renewed)
+                !matches!(self.variant, Variant::PreFix | Variant::Fixed)
                     && (lease_can_lapse || (duplicates && self.bounds.get("finalize_faults") >= 1)),
             ),
             "M10 an expired key is claimed" => reached(row_can_expire),
@@ -312,8 +371,13 @@ impl ModelSpec for IdempotencyModel {
             }
             "M5 a 422 is answered" => reached(duplicates && self.fingerprints.len() == 2),
             "M6 a 409 is answered" | "M9 a failed key runs again" => reached(duplicates),
+            M11_ANSWERED => holds(true),
             name => panic!("no expectation for property {name}"),
         }
+    }
+
+    fn state_roles(&self, state: &IdempotencyState) -> Vec<(String, String)> {
+        super::words::roles(state)
     }
 
     fn step_words(
@@ -343,6 +407,12 @@ impl ModelSpec for IdempotencyModel {
                 expired_note(row_expired)
             ),
             Answer::Unavailable => "503 cache unavailable".to_string(),
+            Answer::OutcomeUnknown { row_expired } => {
+                format!(
+                    "409 outcome unknown (held until reconciled){}",
+                    expired_note(row_expired)
+                )
+            }
             Answer::Fresh { .. } => "a fresh answer".to_string(),
         };
         match action {
@@ -371,21 +441,24 @@ impl ModelSpec for IdempotencyModel {
                 format!("{}: handler returns {}", name(client), outcome.words())
             }
             Action::MiddlewareCaptures { client } => match after.clients[*client].stage {
-                Stage::Finalizing { write, live, .. } => format!(
-                    "{}: middleware reads the body, will finalize {} and send {} body",
+                Stage::Finalizing { write, received, outcome, .. } => format!(
+                    "{}: middleware reads the body, will finalize {} and send {}",
                     name(client),
                     write.words(),
-                    if live == Live::Exact { "the handler's" } else { "an EMPTY" }
+                    received_words(received, outcome)
                 ),
                 _ => format!("{}: middleware reads the body and returns it without finalizing", name(client)),
             },
             Action::MiddlewareFinalizes { client, result } => {
-                let write = match before.clients[*client].stage {
-                    Stage::Finalizing { write, .. } => write.words(),
-                    _ => "?",
+                let (write, atomic) = match before.clients[*client].stage {
+                    Stage::Finalizing { write, outcome, .. } => {
+                        (write.words(), self.atomic() && outcome.is_success())
+                    }
+                    _ => ("?", false),
                 };
+                let what = if atomic { "commit the handler's effects with" } else { "finalize" };
                 format!(
-                    "{}: finalize {write} {} (finalizer generation {}, row generation {row_generation})",
+                    "{}: {what} {write} {} (finalizer generation {}, row generation {row_generation})",
                     name(client),
                     result_words(*result),
                     generation_of(*client)
@@ -406,7 +479,7 @@ impl ModelSpec for IdempotencyModel {
                     Stage::Capturing { .. } => "while the middleware reads the body",
                     Stage::Finalizing { .. } if *in_flight_commits => "while the finalize is in flight (it still commits)",
                     Stage::Finalizing { .. } => "while the finalize is in flight",
-                    Stage::Streaming => "while the tail streams",
+                    Stage::Streaming { .. } => "while the tail streams",
                     _ => "",
                 };
                 let guard = if matches!(after.clients[*client].stage, Stage::Guarding { .. }) {
@@ -430,7 +503,25 @@ impl ModelSpec for IdempotencyModel {
                 format!("{}'s process stalls past the lease (its heartbeat misses the renewal)", name(client))
             }
             Action::ProcessDies { client } => format!("{}'s process dies", name(client)),
+            Action::ReconcilerResolves { applied } => format!(
+                "the reconciler finds generation {row_generation}'s effects {} -> {}",
+                if *applied { "happened" } else { "did not happen" },
+                if *applied { "succeeded(too_large)" } else { "failed" }
+            ),
         }
+    }
+}
+
+/// What goes out with the response head, in words.
+fn received_words(received: Received, outcome: Outcome) -> &'static str {
+    if received == Received::exactly(outcome) {
+        "the handler's body"
+    } else if received == Received::HEAD {
+        "the handler's body up to the cap (the tail streams after the finalize)"
+    } else if received == Received::NOTHING {
+        "an EMPTY body"
+    } else {
+        "PART of the handler's body"
     }
 }
 
@@ -467,6 +558,9 @@ fn result_words(result: DbResult) -> &'static str {
 
 // Property names shared by `property_defs`, `expected` and the tests.
 pub const M1_AT_MOST_ONCE: &str = "M1 at-most-once";
+pub const M1_ROLLED_BACK_RUNS_AGAIN: &str = "M1 a run whose effects rolled back runs again, once";
+pub const M1_HELD_UNKNOWN: &str = "M1 a key is held outcome-unknown";
+pub const M1_RECONCILED: &str = "M1 the reconciler resolves an unknown outcome";
 pub const M3_TERMINAL_RULE: &str = "M3 terminal-rule";
 pub const M3_UNKNOWN_FINALIZE: &str = "M3 an unknown finalize leaves the row processing";
 pub const M6_RENEWED: &str = "M6 a heartbeat keeps a slow handler's claim";

@@ -21,6 +21,9 @@ fn model_at(
     }
 }
 
+/// Bounds at which every one of the layer's finalize attempts can fail.
+const ALL_ATTEMPTS_FAIL: &[(&str, u32)] = &[("finalize_faults", FINALIZE_ATTEMPTS_MAX as u32)];
+
 fn check_at(variant: &str, overrides: &[(&str, u32)], mutation: Option<Mutation>) -> CheckReport {
     let report = run(
         model_at(variant, overrides, mutation),
@@ -77,7 +80,7 @@ fn variants_meet_their_expected_verdicts_at_the_ci_bounds() {
     for (variant, unique_states, always_violated) in [
         (
             "pre-fix",
-            32_237,
+            35_727,
             &[
                 M1_AT_MOST_ONCE,
                 "M2 no-poison",
@@ -89,9 +92,11 @@ fn variants_meet_their_expected_verdicts_at_the_ci_bounds() {
                 M10_EXPIRED_FREE,
             ][..],
         ),
-        ("fixed", 127_215, &[M1_AT_MOST_ONCE, "M8 fencing"][..]),
-        ("fenced", 127_811, &[M1_AT_MOST_ONCE][..]),
-        ("renewed", 99_963, &[][..]),
+        ("fixed", 167_489, &[M1_AT_MOST_ONCE, "M8 fencing"][..]),
+        ("fenced", 144_995, &[M1_AT_MOST_ONCE][..]),
+        ("renewed", 113_641, &[][..]),
+        ("atomic", 58_843, &[][..]),
+        ("fail-closed", 118_961, &[][..]),
     ] {
         let report = check_at(variant, &[], None);
         println!(
@@ -112,11 +117,11 @@ fn variants_meet_their_expected_verdicts_at_the_ci_bounds() {
 #[test]
 fn expectations_follow_the_bounds() {
     for (variant, overrides, unique_states) in [
-        ("fenced", &[("ticks", 0)][..], 8_433),
-        ("fenced", &[("ticks", 0), ("finalize_faults", 0)][..], 1_613),
-        ("renewed", &[("clients", 1)][..], 2_195),
-        ("pre-fix", &[("ticks", 1)][..], 10_880),
-        ("renewed", &[("sqlite", 1)][..], 110_875),
+        ("fenced", &[("ticks", 0)][..], 9_197),
+        ("fenced", &[("ticks", 0), ("finalize_faults", 0)][..], 1_577),
+        ("renewed", &[("clients", 1)][..], 2_105),
+        ("pre-fix", &[("ticks", 1)][..], 11_440),
+        ("renewed", &[("sqlite", 1)][..], 124_113),
     ] {
         let report = check_at(variant, overrides, None);
         assert_expected(&report);
@@ -131,7 +136,7 @@ fn expectations_follow_the_bounds() {
 /// small non-2xx) add states but no verdict.
 #[test]
 fn all_nine_outcomes_give_the_same_verdicts() {
-    for (variant, unique_states) in [("pre-fix", 85_273), ("renewed", 271_091)] {
+    for (variant, unique_states) in [("pre-fix", 97_101), ("renewed", 312_795)] {
         let all = check_at(variant, &[("outcomes", 9)], None);
         let ci = check_at(variant, &[], None);
         assert_expected(&all);
@@ -216,7 +221,7 @@ fn renewed_runs_twice_only_when_the_process_dies_or_every_finalize_fails() {
     let report = check_at("renewed", &[("process_faults", 1)], None);
     assert_expected(&report);
     assert_eq!(violated(&report), [M1_AT_MOST_ONCE]);
-    assert_eq!(report.unique_states, 404_905);
+    assert_eq!(report.unique_states, 495_381);
     assert_eq!(
         shortest_words("renewed", &[("process_faults", 1)], None, M1_AT_MOST_ONCE),
         [
@@ -230,32 +235,27 @@ fn renewed_runs_twice_only_when_the_process_dies_or_every_finalize_fails() {
             "C2: handler returns 200, body under the cap",
         ]
     );
-    let report = check_at("renewed", &[("finalize_faults", 3)], None);
+    // The layer's five attempts, every one answered an error: M3's exception branch.
+    let report = check_at("renewed", ALL_ATTEMPTS_FAIL, None);
     assert_expected(&report);
     assert_eq!(violated(&report), [M1_AT_MOST_ONCE]);
-    assert_eq!(report.unique_states, 158_819);
-    let unknown = [
+    assert_eq!(report.unique_states, 447_273);
+    let failed_attempt = "C1: finalize succeeded(full) answered an error, outcome unknown (it did not commit) (finalizer generation 1, row generation 1)";
+    let mut unknown = vec![
         "C1 POST /transfers Idempotency-Key k fp A",
         "C1: claim k inserts a processing row, generation 1",
         "C1: handler returns 200, body under the cap",
         "C1: middleware reads the body, will finalize succeeded(full) and send the handler's body",
-        "C1: finalize succeeded(full) answered an error, outcome unknown (it did not commit) (finalizer generation 1, row generation 1)",
-        "C1: finalize succeeded(full) answered an error, outcome unknown (it did not commit) (finalizer generation 1, row generation 1)",
-        "C1: finalize succeeded(full) answered an error, outcome unknown (it did not commit) (finalizer generation 1, row generation 1)",
     ];
+    unknown.extend([failed_attempt; FINALIZE_ATTEMPTS_MAX as usize]);
     assert_eq!(
-        shortest_words(
-            "renewed",
-            &[("finalize_faults", 3)],
-            None,
-            M3_UNKNOWN_FINALIZE
-        ),
+        shortest_words("renewed", ALL_ATTEMPTS_FAIL, None, M3_UNKNOWN_FINALIZE),
         unknown
     );
-    let twice = shortest_words("renewed", &[("finalize_faults", 3)], None, M1_AT_MOST_ONCE);
-    assert_eq!(twice[..7], unknown);
+    let twice = shortest_words("renewed", ALL_ATTEMPTS_FAIL, None, M1_AT_MOST_ONCE);
+    assert_eq!(twice[..unknown.len()], unknown);
     assert_eq!(
-        twice[7..],
+        twice[unknown.len()..],
         [
             "C2 POST /transfers Idempotency-Key k fp A",
             "the clock ticks to 1",
@@ -265,13 +265,52 @@ fn renewed_runs_twice_only_when_the_process_dies_or_every_finalize_fails() {
     );
 }
 
+/// `atomic` and `fail-closed` keep M1 where `renewed` loses it: a process that dies or stalls,
+/// and every finalize attempt failing. `atomic` commits the effects with the row (a run that did
+/// not commit runs again, once); `fail-closed` holds the key until the reconciler resolves it.
+/// Both at once for `fail-closed` (1 807 281 states, about a minute) is the documented run
+/// `oncecheck check idempotency --variant fail-closed --bound process_faults=1 --bound finalize_faults=5`.
+//= specs/idempotency-middleware.md#M1
+//# The handler runs only for the request that won the atomic claim of its key.
+#[test]
+fn atomic_and_fail_closed_run_once_when_the_process_dies_or_every_finalize_fails() {
+    for (variant, overrides, unique_states) in [
+        (
+            "atomic",
+            &[("process_faults", 1), ("finalize_faults", 5)][..],
+            516_439,
+        ),
+        ("fail-closed", &[("process_faults", 1)][..], 453_691),
+        ("fail-closed", ALL_ATTEMPTS_FAIL, 462_791),
+    ] {
+        let report = check_at(variant, overrides, None);
+        assert_expected(&report);
+        assert_eq!(
+            violated(&report),
+            [] as [&str; 0],
+            "{variant} {overrides:?}"
+        );
+        assert_eq!(
+            report.unique_states, unique_states,
+            "{variant} {overrides:?}"
+        );
+    }
+    // The held key, then the reconciler: the dead process's effects happened, so the sentinel.
+    let held = shortest_words("fail-closed", &[("process_faults", 1)], None, M1_RECONCILED);
+    assert_eq!(
+        held.last().unwrap(),
+        "the reconciler finds generation 1's effects did not happen -> failed"
+    );
+}
+
 //= specs/idempotency-middleware.md#M3
 //# After a 2xx the row ends succeeded with the full body or the sentinel; never failed, never left processing.
 #[test]
-fn two_finalize_faults_never_leave_a_row_processing_after_three_attempts() {
-    // The CI bounds reach two faults in one finalize and the layer's three attempts.
+fn two_finalize_faults_never_leave_a_row_processing_after_five_attempts() {
+    // The CI bounds reach two faults in one finalize, below the layer's five attempts: M3's
+    // exception is reached in the run above (`finalize_faults=5`), not at the CI bounds.
     let model = model_at("fenced", &[("finalize_faults", 2)], None);
-    assert_eq!(model.attempts(), 3);
+    assert_eq!(model.attempts(), 5);
     let report = check_at("fenced", &[("finalize_faults", 2)], None);
     assert!(report.matches_expectations());
     let property = report
@@ -397,6 +436,10 @@ type MutationCase = (
 /// shortest counterexample length).
 //= specs/idempotency-middleware.md#M1
 //# The handler runs only for the request that won the atomic claim of its key.
+//= specs/idempotency-middleware.md#M4
+//# A replay returns the stored status and body, or the sentinel response, marked as a replay.
+//= specs/idempotency-middleware.md#M7
+//# The first client receives exactly the frames the handler produced, over-cap tail and trailers included.
 #[test]
 fn each_mutated_step_is_caught_by_observation() {
     use Mutation::*;
@@ -453,10 +496,10 @@ fn each_mutated_step_is_caught_by_observation() {
         ),
         (
             UnknownFinalizeEmptiesBody,
-            &[("finalize_faults", 3)],
+            ALL_ATTEMPTS_FAIL,
             &[M1_AT_MOST_ONCE, "M4 replay-fidelity", "M7 live-body"],
             "M7 live-body",
-            7,
+            9,
         ),
         (FinalizeUnfenced, &[], &["M8 fencing"], "M8 fencing", 7),
         (
@@ -479,6 +522,30 @@ fn each_mutated_step_is_caught_by_observation() {
             &[M10_EXPIRED_FREE],
             M10_EXPIRED_FREE,
             6,
+        ),
+        // The over-cap tail follows an empty head: what the client got is not the handler's.
+        (
+            OverCapLiveEmptied,
+            &[],
+            &["M7 live-body"],
+            "M7 live-body",
+            6,
+        ),
+        // The replay serves a body the table never held for its origin.
+        (
+            SentinelReplayedFull,
+            &[],
+            &["M4 replay-fidelity"],
+            "M4 replay-fidelity",
+            7,
+        ),
+        // An abandoned finalize is judged on its statements' errors, not on the layer's verdict.
+        (
+            FinalizeGivesUpEarly,
+            &[],
+            &[M1_AT_MOST_ONCE, M3_TERMINAL_RULE, "M9 non-2xx passthrough"],
+            M3_TERMINAL_RULE,
+            5,
         ),
     ];
     for (mutation, overrides, always_violated, property, steps) in cases {
@@ -522,6 +589,41 @@ fn each_mutated_step_is_caught_by_observation() {
             .unwrap(),
         "C2: claim k takes over a LIVE lease, generation 2"
     );
+}
+
+/// The steps that make `atomic` and `fail-closed` keep M1, each mutated: the effects committed
+/// at the handler's answer instead of with the row, and a reconciler that resolves a claim whose
+/// (stalled) process still works on it. Each is caught by M1 on what the table and the handler
+/// runs show.
+//= specs/idempotency-middleware.md#M1
+//# The handler runs only for the request that won the atomic claim of its key.
+#[test]
+fn the_steps_that_keep_m1_in_atomic_and_fail_closed_are_caught_mutated() {
+    use Mutation::*;
+    for (variant, mutation, always_violated, steps) in [
+        // Without the drop guard `atomic` leaves no sentinel either: M3 sees the committed
+        // effects under a processing row.
+        (
+            "atomic",
+            AtomicEffectsCommitAtResponse,
+            &[M1_AT_MOST_ONCE, M3_TERMINAL_RULE][..],
+            8,
+        ),
+        // The stalled run commits after the reconciler marked its row failed: M3 sees it too.
+        (
+            "fail-closed",
+            ReconcilerDoesNotWait,
+            &[M1_AT_MOST_ONCE, M3_TERMINAL_RULE][..],
+            9,
+        ),
+    ] {
+        let overrides = &[("process_faults", 1)];
+        let report = check_at(variant, overrides, Some(mutation));
+        assert_eq!(violated(&report), always_violated, "{mutation:?}");
+        let words = shortest_words(variant, overrides, Some(mutation), M1_AT_MOST_ONCE);
+        println!("{mutation:?}: {words:#?}");
+        assert_eq!(words.len(), steps, "{mutation:?}");
+    }
 }
 
 #[test]

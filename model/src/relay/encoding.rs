@@ -135,6 +135,8 @@ pub fn action_words(action: &Action) -> String {
             ("key", _) => parse_key_json(&value)
                 .map(key_text)
                 .unwrap_or_else(|| value.to_string()),
+            // Ops are named by their seq, as the step words name them (`put op 1 = a`).
+            ("seq", Some(seq)) => format!("op {seq}"),
             _ => value
                 .as_str()
                 .map(str::to_string)

@@ -11,6 +11,10 @@
 //! curl localhost:3000/accounts
 //! ```
 //!
+//! A transfer's effects (the two account updates) run in the request's effect transaction and
+//! commit together with its cached response (atomic effects): an outage between the transfer
+//! and the finalize can no longer make a retry move the money twice.
+//!
 //! The bearer token stands in for authentication: it becomes the request's `Principal`, so two
 //! callers using the same key never see each other's responses. A request without an
 //! `Authorization` header is anonymous; one whose credentials are malformed (another scheme, an
@@ -27,10 +31,10 @@ use axum::http::{HeaderValue, StatusCode};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use axum::{Json, Router};
+use axum::{Extension, Json, Router};
 use clap::Parser;
-use oncecheck_idempotency::store::{PostgresStore, SqliteStore};
-use oncecheck_idempotency::{IdempotencyLayer, Principal};
+use oncecheck_idempotency::store::{PostgresEffect, PostgresStore, SqliteEffect, SqliteStore};
+use oncecheck_idempotency::{EffectScope, IdempotencyLayer, Principal};
 use serde::Deserialize;
 use sqlx::postgres::{PgPool, PgPoolOptions};
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePool, SqlitePoolOptions};
@@ -65,25 +69,29 @@ const ACCOUNTS_SQL: &str = "SELECT id, balance FROM accounts ORDER BY id";
 
 /// One application over either database: the handlers and the layer's store share its pool.
 macro_rules! demo_app {
-    ($pool_type:ty, $store:ident) => {
-        async fn transfer(State(pool): State<$pool_type>, Json(transfer): Json<Transfer>) -> Response {
+    ($pool_type:ty, $store:ident, $effect:ty) => {
+        /// The transfer's two updates run in the request's effect transaction and are not
+        /// committed here: the layer commits them with the cached 201, or rolls them back.
+        async fn transfer(
+            Extension(effects): Extension<EffectScope<$effect>>,
+            Json(transfer): Json<Transfer>,
+        ) -> Response {
             if transfer.amount <= 0 || transfer.from == transfer.to {
                 return (StatusCode::UNPROCESSABLE_ENTITY, "amount must be positive between two accounts")
                     .into_response();
             }
-            let result: Result<Response, sqlx::Error> = async {
-                let mut transaction = pool.begin().await?;
+            let result: Result<Response, Box<dyn std::error::Error + Send + Sync>> = async {
+                let mut transaction = effects.transaction().await?;
                 let debited =
-                    sqlx::query(DEBIT_SQL).bind(transfer.amount).bind(&transfer.from).execute(&mut *transaction).await?;
+                    sqlx::query(DEBIT_SQL).bind(transfer.amount).bind(&transfer.from).execute(&mut **transaction).await?;
                 if debited.rows_affected() == 0 {
                     return Ok((StatusCode::CONFLICT, "unknown account or insufficient funds").into_response());
                 }
                 let credited =
-                    sqlx::query(CREDIT_SQL).bind(transfer.amount).bind(&transfer.to).execute(&mut *transaction).await?;
+                    sqlx::query(CREDIT_SQL).bind(transfer.amount).bind(&transfer.to).execute(&mut **transaction).await?;
                 if credited.rows_affected() == 0 {
                     return Ok((StatusCode::NOT_FOUND, "unknown destination account").into_response());
                 }
-                transaction.commit().await?;
                 let body = serde_json::json!({
                     "from": transfer.from, "to": transfer.to, "amount": transfer.amount, "status": "moved"
                 });
@@ -125,12 +133,12 @@ macro_rules! demo_app {
 
 mod postgres {
     use super::*;
-    demo_app!(PgPool, PostgresStore);
+    demo_app!(PgPool, PostgresStore, PostgresEffect);
 }
 
 mod sqlite {
     use super::*;
-    demo_app!(SqlitePool, SqliteStore);
+    demo_app!(SqlitePool, SqliteStore, SqliteEffect);
 }
 
 /// What the `Authorization` header says about the caller.
@@ -204,6 +212,7 @@ async fn app_for(database_url: &str) -> Result<Router, String> {
     if database_url.starts_with("postgres://") || database_url.starts_with("postgresql://") {
         let pool = PgPoolOptions::new()
             .max_connections(8)
+            .acquire_timeout(std::time::Duration::from_secs(2))
             .connect(database_url)
             .await
             .map_err(|error| connect_error(&error))?;

@@ -82,7 +82,7 @@ impl MemoryStore {
         }
         // Seeded bug (loom only): the lock is released between the fencing check and the write,
         // so two finalizers of one generation can both pass the check.
-        #[cfg(feature = "loom")]
+        #[cfg(oncecheck_loom)]
         let row = if sync::loom_mutation("split-finalize") {
             drop(rows);
             rows = sync::lock(&self.rows);
@@ -98,6 +98,78 @@ impl MemoryStore {
 }
 
 impl CacheStore for MemoryStore {
+    /// The memory store holds no effects: an "effect" here is the finalize alone.
+    type Effect = ();
+
+    async fn begin_effect(&self) -> Result<(), StoreError> {
+        Ok(())
+    }
+
+    async fn finalize_succeeded_in(
+        &self,
+        _effect: (),
+        key: &CacheKey,
+        generation: i64,
+        record: SuccessRecord<'_>,
+        now_millis: i64,
+    ) -> Result<FinalizeOutcome, StoreError> {
+        self.finalize_succeeded(key, generation, Fencing::Generation, record, now_millis)
+            .await
+    }
+
+    async fn abandon_effect(&self, _effect: ()) {}
+
+    async fn unknown_outcomes(
+        &self,
+        now_millis: i64,
+        count_max: usize,
+    ) -> Result<Vec<UnknownOutcome>, StoreError> {
+        let rows = sync::lock(&self.rows);
+        Ok(rows
+            .iter()
+            .filter(|(_, row)| {
+                row.status == "processing"
+                    && row.lease_expires_at <= now_millis
+                    && row.expires_at > now_millis
+            })
+            .take(count_max)
+            .map(|(key, row)| UnknownOutcome {
+                key: key.clone(),
+                generation: row.generation,
+            })
+            .collect())
+    }
+
+    async fn resolve_unknown(
+        &self,
+        held: &UnknownOutcome,
+        applied: bool,
+        status: u16,
+        now_millis: i64,
+    ) -> Result<FinalizeOutcome, StoreError> {
+        let mut rows = sync::lock(&self.rows);
+        let Some(row) = rows.get_mut(&held.key) else {
+            return Ok(FinalizeOutcome::Lost);
+        };
+        if row.generation != held.generation
+            || row.status != "processing"
+            || row.lease_expires_at > now_millis
+        {
+            return Ok(FinalizeOutcome::Lost);
+        }
+        if applied {
+            row.status = "succeeded";
+            row.response = Some(StoredResponse {
+                status,
+                headers: Vec::new(),
+                body: StoredBody::TooLarge,
+            });
+        } else {
+            row.status = "failed";
+        }
+        Ok(FinalizeOutcome::Applied)
+    }
+
     async fn claim(&self, request: ClaimRequest<'_>) -> Result<ClaimOutcome, StoreError> {
         self.round_trips.fetch_add(1, Ordering::SeqCst);
         let mut rows = sync::lock(&self.rows);
@@ -113,7 +185,7 @@ impl CacheStore for MemoryStore {
         let Some(row) = rows.get(request.key) else {
             // Seeded bug (loom only): the lock is released between finding no row and inserting
             // one, so two claims can both find none.
-            #[cfg(feature = "loom")]
+            #[cfg(oncecheck_loom)]
             if sync::loom_mutation("split-claim") {
                 drop(rows);
                 rows = sync::lock(&self.rows);
@@ -122,10 +194,10 @@ impl CacheStore for MemoryStore {
             return Ok(ClaimOutcome::Claimed { generation: 1 });
         };
         let same_fingerprint = row.fingerprint == *request.fingerprint;
+        let lapsed = row.status == "processing" && row.lease_expires_at <= now;
         let claimable = row.expires_at <= now
             || (same_fingerprint
-                && ((row.status == "processing" && row.lease_expires_at <= now)
-                    || row.status == "failed"));
+                && ((lapsed && request.take_over_lapsed) || row.status == "failed"));
         if claimable {
             let generation = row.generation + 1;
             rows.insert(request.key.clone(), fresh(generation));
@@ -136,6 +208,7 @@ impl CacheStore for MemoryStore {
         }
         match (&row.response, row.status) {
             (Some(response), "succeeded") => Ok(ClaimOutcome::Replay(response.clone())),
+            _ if lapsed => Ok(ClaimOutcome::OutcomeUnknown),
             _ => Ok(ClaimOutcome::InFlight),
         }
     }

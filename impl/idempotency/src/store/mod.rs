@@ -23,6 +23,11 @@ pub mod sql;
 pub use memory::MemoryStore;
 pub use sql::{PostgresStore, SqliteStore};
 
+/// The effect transaction of the PostgreSQL store (`Extension<EffectScope<PostgresEffect>>`).
+pub type PostgresEffect = sqlx::Transaction<'static, sqlx::Postgres>;
+/// The effect transaction of the SQLite store.
+pub type SqliteEffect = sqlx::Transaction<'static, sqlx::Sqlite>;
+
 /// What a cached response is stored under: the principal's scope, the method, the path and the
 /// client's key. Two tenants sending the same key never share a row.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -41,6 +46,9 @@ pub struct ClaimRequest<'a> {
     pub now_millis: i64,
     pub lease_millis: i64,
     pub row_ttl_millis: i64,
+    /// Whether a `processing` row whose lease lapsed is taken over (the default policy) or held
+    /// as an unknown outcome (`fail_closed`: answered [`ClaimOutcome::OutcomeUnknown`]).
+    pub take_over_lapsed: bool,
 }
 
 /// The answer to a claim.
@@ -54,6 +62,16 @@ pub enum ClaimOutcome {
     FingerprintMismatch,
     /// The key already succeeded: serve the stored response.
     Replay(StoredResponse),
+    /// `fail_closed`: a processing row whose lease lapsed; its outcome is unknown until it is
+    /// resolved (409 `outcome-unknown`).
+    OutcomeUnknown,
+}
+
+/// A held key (`fail_closed`): a processing row whose lease lapsed, and the claim it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnknownOutcome {
+    pub key: CacheKey,
+    pub generation: i64,
 }
 
 /// A stored success, as replayed.
@@ -122,6 +140,13 @@ pub enum Fencing {
 pub enum StoreError {
     #[error("database error: {0}")]
     Database(#[from] sqlx::Error),
+    /// The database did not answer within one of the store's limits ([`StoreLimits`]).
+    #[error("the database did not answer: {waited} took longer than {millis_max} ms")]
+    Timeout {
+        /// `acquiring a connection` or `a statement`.
+        waited: &'static str,
+        millis_max: u64,
+    },
     #[error("stored row is malformed: {0}")]
     Malformed(String),
     /// A fault a test injected (`test-seams` only).
@@ -130,8 +155,81 @@ pub enum StoreError {
     Injected(&'static str),
 }
 
+/// How long a SQL store waits for its database before a call fails with [`StoreError::Timeout`].
+///
+/// A request whose claim fails is answered 503 with `Retry-After` at once, so while the database
+/// is down every covered request is answered within `acquire_ms_max + statement_ms_max` (2 s by
+/// default) instead of the pool's own acquire timeout (30 s in sqlx). A finalize attempt cut by
+/// a limit is an unknown outcome like any other error, retried within `finalize_budget_ms`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StoreLimits {
+    /// Longest wait for a pooled connection (while the database is down the pool keeps trying
+    /// to connect: this is what bounds it).
+    pub acquire_ms_max: u64,
+    /// Longest wait for one statement's answer (a stalled database or a lost connection).
+    pub statement_ms_max: u64,
+}
+
+/// The default limits: one second each.
+pub const ACQUIRE_MS_MAX_DEFAULT: u64 = 1_000;
+pub const STATEMENT_MS_MAX_DEFAULT: u64 = 1_000;
+
+impl Default for StoreLimits {
+    fn default() -> Self {
+        StoreLimits {
+            acquire_ms_max: ACQUIRE_MS_MAX_DEFAULT,
+            statement_ms_max: STATEMENT_MS_MAX_DEFAULT,
+        }
+    }
+}
+
 /// A response cache with atomic claims and conditional finalizes.
+///
+/// Atomic effects: a handler whose effects live in the cache's own database may run them in an
+/// [`CacheStore::Effect`], a transaction of that database; the layer then writes the success
+/// row in the same transaction and commits it ([`CacheStore::finalize_succeeded_in`]), so the
+/// effects and the cached response commit together or not at all.
 pub trait CacheStore: Clone + Send + Sync + 'static {
+    /// An open transaction of the cache's database (`()` for a store without one).
+    type Effect: Send + 'static;
+
+    /// Begins a transaction for a handler's effects (waiting at most the store's acquire limit).
+    fn begin_effect(&self) -> impl Future<Output = Result<Self::Effect, StoreError>> + Send;
+
+    /// The atomic finalize: in `effect`, the success row of `generation` conditional on it still
+    /// being that claim's and `processing` (M8); `Applied` once it and the effects committed,
+    /// `Lost` when no row matched (the effects are rolled back). An error leaves the outcome
+    /// unknown: the commit may or may not have happened, for the effects and the row together.
+    fn finalize_succeeded_in(
+        &self,
+        effect: Self::Effect,
+        key: &CacheKey,
+        generation: i64,
+        record: SuccessRecord<'_>,
+        now_millis: i64,
+    ) -> impl Future<Output = Result<FinalizeOutcome, StoreError>> + Send;
+
+    /// Rolls `effect` back (the handler answered a non-2xx or an error, or its claim is gone).
+    fn abandon_effect(&self, effect: Self::Effect) -> impl Future<Output = ()> + Send;
+
+    /// The held keys at `now_millis`: processing rows whose lease lapsed, not expired (at most
+    /// `count_max`).
+    fn unknown_outcomes(
+        &self,
+        now_millis: i64,
+        count_max: usize,
+    ) -> impl Future<Output = Result<Vec<UnknownOutcome>, StoreError>> + Send;
+
+    /// Resolves a held key: the sentinel (status `status`) when its effects happened, `failed`
+    /// when not; conditional on the row still being that claim's, processing, its lease lapsed.
+    fn resolve_unknown(
+        &self,
+        held: &UnknownOutcome,
+        applied: bool,
+        status: u16,
+        now_millis: i64,
+    ) -> impl Future<Output = Result<FinalizeOutcome, StoreError>> + Send;
+
     fn claim(
         &self,
         request: ClaimRequest<'_>,
@@ -193,6 +291,7 @@ pub(crate) fn classify(
     row: ExistingRow,
     fingerprint: &Fingerprint,
     now_millis: i64,
+    take_over_lapsed: bool,
 ) -> Result<Classified, StoreError> {
     //= specs/idempotency-middleware.md#M10
     //# Expired keys are free. A key whose row has passed its expiry is free: no request is refused on an expired row.
@@ -206,6 +305,7 @@ pub(crate) fn classify(
         "processing" if row.lease_expires_at > now_millis => {
             Ok(Classified::Outcome(ClaimOutcome::InFlight))
         }
+        "processing" if !take_over_lapsed => Ok(Classified::Outcome(ClaimOutcome::OutcomeUnknown)),
         "processing" | "failed" => Ok(Classified::Retry),
         "succeeded" => {
             let status = row

@@ -1,0 +1,166 @@
+//! What each model variant is for, in a reviewer's words: the design it must prove, or the bug it
+//! must reproduce. The HTML report's index says it next to every verdict so a reviewer can tell
+//! from the front page what green means, and `oncecheck explore` opens a model at its design.
+//!
+//! Invariants: every variant of every registered model has exactly one entry (a test checks it
+//! against the registry), and an entry's role agrees with the model's own expectations at the CI
+//! bounds: a design expects no `always` violated, a bug expects at least one (also tested).
+
+/// What a variant is checked for.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    /// The design: every `always` must hold.
+    Design,
+    /// A known bug or a design without a part: its violations must be reproduced.
+    Bug,
+}
+
+impl Role {
+    pub fn word(self) -> &'static str {
+        match self {
+            Role::Design => "design",
+            Role::Bug => "bug",
+        }
+    }
+}
+
+/// One variant's entry: what it models and what its check must show.
+#[derive(Debug, Clone, Copy)]
+pub struct VariantNote {
+    pub model: &'static str,
+    pub variant: &'static str,
+    pub role: Role,
+    /// One sentence: what the variant models and what green means for it.
+    pub means: &'static str,
+}
+
+/// Every variant of every model. The design variants come first per model: they are what
+/// `oncecheck explore MODEL` opens.
+pub const NOTES: &[VariantNote] = &[
+    VariantNote {
+        model: "relay",
+        variant: "fixed",
+        role: Role::Design,
+        means: "the whole design (seq taken inside the write transaction: counter condition, op_id claim, predecessor check) under the visibility window, lost responses and the push deadline; green = R1-R9 hold from every initial table",
+    },
+    VariantNote {
+        model: "relay",
+        variant: "add-era",
+        role: Role::Bug,
+        means: "the seed's bug: writers take the seq with UpdateItem ADD outside the write transaction; green = the lost op (R1 no-skip) and the burned seq (R5 dense) are reproduced",
+    },
+    VariantNote {
+        model: "relay",
+        variant: "counter-only",
+        role: Role::Bug,
+        means: "the new build without the predecessor check; green = the loss through the visibility window (R1 no-skip) is reproduced, the bug the predecessor check closes",
+    },
+    VariantNote {
+        model: "relay",
+        variant: "mixed",
+        role: Role::Bug,
+        means: "a new-build writer beside an ADD-era one during a rollout; green = R1 and R5 still fall, so the guarantee needs every writer on the new build",
+    },
+    VariantNote {
+        model: "idempotency",
+        variant: "renewed",
+        role: Role::Design,
+        means: "the layer as shipped: atomic claim, fenced finalize, drop guard, live-body capture and the lease heartbeat; green = M1-M10 hold",
+    },
+    VariantNote {
+        model: "idempotency",
+        variant: "pre-fix",
+        role: Role::Bug,
+        means: "the layer before its fixes (capped capture, empty body on error, rebuilt responses, no drop guard, unfenced, one finalize attempt); green = each of those bugs is reproduced",
+    },
+    VariantNote {
+        model: "idempotency",
+        variant: "fixed",
+        role: Role::Bug,
+        means: "the fixes without fencing or the heartbeat; green = a slow handler's lease lapses and a stale finalizer overwrites the row (M1, M8)",
+    },
+    VariantNote {
+        model: "idempotency",
+        variant: "fenced",
+        role: Role::Bug,
+        means: "fenced finalizes without the heartbeat; green = the lease crossing still runs the handler twice (M1), the reason for the heartbeat",
+    },
+    VariantNote {
+        model: "token",
+        variant: "tokened",
+        role: Role::Design,
+        means: "the reliable-write client's pattern: a ClientRequestToken and identical retries inside the token window; green = T1-T5 hold",
+    },
+    VariantNote {
+        model: "token",
+        variant: "tokenless",
+        role: Role::Bug,
+        means: "retries without a token; green = a retry after a lost commit applies the transaction twice (T1 exactly-once)",
+    },
+    VariantNote {
+        model: "token",
+        variant: "late-retry",
+        role: Role::Bug,
+        means: "a tokened retry after the token window; green = it executes again as a new request (T1 exactly-once)",
+    },
+];
+
+/// The entry of one variant, if it has one.
+pub fn note(model: &str, variant: &str) -> Option<&'static VariantNote> {
+    NOTES
+        .iter()
+        .find(|note| note.model == model && note.variant == variant)
+}
+
+/// The variant a model opens at when none is named: its design.
+pub fn design_variant(model: &str) -> Option<&'static str> {
+    NOTES
+        .iter()
+        .find(|note| note.model == model && note.role == Role::Design)
+        .map(|note| note.variant)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oncecheck_model::check::{Kind, Verdict};
+
+    #[test]
+    fn every_variant_has_one_note_whose_role_agrees_with_its_expectations() {
+        let mut registered = 0;
+        for model in crate::models::MODEL_NAMES {
+            let designs = NOTES
+                .iter()
+                .filter(|note| note.model == *model && note.role == Role::Design)
+                .count();
+            assert_eq!(designs, 1, "{model} has one design variant");
+            for variant in crate::model_facts::variants(model) {
+                registered += 1;
+                let notes = NOTES
+                    .iter()
+                    .filter(|note| note.model == *model && note.variant == *variant)
+                    .count();
+                assert_eq!(notes, 1, "{model}/{variant} has exactly one note");
+                let note = note(model, variant).unwrap();
+                assert!(note.means.len() > 40, "{model}/{variant} says what it is");
+                let violated = crate::model_facts::expectations(model, variant)
+                    .unwrap()
+                    .iter()
+                    .filter(|expectation| {
+                        expectation.kind == Kind::Always
+                            && expectation.expected == Verdict::Violated
+                    })
+                    .count();
+                match note.role {
+                    Role::Design => assert_eq!(violated, 0, "{model}/{variant} is a design"),
+                    Role::Bug => assert!(violated > 0, "{model}/{variant} is a bug"),
+                }
+            }
+        }
+        assert_eq!(
+            registered,
+            NOTES.len(),
+            "no note for a variant that does not exist"
+        );
+    }
+}

@@ -1,0 +1,860 @@
+//! Liveness under weak fairness: `eventually goal` and `trigger leads to goal`, decided over the
+//! whole reachable graph ([`super::LivenessDef`]).
+//!
+//! A fair run is an infinite sequence of steps from an initial state in which every family the
+//! property assumes fair that stays enabled from some point on is taken again and again; a run
+//! may also stop (stutter forever) in a state where no such family is enabled — a deadlock is the
+//! case where nothing at all is enabled. A property is violated when some fair run never reaches
+//! the goal (`eventually`), or reaches a trigger state and never reaches the goal after it
+//! (`leads-to`). The counterexample is a **lasso** — the shortest prefix from an initial state to
+//! a state of a fair cycle, then the cycle — or, when the run stops, the shortest path to the
+//! state where it stops.
+//!
+//! The algorithm, one exploration and then per property a few linear passes:
+//! 1. One breadth-first exploration stores the reachable graph compactly: states as `u32`
+//!    indices in discovery order (fingerprint -> index), edges in compressed rows (target index
+//!    and the family of the step), per state the set of enabled families (from the unreduced
+//!    actions when the model prunes interleavings, [`super::ModelSpec::unreduced_actions`]), the
+//!    families a bound withholds there ([`super::ModelSpec::families_cut`], and any step leaving
+//!    `within_boundary`), and two bits per property: trigger and goal.
+//! 2. Per property, the states that avoid the goal (a state where a bound withholds one of the
+//!    property's fair families counts as reaching the goal: the run is cut there) are split into
+//!    strongly connected components by an iterative Tarjan search. A component is fair when it
+//!    has a cycle (two states or a self-loop) and every fair family is disabled at one of its
+//!    states or labels one of its inner edges; a goal-avoiding state where no fair family is
+//!    enabled is a stop. Tarjan emits components after everything they reach, so "reaches a fair
+//!    component or a stop through goal-avoiding states" is known for each component as it is
+//!    emitted.
+//! 3. The counterexample is found by a breadth-first search over (state, phase): phase 0 walks the
+//!    whole graph until a trigger state from which a violation is reachable (for `eventually` the
+//!    initial states are the triggers), phase 1 walks goal-avoiding states only until a fair
+//!    component or a stop; the cycle then runs from the state entered through one witness per
+//!    fair family (a state where it is disabled, or an edge it labels), each reached by the
+//!    shortest path inside the component, and back. States are rebuilt by re-executing the steps
+//!    from the initial state, each checked against its fingerprint and family.
+//!
+//! Invariants: deterministic — threads only expand a chunk of a level, merged in chunk order, and
+//! every later pass is sequential in index order, so verdicts, counts and lassos are the same
+//! for any `--threads`; a verdict needs the whole graph: a run stopped by `states_max`,
+//! `memory_bytes_max` or the time limit leaves every liveness property `unknown`.
+//!
+//! Cost and limits: about 60 bytes per state (fingerprint map entry about 24, fingerprint 8, row
+//! start 4, enabled and cut family sets 4 each, property bits 4, hash table slack) plus 5 bytes
+//! per edge (target 4, family 1), and during the analysis of one property about 20 bytes per
+//! state more (Tarjan's numbering, low links, component ids and stack; the search's parents).
+//! Full states are held only for the current and the next level, as in the safety search. At
+//! most [`FAMILIES_MAX`] families per model, [`PROPERTIES_MAX`] liveness properties per model
+//! and `u32::MAX - 1` states.
+
+use super::search::{fingerprint, limit_reached, FingerprintMap};
+use super::{CheckOptions, LivenessDef, ModelPath, ModelSpec, Progress, Stop};
+use stateright::Model;
+use std::collections::VecDeque;
+use std::fmt::Debug;
+use std::hash::Hash;
+use std::time::{Duration, Instant};
+
+/// Families one model may name (a family set is a `u32`).
+pub const FAMILIES_MAX: usize = 32;
+/// Liveness properties one model may declare (two bits each in a `u32`).
+pub const PROPERTIES_MAX: usize = 16;
+
+/// The family of a step no run is obliged to take.
+const UNFAIR: u8 = u8::MAX;
+/// States expanded per thread between two checks of the limits.
+const CHUNK_STATES_PER_THREAD: usize = 2048;
+/// Bytes a state costs in the stored graph, counted before the tables grow (see the module doc).
+const STATE_BYTES: usize = 60;
+/// Bytes an edge costs in the stored graph.
+const EDGE_BYTES: usize = 5;
+
+/// What one liveness property came to.
+pub(crate) struct Decided<M: Model> {
+    /// The counterexample: the path, and for a lasso the index of the state the last state
+    /// returns to. `None` when the property holds.
+    pub violation: Option<(ModelPath<M>, Option<usize>)>,
+    /// Goal-avoiding states counted as reaching the goal because a bound cut a fair family.
+    pub bound_cut_states: usize,
+}
+
+/// The outcome of a liveness run over every property of a model.
+pub(crate) struct Checked<M: Model> {
+    /// Per property, in the order given; `None` when the graph was not explored completely.
+    pub properties: Vec<Option<Decided<M>>>,
+    pub unique_states: usize,
+    pub edges: usize,
+    pub stopped: Option<Stop>,
+    pub seconds: f64,
+}
+
+/// The reachable graph, compactly (see the module doc).
+struct Graph {
+    fingerprints: Vec<u64>,
+    /// Edges of state `s` are `row_start[s]..row_start[s + 1]`.
+    row_start: Vec<u32>,
+    targets: Vec<u32>,
+    families: Vec<u8>,
+    enabled: Vec<u32>,
+    cut: Vec<u32>,
+    /// Bit `2p`: property p's trigger holds; bit `2p + 1`: its goal holds.
+    marks: Vec<u32>,
+    /// The number of initial states (they are indices `0..initial`).
+    initial: usize,
+    family_names: Vec<&'static str>,
+}
+
+impl Graph {
+    fn edges(&self, state: u32) -> std::ops::Range<usize> {
+        self.row_start[state as usize] as usize..self.row_start[state as usize + 1] as usize
+    }
+
+    fn states(&self) -> usize {
+        self.fingerprints.len()
+    }
+}
+
+/// The names a thread met, and the index each has in this thread.
+#[derive(Default)]
+struct LocalFamilies(Vec<&'static str>);
+
+impl LocalFamilies {
+    fn index(&mut self, name: &'static str) -> u8 {
+        match self.0.iter().position(|known| *known == name) {
+            Some(index) => index as u8,
+            None => {
+                assert!(
+                    self.0.len() < FAMILIES_MAX,
+                    "a model names more than {FAMILIES_MAX} fairness families"
+                );
+                self.0.push(name);
+                (self.0.len() - 1) as u8
+            }
+        }
+    }
+}
+
+/// One state as a thread expanded it; families are the thread's own indices.
+struct Expanded<S> {
+    marks: u32,
+    enabled: u32,
+    cut: u32,
+    /// Successors in the model's action order: state, fingerprint, family.
+    successors: Vec<(S, u64, u8)>,
+}
+
+struct Expansion<M: Model> {
+    part: Vec<M::State>,
+    out: Vec<Expanded<M::State>>,
+    families: LocalFamilies,
+    actions: Vec<M::Action>,
+    unreduced: Vec<M::Action>,
+    cut_names: Vec<&'static str>,
+}
+
+impl<M: ModelSpec> Expansion<M>
+where
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    fn new() -> Self {
+        Expansion {
+            part: Vec::new(),
+            out: Vec::new(),
+            families: LocalFamilies::default(),
+            actions: Vec::new(),
+            unreduced: Vec::new(),
+            cut_names: Vec::new(),
+        }
+    }
+
+    fn expand(&mut self, model: &M, definitions: &[LivenessDef<M>]) {
+        self.out.clear();
+        for state in self.part.drain(..) {
+            let mut marks = 0;
+            for (index, def) in definitions.iter().enumerate() {
+                let trigger = def.trigger.is_some_and(|trigger| trigger(model, &state));
+                marks |= u32::from(trigger) << (2 * index);
+                marks |= u32::from((def.goal)(model, &state)) << (2 * index + 1);
+            }
+            let mut cut = 0u32;
+            self.cut_names.clear();
+            model.families_cut(&state, &mut self.cut_names);
+            for name in &self.cut_names {
+                cut |= 1 << self.families.index(name);
+            }
+            self.actions.clear();
+            model.actions(&state, &mut self.actions);
+            let mut enabled = 0u32;
+            let mut successors = Vec::with_capacity(self.actions.len());
+            for action in self.actions.drain(..) {
+                let family = model
+                    .fairness(&action)
+                    .map_or(UNFAIR, |name| self.families.index(name));
+                let Some(next) = model.next_state(&state, action) else {
+                    continue;
+                };
+                if family != UNFAIR {
+                    enabled |= 1 << family;
+                }
+                if !model.within_boundary(&next) {
+                    // The step exists but the boundary cuts it: the run is cut here.
+                    if family != UNFAIR {
+                        cut |= 1 << family;
+                    }
+                    continue;
+                }
+                let next_fingerprint = fingerprint(&next);
+                successors.push((next, next_fingerprint, family));
+            }
+            self.unreduced.clear();
+            if model.unreduced_actions(&state, &mut self.unreduced) {
+                enabled = 0;
+                for action in self.unreduced.drain(..) {
+                    if let Some(name) = model.fairness(&action) {
+                        enabled |= 1 << self.families.index(name);
+                    }
+                }
+            }
+            self.out.push(Expanded {
+                marks,
+                enabled,
+                cut,
+                successors,
+            });
+        }
+    }
+}
+
+/// Maps a thread's family set onto the global indices.
+fn translate(set: u32, table: &[u8]) -> u32 {
+    let mut global = 0;
+    let mut rest = set;
+    while rest != 0 {
+        let local = rest.trailing_zeros() as usize;
+        global |= 1 << table[local];
+        rest &= rest - 1;
+    }
+    global
+}
+
+/// Explores the reachable graph; `Err` when a limit stopped it.
+fn explore<M>(
+    model: &M,
+    definitions: &[LivenessDef<M>],
+    options: &CheckOptions,
+    started: Instant,
+    progress: &mut dyn FnMut(Progress),
+) -> Result<Graph, (Stop, usize, usize)>
+where
+    M: ModelSpec,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let threads = options.threads.max(1);
+    let interval = Duration::from_millis(options.progress_interval_millis.max(10));
+    let mut last_progress = Instant::now();
+    let mut graph = Graph {
+        fingerprints: Vec::new(),
+        row_start: vec![0],
+        targets: Vec::new(),
+        families: Vec::new(),
+        enabled: Vec::new(),
+        cut: Vec::new(),
+        marks: Vec::new(),
+        initial: 0,
+        family_names: Vec::new(),
+    };
+    let mut index_of: FingerprintMap<u32> = FingerprintMap::default();
+    let mut level: VecDeque<M::State> = VecDeque::new();
+    for state in model.init_states() {
+        if !model.within_boundary(&state) {
+            continue;
+        }
+        let state_fingerprint = fingerprint(&state);
+        if let std::collections::hash_map::Entry::Vacant(entry) = index_of.entry(state_fingerprint)
+        {
+            entry.insert(graph.fingerprints.len() as u32);
+            graph.fingerprints.push(state_fingerprint);
+            level.push_back(state);
+        }
+    }
+    graph.initial = graph.fingerprints.len();
+    let mut expansions: Vec<Expansion<M>> = (0..threads).map(|_| Expansion::new()).collect();
+    let mut depth = 0;
+    let mut next_level: VecDeque<M::State> = VecDeque::new();
+    while !level.is_empty() {
+        while !level.is_empty() {
+            let take = level.len().min(CHUNK_STATES_PER_THREAD * threads);
+            let used = if threads == 1 || take < 2 * threads {
+                1
+            } else {
+                threads
+            };
+            let part_size = take.div_ceil(used);
+            for expansion in &mut expansions[..used] {
+                let part = part_size.min(level.len());
+                expansion.part.extend(level.drain(..part));
+            }
+            if used == 1 {
+                expansions[0].expand(model, definitions);
+            } else {
+                std::thread::scope(|scope| {
+                    let (first, others) = expansions[..used].split_first_mut().expect("one part");
+                    let handles: Vec<_> = others
+                        .iter_mut()
+                        .map(|expansion| scope.spawn(move || expansion.expand(model, definitions)))
+                        .collect();
+                    first.expand(model, definitions);
+                    for handle in handles {
+                        handle.join().expect("a liveness thread panicked");
+                    }
+                });
+            }
+            for expansion in &mut expansions[..used] {
+                let table: Vec<u8> = expansion
+                    .families
+                    .0
+                    .iter()
+                    .map(
+                        |name| match graph.family_names.iter().position(|known| known == name) {
+                            Some(index) => index as u8,
+                            None => {
+                                graph.family_names.push(name);
+                                assert!(
+                                    graph.family_names.len() <= FAMILIES_MAX,
+                                    "a model names more than {FAMILIES_MAX} fairness families"
+                                );
+                                (graph.family_names.len() - 1) as u8
+                            }
+                        },
+                    )
+                    .collect();
+                for expanded in expansion.out.drain(..) {
+                    graph.marks.push(expanded.marks);
+                    graph.enabled.push(translate(expanded.enabled, &table));
+                    graph.cut.push(translate(expanded.cut, &table));
+                    for (next, next_fingerprint, family) in expanded.successors {
+                        let target = match index_of.entry(next_fingerprint) {
+                            std::collections::hash_map::Entry::Occupied(entry) => *entry.get(),
+                            std::collections::hash_map::Entry::Vacant(entry) => {
+                                let index = graph.fingerprints.len();
+                                assert!(
+                                    index < u32::MAX as usize,
+                                    "more than {} states: beyond the liveness graph's indices",
+                                    u32::MAX - 1
+                                );
+                                entry.insert(index as u32);
+                                graph.fingerprints.push(next_fingerprint);
+                                next_level.push_back(next);
+                                index as u32
+                            }
+                        };
+                        graph.targets.push(target);
+                        graph.families.push(if family == UNFAIR {
+                            UNFAIR
+                        } else {
+                            table[family as usize]
+                        });
+                    }
+                    assert!(
+                        graph.targets.len() < u32::MAX as usize,
+                        "more than {} edges: beyond the liveness graph's indices",
+                        u32::MAX - 1
+                    );
+                    graph.row_start.push(graph.targets.len() as u32);
+                }
+            }
+            let now = Instant::now();
+            if now.duration_since(last_progress) >= interval {
+                last_progress = now;
+                progress(Progress {
+                    states: graph.targets.len(),
+                    unique_states: graph.states(),
+                    max_depth: depth + usize::from(!next_level.is_empty()),
+                    elapsed: now.duration_since(started),
+                });
+            }
+            // Count the doubling of the map and the vectors before it happens, as the safety
+            // search does.
+            let headroom = CHUNK_STATES_PER_THREAD * threads * 16;
+            let mut growth_bytes = 0;
+            if index_of.len() + headroom > index_of.capacity() {
+                growth_bytes += index_of.capacity() * 2 * STATE_BYTES;
+            }
+            if graph.targets.len() + headroom * 8 > graph.targets.capacity() {
+                growth_bytes += graph.targets.capacity() * 2 * EDGE_BYTES;
+            }
+            if let Some(stop) = limit_reached(options, graph.states(), growth_bytes as u64, started)
+            {
+                return Err((stop, graph.states(), graph.targets.len()));
+            }
+        }
+        depth += 1;
+        std::mem::swap(&mut level, &mut next_level);
+    }
+    Ok(graph)
+}
+
+const UNSET: u32 = u32::MAX;
+
+/// Per state of one property: whether it avoids the goal, can reach a violation through
+/// goal-avoiding states (`bad`), is where a violation rests (`accept`: in a fair component, or a
+/// stop), and its component.
+struct Analysis {
+    avoid: Vec<bool>,
+    bad: Vec<bool>,
+    accept: Vec<bool>,
+    stop: Vec<bool>,
+    component: Vec<u32>,
+    bound_cut_states: usize,
+}
+
+fn analyse(graph: &Graph, property: usize, fair: u32) -> Analysis {
+    let states = graph.states();
+    let goal_bit = 1 << (2 * property + 1);
+    let mut bound_cut_states = 0;
+    let avoid: Vec<bool> = (0..states)
+        .map(|state| {
+            let goal = graph.marks[state] & goal_bit != 0;
+            let cut = graph.cut[state] & fair != 0;
+            if !goal && cut {
+                bound_cut_states += 1;
+            }
+            !goal && !cut
+        })
+        .collect();
+    let stop: Vec<bool> = (0..states)
+        .map(|state| avoid[state] && graph.enabled[state] & fair == 0)
+        .collect();
+    // Iterative Tarjan over the goal-avoiding subgraph.
+    let mut number = vec![UNSET; states];
+    let mut low = vec![0u32; states];
+    let mut component = vec![UNSET; states];
+    let mut stack: Vec<u32> = Vec::new();
+    let mut calls: Vec<(u32, usize)> = Vec::new();
+    let mut next_number = 0u32;
+    let mut component_bad: Vec<bool> = Vec::new();
+    let mut component_fair: Vec<bool> = Vec::new();
+    let mut members: Vec<u32> = Vec::new();
+    for root in 0..states as u32 {
+        if !avoid[root as usize] || number[root as usize] != UNSET {
+            continue;
+        }
+        calls.push((root, graph.edges(root).start));
+        number[root as usize] = next_number;
+        low[root as usize] = next_number;
+        next_number += 1;
+        stack.push(root);
+        while let Some(&mut (state, ref mut position)) = calls.last_mut() {
+            let end = graph.edges(state).end;
+            let mut descended = false;
+            while *position < end {
+                let target = graph.targets[*position];
+                *position += 1;
+                if !avoid[target as usize] {
+                    continue;
+                }
+                if number[target as usize] == UNSET {
+                    number[target as usize] = next_number;
+                    low[target as usize] = next_number;
+                    next_number += 1;
+                    stack.push(target);
+                    calls.push((target, graph.edges(target).start));
+                    descended = true;
+                    break;
+                } else if component[target as usize] == UNSET {
+                    low[state as usize] = low[state as usize].min(number[target as usize]);
+                }
+            }
+            if descended {
+                continue;
+            }
+            calls.pop();
+            if let Some(&(parent, _)) = calls.last() {
+                low[parent as usize] = low[parent as usize].min(low[state as usize]);
+            }
+            if low[state as usize] != number[state as usize] {
+                continue;
+            }
+            // `state` roots a component: pop it, then judge it.
+            let id = component_bad.len() as u32;
+            members.clear();
+            loop {
+                let member = stack.pop().expect("Tarjan's stack holds the component");
+                component[member as usize] = id;
+                members.push(member);
+                if member == state {
+                    break;
+                }
+            }
+            let mut everywhere_enabled = fair;
+            let mut taken = 0u32;
+            let mut has_cycle = members.len() > 1;
+            let mut reaches_bad = false;
+            let mut any_stop = false;
+            for &member in &members {
+                everywhere_enabled &= graph.enabled[member as usize];
+                any_stop |= stop[member as usize];
+                for edge in graph.edges(member) {
+                    let target = graph.targets[edge];
+                    if !avoid[target as usize] {
+                        continue;
+                    }
+                    if component[target as usize] == id {
+                        has_cycle |= target == member;
+                        if graph.families[edge] != UNFAIR {
+                            taken |= 1 << graph.families[edge];
+                        }
+                    } else {
+                        reaches_bad |= component_bad[component[target as usize] as usize];
+                    }
+                }
+            }
+            let fair_component = has_cycle && everywhere_enabled & !taken == 0;
+            component_fair.push(fair_component);
+            component_bad.push(fair_component || any_stop || reaches_bad);
+        }
+    }
+    let accept: Vec<bool> = (0..states)
+        .map(|state| avoid[state] && (stop[state] || component_fair[component[state] as usize]))
+        .collect();
+    let bad: Vec<bool> = (0..states)
+        .map(|state| avoid[state] && component_bad[component[state] as usize])
+        .collect();
+    Analysis {
+        avoid,
+        bad,
+        accept,
+        stop,
+        component,
+        bound_cut_states,
+    }
+}
+
+/// A path through the graph: state indices, and the family of the step from each to the next.
+struct IndexPath {
+    states: Vec<u32>,
+    families: Vec<u8>,
+}
+
+/// The shortest path from an initial state, through a trigger, to an accepting state (see the
+/// module doc, step 3); `None` when the property holds. A 0-1 breadth-first search over
+/// (state, phase): a step costs 1, switching to phase 1 at a trigger costs nothing; ties are
+/// broken by the order states and edges were discovered, so the path is deterministic.
+fn shortest_violation(
+    graph: &Graph,
+    analysis: &Analysis,
+    property: usize,
+    eventually: bool,
+) -> Option<IndexPath> {
+    let states = graph.states();
+    let trigger_bit = 1 << (2 * property);
+    // Node = state * 2 + phase.
+    let mut distance = vec![UNSET; 2 * states];
+    let mut parent = vec![UNSET; 2 * states];
+    let mut parent_family = vec![UNFAIR; 2 * states];
+    let mut queue: VecDeque<u32> = VecDeque::new();
+    let enters = |state: usize, phase: u32| -> bool {
+        (phase == 1 && analysis.bad[state]) || (phase == 0 && !eventually)
+    };
+    let phase = u32::from(eventually);
+    for state in 0..graph.initial {
+        if enters(state, phase) {
+            let node = (state * 2) as u32 + phase;
+            distance[node as usize] = 0;
+            queue.push_back(node);
+        }
+    }
+    let mut found = None;
+    let mut done = vec![false; 2 * states];
+    while let Some(node) = queue.pop_front() {
+        if done[node as usize] {
+            continue;
+        }
+        done[node as usize] = true;
+        let state = (node / 2) as usize;
+        let phase = node % 2;
+        let here = distance[node as usize];
+        if phase == 1 && analysis.accept[state] {
+            found = Some(node);
+            break;
+        }
+        if phase == 0 && graph.marks[state] & trigger_bit != 0 && analysis.bad[state] {
+            let switched = node + 1;
+            if here < distance[switched as usize] {
+                distance[switched as usize] = here;
+                parent[switched as usize] = node;
+                queue.push_front(switched);
+            }
+        }
+        for edge in graph.edges(state as u32) {
+            let target = graph.targets[edge] as usize;
+            if !enters(target, phase) {
+                continue;
+            }
+            let next = (target * 2) as u32 + phase;
+            if here + 1 < distance[next as usize] {
+                distance[next as usize] = here + 1;
+                parent[next as usize] = node;
+                parent_family[next as usize] = graph.families[edge];
+                queue.push_back(next);
+            }
+        }
+    }
+    let mut node = found?;
+    let mut states_back = Vec::new();
+    let mut families_back = Vec::new();
+    loop {
+        let previous = parent[node as usize];
+        if previous == UNSET {
+            states_back.push(node / 2);
+            break;
+        }
+        if previous / 2 == node / 2 && previous % 2 != node % 2 {
+            // The phase switch: same state, no step.
+            node = previous;
+            continue;
+        }
+        states_back.push(node / 2);
+        families_back.push(parent_family[node as usize]);
+        node = previous;
+    }
+    states_back.reverse();
+    families_back.reverse();
+    Some(IndexPath {
+        states: states_back,
+        families: families_back,
+    })
+}
+
+/// The shortest path inside `component` from `from` to a state where `done` holds, as (states
+/// after `from`, families of the steps). `None` when no such state is reachable in it. With
+/// `at_least_one_step`, `from` itself does not count.
+fn path_within(
+    graph: &Graph,
+    analysis: &Analysis,
+    component: u32,
+    from: u32,
+    at_least_one_step: bool,
+    done: &dyn Fn(u32) -> bool,
+) -> Option<(Vec<u32>, Vec<u8>)> {
+    if !at_least_one_step && done(from) {
+        return Some((Vec::new(), Vec::new()));
+    }
+    let mut parent: std::collections::HashMap<u32, (u32, u8)> = std::collections::HashMap::new();
+    let mut queue = VecDeque::from([from]);
+    let mut visited = std::collections::HashSet::from([from]);
+    while let Some(state) = queue.pop_front() {
+        for edge in graph.edges(state) {
+            let target = graph.targets[edge];
+            if analysis.component[target as usize] != component || !analysis.avoid[target as usize]
+            {
+                continue;
+            }
+            if done(target) && (target != from || at_least_one_step) {
+                let mut states = vec![target];
+                let mut families = vec![graph.families[edge]];
+                let mut cursor = state;
+                while cursor != from {
+                    let (previous, family) = parent[&cursor];
+                    states.push(cursor);
+                    families.push(family);
+                    cursor = previous;
+                }
+                states.reverse();
+                families.reverse();
+                return Some((states, families));
+            }
+            if visited.insert(target) {
+                parent.insert(target, (state, graph.families[edge]));
+                queue.push_back(target);
+            }
+        }
+    }
+    None
+}
+
+/// The cycle from `entry` back to `entry` inside its fair component, through one witness per
+/// fair family that is enabled everywhere on the cycle so far.
+fn fair_cycle(graph: &Graph, analysis: &Analysis, entry: u32, fair: u32) -> IndexPath {
+    let component = analysis.component[entry as usize];
+    let mut states = vec![entry];
+    let mut families: Vec<u8> = Vec::new();
+    let mut families_left = fair;
+    while families_left != 0 {
+        let family = families_left.trailing_zeros() as u8;
+        families_left &= families_left - 1;
+        let bit = 1u32 << family;
+        let satisfied = states
+            .iter()
+            .any(|state| graph.enabled[*state as usize] & bit == 0)
+            || families.contains(&family);
+        if satisfied {
+            continue;
+        }
+        let current = *states.last().expect("a cycle has a state");
+        // The nearest state where the family is disabled, else the nearest edge it labels.
+        let disabled = |state: u32| graph.enabled[state as usize] & bit == 0;
+        if let Some((more_states, more_families)) =
+            path_within(graph, analysis, component, current, false, &disabled)
+        {
+            states.extend(more_states);
+            families.extend(more_families);
+            continue;
+        }
+        let labels = |state: u32| {
+            graph.edges(state).any(|edge| {
+                graph.families[edge] == family
+                    && analysis.component[graph.targets[edge] as usize] == component
+                    && analysis.avoid[graph.targets[edge] as usize]
+            })
+        };
+        let (more_states, more_families) =
+            path_within(graph, analysis, component, current, false, &labels)
+                .expect("a fair component holds an edge of every family enabled throughout it");
+        states.extend(more_states);
+        families.extend(more_families);
+        let source = *states.last().expect("a cycle has a state");
+        let edge = graph
+            .edges(source)
+            .find(|edge| {
+                graph.families[*edge] == family
+                    && analysis.component[graph.targets[*edge] as usize] == component
+                    && analysis.avoid[graph.targets[*edge] as usize]
+            })
+            .expect("the witness edge");
+        states.push(graph.targets[edge]);
+        families.push(family);
+    }
+    let current = *states.last().expect("a cycle has a state");
+    let at_least_one_step = families.is_empty();
+    let (back_states, back_families) = path_within(
+        graph,
+        analysis,
+        component,
+        current,
+        at_least_one_step,
+        &|state| state == entry,
+    )
+    .expect("a fair component is strongly connected");
+    states.extend(back_states);
+    families.extend(back_families);
+    IndexPath { states, families }
+}
+
+/// Re-executes an index path from its initial state: at each step the first action of the
+/// given family whose successor has the recorded fingerprint.
+fn rebuild<M>(model: &M, graph: &Graph, path: &IndexPath) -> ModelPath<M>
+where
+    M: ModelSpec,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let first = graph.fingerprints[path.states[0] as usize];
+    let mut state = model
+        .init_states()
+        .into_iter()
+        .find(|state| fingerprint(state) == first)
+        .expect("a lasso starts at an initial state");
+    let mut pairs = Vec::with_capacity(path.states.len());
+    let mut actions = Vec::new();
+    for (step, family) in path.families.iter().enumerate() {
+        let wanted = graph.fingerprints[path.states[step + 1] as usize];
+        actions.clear();
+        model.actions(&state, &mut actions);
+        let (action, next) = actions
+            .drain(..)
+            .filter(|action| {
+                let named = model.fairness(action);
+                match named {
+                    None => *family == UNFAIR,
+                    Some(name) => {
+                        *family != UNFAIR && graph.family_names[*family as usize] == name
+                    }
+                }
+            })
+            .find_map(|action| {
+                let next = model.next_state(&state, action.clone())?;
+                (fingerprint(&next) == wanted).then_some((action, next))
+            })
+            .expect(
+                "re-executing a lasso reached another state: the model is nondeterministic or two states share a fingerprint",
+            );
+        pairs.push((state, Some(action)));
+        state = next;
+    }
+    pairs.push((state, None));
+    pairs
+}
+
+/// Decides every liveness property of `definitions` over one exploration of the graph.
+pub(crate) fn check<M>(
+    model: &M,
+    definitions: &[LivenessDef<M>],
+    options: &CheckOptions,
+    started: Instant,
+    progress: &mut dyn FnMut(Progress),
+) -> Checked<M>
+where
+    M: ModelSpec,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    assert!(
+        definitions.len() <= PROPERTIES_MAX,
+        "a model declares more than {PROPERTIES_MAX} liveness properties"
+    );
+    let own_start = Instant::now();
+    let graph = match explore(model, definitions, options, started, progress) {
+        Ok(graph) => graph,
+        Err((stop, unique_states, edges)) => {
+            return Checked {
+                properties: definitions.iter().map(|_| None).collect(),
+                unique_states,
+                edges,
+                stopped: Some(stop),
+                seconds: own_start.elapsed().as_secs_f64(),
+            }
+        }
+    };
+    let properties = definitions
+        .iter()
+        .enumerate()
+        .map(|(index, def)| {
+            let fair = graph
+                .family_names
+                .iter()
+                .enumerate()
+                .filter(|(_, name)| def.assumes_fair(name))
+                .fold(0u32, |set, (family, _)| set | 1 << family);
+            let analysis = analyse(&graph, index, fair);
+            let violation = shortest_violation(&graph, &analysis, index, def.trigger.is_none())
+                .map(|prefix| {
+                    let entry = *prefix.states.last().expect("a path has a state");
+                    if analysis.stop[entry as usize] {
+                        return (rebuild(model, &graph, &prefix), None);
+                    }
+                    let cycle = fair_cycle(&graph, &analysis, entry, fair);
+                    let lasso_start = prefix.families.len();
+                    let mut whole = prefix;
+                    whole.states.extend(&cycle.states[1..]);
+                    whole.families.extend(cycle.families);
+                    (rebuild(model, &graph, &whole), Some(lasso_start))
+                });
+            Some(Decided {
+                violation,
+                bound_cut_states: analysis.bound_cut_states,
+            })
+        })
+        .collect();
+    Checked {
+        properties,
+        unique_states: graph.states(),
+        edges: graph.targets.len(),
+        stopped: None,
+        seconds: own_start.elapsed().as_secs_f64(),
+    }
+}
+
+#[cfg(test)]
+mod tests;
