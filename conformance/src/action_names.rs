@@ -39,6 +39,7 @@ pub fn of(model: &str) -> &'static [&'static str] {
             "CleanupPurges",
             "ProcessStalls",
             "ProcessDies",
+            "ReconcilerResolves",
         ],
         "token" => &[
             "ClientSends",

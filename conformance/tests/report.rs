@@ -318,7 +318,7 @@ fn the_html_index_says_what_was_checked_and_what_green_means_for_each_variant() 
     );
     assert!(field("command").starts_with("oncecheck check --diagrams "));
     assert!(
-        field("time").ends_with("s for 11 variants"),
+        field("time").ends_with("s for 13 variants"),
         "{}",
         field("time")
     );
@@ -332,6 +332,7 @@ fn the_html_index_says_what_was_checked_and_what_green_means_for_each_variant() 
             "holds: R1, R2, R3, R4, R5, R6, R7, R8, R9",
         ),
         ("idempotency/renewed", "design", "holds: M1"),
+        ("idempotency/atomic", "mode", "holds: M1"),
         ("token/tokenless", "bug", "violated: T1"),
     ] {
         let row_start = dom

@@ -1,4 +1,4 @@
-//! Tokened DynamoDB writes retried under unknown outcomes (requirements T1-T5, spec:
+//! Tokened DynamoDB writes retried under unknown outcomes (requirements T1-T6, spec:
 //! `specs/tokened-writes.md`).
 //!
 //! What is modelled: clients that each make one logical write with one of the retry patterns of

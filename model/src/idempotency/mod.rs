@@ -1,4 +1,4 @@
-//! The Idempotency-Key middleware model (specs/idempotency-middleware.md, M1-M10).
+//! The Idempotency-Key middleware model (specs/idempotency-middleware.md, M1-M11).
 //!
 //! Clients send one request each with the key `k` (fingerprint A or B); the middleware claims
 //! the key in the cache row, runs the handler, captures the body and finalizes the row. The
