@@ -366,7 +366,7 @@ where
     let bounds: Bounds =
         M::resolve_bounds(variant, &overrides).map_err(|error| error.to_string())?;
     let model = M::build(variant, &bounds).map_err(|error| error.to_string())?;
-    let definitions = model.property_defs();
+    let definitions = check::definitions(&model);
     let shard = field(value, "shard").map_err(|_| {
         format!(
             "{}/{variant}: a report that is not a shard (run check with --shard K/N)",

@@ -274,11 +274,11 @@ where
     M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
     M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
 {
-    use oncecheck_model::view::{changes, roles};
+    use oncecheck_model::view::changes;
     let mut views = Vec::with_capacity(path.len());
     let mut previous: Vec<(String, String)> = Vec::new();
     for (index, (state, _)) in path.iter().enumerate() {
-        let now = roles(state);
+        let now = model.state_roles(state);
         let words = match index {
             0 => String::new(),
             _ => {

@@ -23,12 +23,15 @@ fn text(output: &Output) -> String {
 fn a_spilled_frontier_stops_at_the_disk_limit_and_leaves_nothing_behind() {
     let spill_dir = std::env::temp_dir().join(format!("check-scale-{}", std::process::id()));
     // A 64 MiB memory limit gives the frontier 16 MiB in blocks of 2 MiB: the first block
-    // spilled is past a 1 MiB disk limit, long before the visited set fills the memory.
+    // spilled is past a 1 MiB disk limit, long before the visited set fills the memory (three
+    // writers: levels wide enough to fill the frontier first).
     let output = oncecheck(&[
         "check",
         "relay",
         "--variant",
         "fixed",
+        "--bound",
+        "new_writers=3",
         "--memory-max-mb",
         "64",
         "--disk-max-mb",
@@ -45,7 +48,7 @@ fn a_spilled_frontier_stops_at_the_disk_limit_and_leaves_nothing_behind() {
         .collect();
     assert_eq!(lines.len(), 1, "{stderr}");
     assert!(
-        lines[0].contains("the disk limit of 1 MiB") && lines[0].contains("--disk-max-mb"),
+        lines[0].contains("the disk limit (--disk-max-mb 1)"),
         "{}",
         lines[0]
     );
