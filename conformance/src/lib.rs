@@ -10,6 +10,7 @@ pub mod action_names;
 pub mod diagram;
 pub mod implemented;
 pub mod junit;
+pub mod merge;
 pub mod model_facts;
 pub mod models;
 #[cfg(feature = "replay")]
@@ -37,6 +38,7 @@ pub mod replay_token;
 pub mod report;
 pub mod run_info;
 pub mod soak;
+pub mod spill;
 pub mod terminal;
 pub mod traces;
 pub mod transitions;

@@ -282,7 +282,6 @@ where
     M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
     M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
 {
-    use oncecheck_model::view::changes;
     let shown = |name: &str| {
         let property = report.property(name);
         property.trace.is_some() && crate::report::shows_trace(property.verdict, property.expected)
@@ -305,36 +304,47 @@ where
     }
     let mut traces = std::collections::BTreeMap::new();
     for (name, path) in paths {
-        let mut views = Vec::with_capacity(path.len());
-        let mut previous: Vec<(String, String)> = Vec::new();
-        for (index, (state, _)) in path.iter().enumerate() {
-            let now = model.state_roles(state);
-            let words = match index {
-                0 => String::new(),
-                _ => {
-                    let (before, action) = &path[index - 1];
-                    model.step_words(
-                        before,
-                        action
-                            .as_ref()
-                            .expect("every state of a path but the last has an action"),
-                        state,
-                    )
-                }
-            };
-            views.push(crate::report::StepView {
-                step: index,
-                words,
-                changes: changes(&previous, &now),
-            });
-            previous = now;
-        }
-        traces.insert(name.to_string(), views);
+        traces.insert(name.to_string(), step_views(model, &path));
     }
     crate::report::PageDetail {
         traces,
         coverage: Some(coverage(model)),
     }
+}
+
+/// A path as an HTML page shows it: per step its protocol words and the roles it changed.
+pub fn step_views<M>(model: &M, path: &check::ModelPath<M>) -> Vec<crate::report::StepView>
+where
+    M: ModelSpec,
+    M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
+{
+    use oncecheck_model::view::changes;
+    let mut views = Vec::with_capacity(path.len());
+    let mut previous: Vec<(String, String)> = Vec::new();
+    for (index, (state, _)) in path.iter().enumerate() {
+        let now = model.state_roles(state);
+        let words = match index {
+            0 => String::new(),
+            _ => {
+                let (before, action) = &path[index - 1];
+                model.step_words(
+                    before,
+                    action
+                        .as_ref()
+                        .expect("every state of a path but the last has an action"),
+                    state,
+                )
+            }
+        };
+        views.push(crate::report::StepView {
+            step: index,
+            words,
+            changes: changes(&previous, &now),
+        });
+        previous = now;
+    }
+    views
 }
 
 /// The coverage of the reachable state space, by a breadth-first walk of its own: unique states

@@ -151,6 +151,16 @@ pub fn limit_words(stop: &Stop) -> String {
                 resident_bytes / MIB
             )
         }
+        Stop::Disk {
+            disk_bytes_max: Some(disk_bytes_max),
+            spilled_bytes,
+            os_error: None,
+        } => format!(
+            "the disk limit (--disk-max-mb {}) with {} MiB of the frontier spilled",
+            disk_bytes_max / MIB,
+            spilled_bytes.div_ceil(MIB)
+        ),
+        Stop::Disk { .. } => format!("{stop}"),
     }
 }
 
@@ -160,6 +170,11 @@ fn limit_advice(stop: &Stop) -> &'static str {
         Stop::Timeout { .. } => "raise --timeout-secs, or use --simulate for bounds this large",
         Stop::States { .. } => "raise --states-max, or use --simulate for bounds this large",
         Stop::Memory { .. } => "raise --memory-max-mb if the machine has it, or use --simulate",
+        Stop::Disk {
+            disk_bytes_max: Some(_),
+            ..
+        } => "raise --disk-max-mb, or use --simulate",
+        Stop::Disk { .. } => "give --spill-dir a disk with room, or use --simulate",
     }
 }
 

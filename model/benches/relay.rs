@@ -12,7 +12,14 @@
 //! - `ONCECHECK_BENCH=fixed-ci cargo bench ...` — `fixed` at its CI bounds (one lost response),
 //!   the verdict BFS only;
 //! - `ONCECHECK_BENCH=fixed-no-loss cargo bench ...` — the same with `lost_responses_max=0`;
-//! - `ONCECHECK_BENCH=unreduced cargo bench ...` — `fixed-no-loss` without reductions.
+//! - `ONCECHECK_BENCH=unreduced cargo bench ...` — `fixed-no-loss` without reductions;
+//! - `ONCECHECK_BENCH=growth-table cargo bench ...` — the growth table of docs/scale-out.md:
+//!   `fixed` with 2, 3 and 4 new-build writers x 2 ops (one re-push, one puller x 3 pulls,
+//!   the legacy-gap table, no lost response, no deadline), with and without the relay's own
+//!   reductions and the symmetry, 2 threads, the frontier spilling past 1 GiB: each row in a
+//!   process of its own (peak memory is per process), exhaustive up to
+//!   `ONCECHECK_ROW_SECS` seconds (default 600) and 8 GiB, then a seeded simulation of the
+//!   same bounds where the exhaustive run did not finish.
 
 use oncecheck_model::check::{self, CheckOptions, ModelSpec};
 use oncecheck_model::relay::RelayModel;
@@ -132,8 +139,136 @@ fn growth(variant: &str) {
     );
 }
 
+/// Resident memory of this process (the checker's memory probe).
+fn resident_bytes() -> Option<u64> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let line = status.lines().find(|line| line.starts_with("VmRSS:"))?;
+    let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024)
+}
+
+/// One row of the growth table, in this process: `writers,reductions,symmetry,mode`.
+fn growth_row(row: &str) {
+    let fields: Vec<&str> = row.split(',').collect();
+    let writers: u32 = fields[0].parse().expect("writers");
+    let (reductions, symmetry, simulate) = (fields[1] == "1", fields[2] == "1", fields[3] == "sim");
+    let seconds_max: u64 = std::env::var("ONCECHECK_ROW_SECS")
+        .ok()
+        .and_then(|text| text.parse().ok())
+        .unwrap_or(600);
+    let mut relay = model(
+        "fixed",
+        &[
+            ("new_writers", writers),
+            ("push_rounds_max", 0),
+            ("lost_responses_max", 0),
+            ("legacy", 1),
+        ],
+    );
+    if !reductions {
+        relay = relay.without_reductions();
+    }
+    let spill = std::env::temp_dir().join(format!("growth-spill-{}", std::process::id()));
+    let options = CheckOptions {
+        threads: 2,
+        timeout_secs_max: Some(seconds_max),
+        memory_bytes_max: Some(8 << 30),
+        memory_probe: Some(resident_bytes),
+        frontier_bytes_max: Some(1 << 30),
+        spill: Some(std::sync::Arc::new(DirectorySpill(spill.clone()))),
+        symmetry,
+        ..CheckOptions::default()
+    };
+    let report = if simulate {
+        let simulation = check::SimulationOptions {
+            seed: 7,
+            samples: 20_000,
+            depth_max: 120,
+        };
+        check::simulate(&relay, &options, &simulation, &mut |_| {}).report
+    } else {
+        check::run(relay, &options, &mut |_| {})
+    };
+    let _ = std::fs::remove_dir_all(&spill);
+    let outcome = match (&report.stopped, simulate) {
+        (Some(stop), _) => format!("stopped at {stop}"),
+        (None, true) => "simulated: 20,000 walks (seed 7, depth 120)".to_string(),
+        (None, false) => "exhaustive, complete".to_string(),
+    };
+    let verdicts = if report.matches_expectations() {
+        "as expected"
+    } else {
+        "not as expected"
+    };
+    println!(
+        "| {writers} | {} | {} | {} | {:.1} s | {:.0} MiB | {outcome}, {verdicts} |",
+        if reductions { "on" } else { "off" },
+        if symmetry { "on" } else { "off" },
+        report.unique_states,
+        report.seconds,
+        peak_memory_mib().unwrap_or(f64::NAN),
+    );
+}
+
+/// The spill store of the bench (the binary's is conformance's `DirectorySpill`).
+struct DirectorySpill(std::path::PathBuf);
+
+impl check::SpillStore for DirectorySpill {
+    fn put(&self, bytes: &[u8]) -> std::io::Result<u64> {
+        static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+        let id = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        std::fs::create_dir_all(&self.0)?;
+        std::fs::write(self.0.join(id.to_string()), bytes)?;
+        Ok(id)
+    }
+
+    fn take(&self, id: u64) -> std::io::Result<Vec<u8>> {
+        let file = self.0.join(id.to_string());
+        let bytes = std::fs::read(&file)?;
+        std::fs::remove_file(&file)?;
+        Ok(bytes)
+    }
+}
+
+/// Every row of the growth table, each in a child process; a row whose exhaustive run did not
+/// finish is followed by the simulated row of the same configuration.
+fn growth_table() {
+    let writers: Vec<u32> = std::env::var("ONCECHECK_WRITERS")
+        .unwrap_or_else(|_| "2,3,4".to_string())
+        .split(',')
+        .filter_map(|text| text.parse().ok())
+        .collect();
+    println!(
+        "| writers | reductions (a)+(b) | symmetry | unique states | time | peak memory | run |"
+    );
+    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    let executable = std::env::current_exe().expect("the bench knows its executable");
+    for count in writers {
+        for (reductions, symmetry) in [(1, 0), (1, 1), (0, 0), (0, 1)] {
+            let row = |mode: &str| {
+                let output = std::process::Command::new(&executable)
+                    .env("ONCECHECK_BENCH", "growth-row")
+                    .env(
+                        "ONCECHECK_ROW",
+                        format!("{count},{reductions},{symmetry},{mode}"),
+                    )
+                    .output()
+                    .expect("a row runs");
+                let line = String::from_utf8_lossy(&output.stdout).trim().to_string();
+                println!("{line}");
+                line
+            };
+            if row("bfs").contains("stopped at") {
+                row("sim");
+            }
+        }
+    }
+}
+
 fn main() {
     match std::env::var("ONCECHECK_BENCH").as_deref().unwrap_or("ci") {
+        "growth-table" => growth_table(),
+        "growth-row" => growth_row(&std::env::var("ONCECHECK_ROW").expect("ONCECHECK_ROW")),
         // The legacy-gap table (the bound table's default); `fixed-3-all-tables` adds the empty
         // table and the run above the counter, as fixed's CI bounds do.
         // The legacy-gap table (the bound table's default); `fixed-3-all-tables` adds the empty

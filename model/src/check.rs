@@ -18,11 +18,19 @@
 //!   run that stops where no fair step is enabled, and it is `unknown` whenever the graph was not
 //!   explored completely.
 
+mod codec;
+mod frontier;
 mod liveness;
+mod merge;
+mod scale;
 mod search;
 mod simulation;
 
-use search::{Limits, Target};
+pub use codec::CodecError;
+pub use frontier::{MemorySpill, SpillStore, StateCodec};
+pub use merge::{merge, MergeError};
+pub use scale::{Independence, Scale};
+use search::{Hooks, Limits, Target};
 use serde::Serialize;
 use stateright::{Model, Property};
 use std::collections::{BTreeMap, HashMap};
@@ -364,6 +372,12 @@ where
         after: &Self::State,
     ) -> String;
 
+    /// What the checker may use to search larger bounds (frontier codec, symmetry): none by
+    /// default (check/scale.rs).
+    fn scale(&self) -> Scale<Self> {
+        Scale::none()
+    }
+
     /// The state role by role in the step text's words (`W1.phase`, `table: claim a`): what
     /// the HTML report's changes and the Explorer's picture show. By default the state's Debug
     /// form split by role ([`crate::view::roles`]); a model overrides it with its own words.
@@ -386,7 +400,7 @@ where
 }
 
 /// Options of one checker run.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct CheckOptions {
     /// Threads examining each level of the search. The result (verdicts, counts, traces) is the
     /// same for any number; only the time changes. Simulation uses one thread.
@@ -402,9 +416,83 @@ pub struct CheckOptions {
     /// Measures the process's memory in bytes (the caller's: this crate does no I/O). Without
     /// a probe `memory_bytes_max` is not enforced.
     pub memory_probe: Option<fn() -> Option<u64>>,
+    /// Bytes of encoded frontier states kept in memory before blocks of them go to `spill`
+    /// (also spilled, whatever this says, when the memory limit is near). None: no budget of
+    /// its own.
+    pub frontier_bytes_max: Option<u64>,
+    /// Where the frontier spills (the caller's: this crate does no I/O). None: it never does,
+    /// and the memory limit stops the run.
+    pub spill: Option<std::sync::Arc<dyn SpillStore>>,
+    /// Stop once the spilled frontier would take more than this many bytes.
+    pub disk_bytes_max: Option<u64>,
+    /// Run one shard of the search (`oncecheck check --shard K/N`; `oncecheck merge` joins the
+    /// shards' reports): a simulation runs its share of the walks; an exhaustive search keeps,
+    /// from the first level of at least [`SHARD_LEVEL_STATES_MIN`] states per shard on, only
+    /// the states whose fingerprint falls in its part.
+    pub shard: Option<Shard>,
+    /// Keep one state per orbit of the model's symmetry (`ModelSpec::scale`), if it declares
+    /// one: the same verdicts and shortest trace lengths over fewer states (each model's spec
+    /// argues it; a test compares every variant reduced and unreduced).
+    pub symmetry: bool,
+    /// Expand ample sets instead of every enabled action where the model's independence
+    /// declaration allows it (`ModelSpec::scale`), with the cycle proviso: the same verdicts;
+    /// traces are real paths, but may be longer than the shortest.
+    pub partial_order: bool,
     /// Decide the liveness properties (their own exploration, after the safety search). False
     /// leaves them `unknown` and the run incomplete: what a benchmark compares against.
     pub liveness: bool,
+}
+
+/// A level must hold this many states per shard before an exhaustive search splits it: below,
+/// every shard explores the whole level (and the merge counts it once).
+pub const SHARD_LEVEL_STATES_MIN: usize = 64;
+
+/// Shard `index` of `count` (0-based).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct Shard {
+    pub index: usize,
+    pub count: usize,
+}
+
+impl Shard {
+    /// This shard's share of `samples` walks: contiguous, in walk order.
+    pub fn range(&self, samples: usize) -> std::ops::Range<usize> {
+        let share = |index: usize| (samples as u128 * index as u128 / self.count as u128) as usize;
+        share(self.index)..share(self.index + 1)
+    }
+
+    /// Whether a state with this fingerprint is this shard's to expand.
+    pub fn owns(&self, fingerprint: u64) -> bool {
+        fingerprint % self.count as u64 == self.index as u64
+    }
+}
+
+/// Which shard a report is, and (exhaustive) the depth whose level the shards split.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+pub struct ShardReport {
+    pub index: usize,
+    pub count: usize,
+    /// Exhaustive: the depth whose level was split (every shard explored the levels above it
+    /// whole); `None` when no level was large enough, so every shard explored everything.
+    pub level: Option<usize>,
+}
+
+impl std::fmt::Debug for CheckOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CheckOptions")
+            .field("threads", &self.threads)
+            .field("timeout_secs_max", &self.timeout_secs_max)
+            .field("states_max", &self.states_max)
+            .field("memory_bytes_max", &self.memory_bytes_max)
+            .field("frontier_bytes_max", &self.frontier_bytes_max)
+            .field("spill", &self.spill.is_some())
+            .field("disk_bytes_max", &self.disk_bytes_max)
+            .field("shard", &self.shard)
+            .field("symmetry", &self.symmetry)
+            .field("partial_order", &self.partial_order)
+            .field("liveness", &self.liveness)
+            .finish_non_exhaustive()
+    }
 }
 
 impl Default for CheckOptions {
@@ -416,6 +504,12 @@ impl Default for CheckOptions {
             states_max: None,
             memory_bytes_max: None,
             memory_probe: None,
+            frontier_bytes_max: None,
+            spill: None,
+            disk_bytes_max: None,
+            shard: None,
+            symmetry: false,
+            partial_order: false,
             liveness: true,
         }
     }
@@ -438,6 +532,13 @@ pub enum Stop {
         memory_bytes_max: u64,
         resident_bytes: u64,
         growth_bytes: u64,
+    },
+    /// The spilled frontier reached `disk_bytes_max`, or its store failed (`os_error`: the
+    /// system's error number, 28 for a full device; -1 for a store's own failure).
+    Disk {
+        disk_bytes_max: Option<u64>,
+        spilled_bytes: u64,
+        os_error: Option<i32>,
     },
 }
 
@@ -478,6 +579,32 @@ impl std::fmt::Display for Stop {
                 resident_bytes / MIB,
                 growth_bytes.div_ceil(MIB)
             ),
+            Stop::Disk {
+                disk_bytes_max: Some(disk_bytes_max),
+                spilled_bytes,
+                os_error: None,
+            } => write!(
+                f,
+                "the disk limit of {} MiB ({} MiB of the frontier spilled)",
+                disk_bytes_max / MIB,
+                spilled_bytes.div_ceil(MIB)
+            ),
+            Stop::Disk {
+                spilled_bytes,
+                os_error,
+                ..
+            } => {
+                let cause = match os_error {
+                    Some(28) => "no space left on the device".to_string(),
+                    Some(-1) | None => "the spill store failed".to_string(),
+                    Some(code) => std::io::Error::from_raw_os_error(*code).to_string(),
+                };
+                write!(
+                    f,
+                    "the disk: {cause} ({} MiB of the frontier spilled)",
+                    spilled_bytes.div_ceil(MIB)
+                )
+            }
         }
     }
 }
@@ -575,6 +702,9 @@ pub struct CheckReport {
     pub complete: bool,
     /// The limit that stopped the run, if one did.
     pub stopped: Option<Stop>,
+    /// A shard of a larger run (its verdicts are of its part: `oncecheck merge` joins them).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<ShardReport>,
     /// The liveness run, when the model declares liveness properties and the search was
     /// exhaustive: its own exploration of the reachable graph.
     pub liveness: Option<LivenessRun>,
@@ -626,6 +756,11 @@ impl CheckReport {
     }
 }
 
+/// The checker's 64-bit fingerprint of a value (fixed seeds: the same in every run of a build).
+pub fn fingerprint_of<T: std::hash::Hash + ?Sized>(value: &T) -> u64 {
+    search::fingerprint(value)
+}
+
 /// What [`shortest_paths`] looks for: (name, condition, the condition's value that counts as
 /// a match).
 pub type Wanted<M> = (&'static str, fn(&M, &<M as Model>::State) -> bool, bool);
@@ -665,6 +800,7 @@ where
             options: &options,
             stop_when_all_found: true,
         },
+        &Hooks::none(),
         &mut |_| {},
     );
     wanted
@@ -836,6 +972,7 @@ struct Measured {
     started: Instant,
     complete: bool,
     stopped: Option<Stop>,
+    shard: Option<ShardReport>,
     liveness: Option<LivenessRun>,
 }
 
@@ -867,6 +1004,7 @@ where
         seconds: measured.started.elapsed().as_secs_f64(),
         complete: measured.complete,
         stopped: measured.stopped,
+        shard: measured.shard,
         liveness: measured.liveness,
         properties,
     };
@@ -900,6 +1038,12 @@ where
     let targets = targets_of(&definitions);
     // Once every property is decided nothing is left to learn: stop, as stateright's
     // `HasDiscoveries::All` did.
+    let scale = model.scale();
+    let hooks = Hooks {
+        codec: scale.codec,
+        representative: scale.symmetry.filter(|_| options.symmetry),
+        independence: scale.independence.filter(|_| options.partial_order),
+    };
     let searched = search::search(
         model,
         &targets,
@@ -907,6 +1051,7 @@ where
             options,
             stop_when_all_found: true,
         },
+        &hooks,
         progress,
     );
     let mut paths: BTreeMap<&'static str, ModelPath<M>> = definitions
@@ -925,6 +1070,11 @@ where
         started,
         complete: searched.exhausted || all_decided,
         stopped: searched.stopped,
+        shard: options.shard.map(|shard| ShardReport {
+            index: shard.index,
+            count: shard.count,
+            level: searched.shard_level,
+        }),
         liveness: None,
     };
     let exhausted = searched.exhausted;
@@ -1009,6 +1159,11 @@ where
         started,
         complete: false,
         stopped: simulated.stopped,
+        shard: options.shard.map(|shard| ShardReport {
+            index: shard.index,
+            count: shard.count,
+            level: None,
+        }),
         liveness: None,
     };
     // A walk cannot show that no fair run avoids a goal: liveness stays `unknown`.
@@ -1023,5 +1178,7 @@ where
     )
 }
 
+#[cfg(test)]
+mod reduction_tests;
 #[cfg(test)]
 mod tests;

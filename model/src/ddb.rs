@@ -17,7 +17,7 @@
 //! - Overwrites and counter regressions are not prevented here (the protocol's conditions do
 //!   that); they are recorded in [`Anomalies`] so properties can see them.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// A stream's seq. Small on purpose: state stays small and hashing cheap.
@@ -34,7 +34,7 @@ pub fn op_name(op: OpId) -> char {
 }
 
 /// The items of one stream: the counter (seq 0), one claim per op id, one item per stored op.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Key {
     Counter,
     Claim(OpId),
@@ -52,7 +52,7 @@ impl std::fmt::Display for Key {
 }
 
 /// The attributes of an item that the protocol reads.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Value {
     Counter { next_seq: Seq },
     Claim { seq: Seq },
@@ -70,7 +70,7 @@ impl std::fmt::Display for Value {
 }
 
 /// The condition expressions the protocol uses.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Condition {
     Always,
     AttributeExists,
@@ -95,7 +95,7 @@ impl Condition {
 }
 
 /// What one item of a TransactWriteItems does.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Operation {
     /// Put or Update to this value.
     Write(Value),
@@ -103,7 +103,7 @@ pub enum Operation {
     ConditionCheck,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct TransactItem {
     pub key: Key,
     pub condition: Condition,
@@ -113,7 +113,7 @@ pub struct TransactItem {
 }
 
 /// A cancellation reason, one per item, in request order.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Reason {
     None,
     /// With ALL_OLD, `old` is the item's image (or `None` when the item is absent).
@@ -136,14 +136,14 @@ impl std::fmt::Display for Reason {
     }
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum TransactOutcome {
     Committed,
     Cancelled(Vec<Reason>),
 }
 
 /// Things that must never happen, recorded when they do so that properties can see them.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Anomalies {
     /// An op item was written over an existing op item (R2).
     pub op_overwritten: bool,
@@ -151,7 +151,7 @@ pub struct Anomalies {
     pub counter_went_back: bool,
 }
 
-#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Table {
     /// Items visible to reads.
     pub applied: BTreeMap<Key, Value>,

@@ -35,12 +35,12 @@ use crate::ddb::{
     op_name, Condition, Key, OpId, Operation, Reason, Seq, Table, TransactItem, TransactOutcome,
     Value, SEQ_MAX,
 };
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use stateright::{Model, Property};
 use std::collections::{BTreeMap, BTreeSet};
 
 /// Which algorithm a writer runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Build {
     /// The seed's design: counter condition, claim, predecessor check, op, in one transaction.
     New,
@@ -49,7 +49,7 @@ pub enum Build {
 }
 
 /// A deliberate defect, to show that a property can fail (the seed's mutation checks).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 pub enum Mutation {
     /// The predecessor ConditionCheck is left out (what `counter-only` is).
     NoPredecessorCheck,
@@ -86,7 +86,7 @@ pub enum Mutation {
 pub const LEGACY_OP_BASE: OpId = 200;
 
 /// The initial table: empty, or legacy data an ADD-era relay left behind.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Legacy {
     Empty,
     /// Counter at 2, op 1 present, op 2 absent: seq 2 was burned by an ADD-era relay.
@@ -96,7 +96,7 @@ pub enum Legacy {
 }
 
 /// The model's bounds, resolved from the `oncecheck` bound table.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct RelayBounds {
     pub new_writers: u8,
     pub add_era_writers: u8,
@@ -122,7 +122,7 @@ pub struct RelayBounds {
     pub truncations_max: u8,
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Variant {
     AddEra,
     CounterOnly,
@@ -142,14 +142,14 @@ impl Variant {
 }
 
 /// What a writer knows of the counter between rounds (carry-forward).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Counter {
     Unknown,
     Known(Seq),
 }
 
 /// The shape of one append round, kept until its response arrives.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Round {
     pub op: OpId,
     /// The counter value the round conditions on (`next_seq = :expected`).
@@ -162,7 +162,7 @@ pub struct Round {
 }
 
 /// Why an append ended without a seq: each is a typed error the caller can handle.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum AppendError {
     /// Lost rounds in a row over the budget.
     ContentionExhausted,
@@ -177,7 +177,7 @@ pub enum AppendError {
     DeadlineExceeded,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Phase {
     /// Between rounds: the next step reads the counter (if unknown) or sends a round.
     Ready,
@@ -203,7 +203,7 @@ pub enum Phase {
     Failed(AppendError),
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Writer {
     /// Index into the writer's push of the op being appended.
     pub next_op: u8,
@@ -259,7 +259,7 @@ impl Writer {
 }
 
 /// Protocol-level defects recorded at the step that commits them (the table records its own).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct WriterAnomalies {
     /// An uncontended push cost more than one counter read, or more transactions than one per
     /// op plus one per wrong counter guess and per legacy gap crossed.
@@ -275,7 +275,7 @@ pub struct WriterAnomalies {
     pub stored_op_taken_for_gap: bool,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Puller {
     pub cursor: Seq,
     pub received: BTreeSet<Seq>,
@@ -284,14 +284,14 @@ pub struct Puller {
 
 /// A fold consumer of the stream feed: one record per op item written, delivered in order per
 /// item only, so records of different ops arrive in any order.
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Folder {
     pub folded: BTreeSet<Seq>,
     /// Every op at or below it is folded (R8).
     pub watermark: Seq,
 }
 
-#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct RelayState {
     pub table: Table,
     pub writers: Vec<Writer>,
@@ -317,7 +317,7 @@ impl RelayState {
     }
 }
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub enum Action {
     /// Strongly consistent Query of seq = 0: the counter (the first op of a push, or after a
     /// lost round without a usable hint). A push's first read is preceded by its claim check
@@ -384,6 +384,8 @@ pub struct RelayModel {
     /// The sound reductions of specs/relay-append.md ("Reductions"); off only to compare.
     pub reductions: bool,
     resolved: Bounds,
+    /// The permutations of interchangeable writers (specs/relay-append.md, "Symmetry").
+    symmetry: Vec<scale::WriterPermutation>,
 }
 
 pub const BOUNDS: &[BoundSpec] = &[
@@ -588,6 +590,7 @@ impl RelayModel {
             variant,
             bounds,
             mutations,
+            symmetry: scale::writer_symmetries(&writers),
             writers,
             reductions: true,
             resolved: Bounds(resolved),
@@ -1829,6 +1832,10 @@ impl ModelSpec for RelayModel {
     const VARIANT_DEFAULTS: &'static [(&'static str, &'static str, u32)] = VARIANT_DEFAULTS;
     const BOUND_SETS: &'static [crate::check::BoundSet] = BOUND_SETS;
 
+    fn scale(&self) -> crate::check::Scale<Self> {
+        scale::hooks(self)
+    }
+
     fn build(variant: &str, bounds: &Bounds) -> Result<Self, SpecError> {
         let variant = match Self::resolve_variant(variant)? {
             "add-era" => Variant::AddEra,
@@ -2228,6 +2235,7 @@ pub fn describe(
 
 pub mod encoding;
 mod liveness;
+mod scale;
 mod words;
 
 #[cfg(test)]

@@ -61,6 +61,7 @@
 mod encoding;
 mod liveness;
 mod observed;
+mod scale;
 mod words;
 
 use crate::check::{BoundSpec, Bounds, Kind, ModelSpec, PropertyDef, SpecError, Verdict};
@@ -998,6 +999,10 @@ pub const BOUND_SETS: &[crate::check::BoundSet] = &[crate::check::BoundSet {
 }];
 
 impl ModelSpec for TokenModel {
+    fn scale(&self) -> crate::check::Scale<Self> {
+        scale::hooks(self)
+    }
+
     const NAME: &'static str = "token";
     const BOUND_SETS: &'static [crate::check::BoundSet] = BOUND_SETS;
     const VARIANTS: &'static [&'static str] = &["tokened", "tokenless", "late-retry"];

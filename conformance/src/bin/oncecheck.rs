@@ -90,6 +90,18 @@ Examples:
   oncecheck corpus --write                 regenerate after a model change, then commit the diff
   oncecheck corpus --walks-out /tmp/walks  the covering walks as files, for oncecheck replay";
 
+const MERGE_HELP: &str = "\
+Exit codes:
+  0  every merged verdict equals its expectation
+  1  a merged verdict differs, or a shard was stopped by a limit
+  2  bad input: a file that is not a shard report, shards of different runs, a shard missing
+     or given twice, a trace that does not re-execute on this build's model
+
+Examples:
+  for k in 0 1 2 3; do oncecheck check relay --variant fixed --bound new_writers=4 \\
+      --simulate --seed 7 --samples 4000 --shard $k/4 --json > shard-$k.json & done; wait
+  oncecheck merge shard-*.json --html /tmp/report";
+
 #[derive(Parser)]
 #[command(
     name = "oncecheck",
@@ -140,6 +152,15 @@ enum Command {
         /// then `unknown` (exit 1).
         #[arg(long, default_value_t = models::MEMORY_MAX_MB_DEFAULT)]
         memory_max_mb: u64,
+        /// Past a quarter of --memory-max-mb (or near the limit itself), the states waiting to be
+        /// expanded are written to this directory in compact blocks and read back in order
+        /// (a fresh subdirectory, removed after the run) [default: the system's temp directory].
+        #[arg(long, value_name = "DIR")]
+        spill_dir: Option<PathBuf>,
+        /// Stop once the spilled states would take more than this many MiB of disk; what is
+        /// undecided is then `unknown` (exit 1) [default: until the disk is full].
+        #[arg(long, value_name = "MIB")]
+        disk_max_mb: Option<u64>,
         /// Seeded random walks instead of the exhaustive search, for bounds too large to exhaust:
         /// finds violations and examples, never shows that a property holds (`unknown` instead).
         #[arg(long)]
@@ -157,6 +178,34 @@ enum Command {
         /// property (failed when its verdict differs from its expectation), for CI systems.
         #[arg(long, value_name = "FILE")]
         junit: Option<PathBuf>,
+        /// Run shard K of N (0-based) of this check, for `oncecheck merge` to join: with
+        /// --simulate, its share of the --samples walks; exhaustive, the states of its hash part
+        /// of the first level large enough to split. Needs --json (the shard's report, with its
+        /// traces as ITF); exits 0 when the shard ran without a limit (docs/scale-out.md).
+        #[arg(long, value_name = "K/N", value_parser = oncecheck_conformance::merge::parse_shard, requires = "json")]
+        shard: Option<oncecheck_model::check::Shard>,
+        /// Keep one state per orbit of the model's symmetry (interchangeable writers, pullers,
+        /// clients): the same verdicts and shortest trace lengths over fewer states.
+        #[arg(long)]
+        symmetry: bool,
+        /// Expand ample sets (the model's independence declaration, with the cycle proviso):
+        /// the same verdicts over fewer states; traces are real paths but may be longer.
+        #[arg(long)]
+        partial_order: bool,
+    },
+    /// Join the reports of a check's shards (`check --shard K/N --json`) into the report of the
+    /// whole run: verdicts, the shortest trace found, coverage, states; exit codes as `check`.
+    #[command(after_help = MERGE_HELP)]
+    Merge {
+        /// Shard reports (each the --json document of one `check --shard K/N`).
+        #[arg(required = true, value_name = "SHARD_JSON")]
+        reports: Vec<PathBuf>,
+        /// One JSON document on stdout (the `check --json` shape) instead of the human report.
+        #[arg(long)]
+        json: bool,
+        /// Write the HTML report of the merged runs into this directory.
+        #[arg(long, value_name = "DIR")]
+        html: Option<PathBuf>,
     },
     /// Write counterexamples, examples and seeded covering paths as ITF trace files.
     #[command(after_help = TRACES_HELP)]
@@ -343,10 +392,15 @@ fn main() -> ExitCode {
             html,
             states_max,
             memory_max_mb,
+            spill_dir,
+            disk_max_mb,
             simulate,
             seed,
             samples,
             depth,
+            shard,
+            symmetry,
+            partial_order,
             junit,
         } => {
             if model.is_none() && !bounds.is_empty() {
@@ -364,12 +418,29 @@ fn main() -> ExitCode {
             {
                 return bad_input(message);
             }
+            let spill_parent = spill_dir.unwrap_or_else(std::env::temp_dir);
+            let spill = match oncecheck_conformance::spill::DirectorySpill::create(&spill_parent) {
+                Ok(spill) => spill,
+                Err(error) => {
+                    return bad_input(format!(
+                        "cannot spill the search frontier into {}: {error}",
+                        spill_parent.display()
+                    ))
+                }
+            };
+            let memory_bytes_max = memory_max_mb.saturating_mul(1024 * 1024);
             let options = CheckOptions {
                 threads,
                 timeout_secs_max: timeout_secs,
                 states_max,
-                memory_bytes_max: Some(memory_max_mb.saturating_mul(1024 * 1024)),
+                memory_bytes_max: Some(memory_bytes_max),
                 memory_probe: Some(models::resident_bytes),
+                frontier_bytes_max: Some(memory_bytes_max / 4),
+                spill: Some(std::sync::Arc::new(spill)),
+                disk_bytes_max: disk_max_mb.map(|mib| mib.saturating_mul(1024 * 1024)),
+                shard,
+                symmetry,
+                partial_order,
                 ..CheckOptions::default()
             };
             let simulation = simulate.then(|| {
@@ -450,6 +521,11 @@ fn main() -> ExitCode {
             write,
             walks_out,
         } => corpus(&dir, write, walks_out.as_deref()),
+        Command::Merge {
+            reports,
+            json,
+            html,
+        } => merge(&reports, json, html.as_deref()),
         Command::Replay {
             traces,
             target,
@@ -786,6 +862,7 @@ fn check(
     let run = oncecheck_conformance::run_info::RunInfo::now();
     let mut all_match = true;
     let mut reports = Vec::new();
+    let mut shard_itfs = Vec::new();
     let mut html_reports = Vec::new();
     let mut diagrams_written = 0usize;
     let stdout = std::io::stdout();
@@ -812,16 +889,27 @@ fn check(
                 progress.states, progress.unique_states, rate, progress.max_depth
             ));
         };
-        let report = match simulation {
-            Some(simulation) => models::simulate_job(job, options, simulation, &mut on_progress),
-            None => models::run_job(job, options, &mut on_progress),
+        let report = match (simulation, options.shard) {
+            (_, Some(_)) => {
+                oncecheck_conformance::merge::run_shard(job, options, simulation, &mut on_progress)
+                    .map(|(report, itfs)| {
+                        shard_itfs.push(itfs);
+                        report
+                    })
+            }
+            (Some(simulation), None) => {
+                models::simulate_job(job, options, simulation, &mut on_progress)
+            }
+            (None, None) => models::run_job(job, options, &mut on_progress),
         };
         bar.finish_and_clear();
         let report = match report {
             Ok(report) => report,
             Err(error) => return bad_input(error),
         };
-        all_match &= report.matches_expectations();
+        // A shard's verdicts are of its part: `merge` decides; the shard only says it ran.
+        all_match &= options.shard.is_some() || report.matches_expectations();
+        all_match &= report.stopped.is_none();
         if let Some(line) = models::stop_line(&report) {
             note(line);
         }
@@ -909,7 +997,12 @@ fn check(
     }
     if json {
         let mut out = stdout.lock();
-        let mut document = models::json_document(&reports);
+        let mut document = if options.shard.is_some() {
+            let pairs: Vec<_> = reports.iter().cloned().zip(shard_itfs).collect();
+            oncecheck_conformance::merge::shard_document(&pairs)
+        } else {
+            models::json_document(&reports)
+        };
         oncecheck_conformance::reach::annotate(&mut document, &runs);
         let written = serde_json::to_writer(&mut out, &document)
             .map_err(std::io::Error::from)
@@ -933,6 +1026,56 @@ fn check(
         }
     }
     if all_match {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// `oncecheck merge`: the shards of each run joined, printed as `check` prints a run.
+fn merge(files: &[PathBuf], json: bool, html: Option<&std::path::Path>) -> ExitCode {
+    if let Some(directory) = html {
+        if let Err(error) = models::prepare_directory(directory) {
+            return bad_input(format!(
+                "cannot write the HTML report to {}: {error}",
+                directory.display()
+            ));
+        }
+    }
+    let merged = match oncecheck_conformance::merge::merge_files(files) {
+        Ok(merged) => merged,
+        Err(error) => return bad_input(error),
+    };
+    if let Some(directory) = html {
+        if let Err(error) = oncecheck_conformance::merge::write_html(directory, &merged) {
+            return bad_input(format!(
+                "cannot write the HTML report to {}: {error}",
+                directory.display()
+            ));
+        }
+    }
+    let reports: Vec<_> = merged.into_iter().map(|run| run.report).collect();
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    for report in &reports {
+        if let Some(line) = models::stop_line(report) {
+            note(line);
+        }
+        if !json {
+            if let Err(error) = models::write_human(report, &mut out) {
+                return bad_input(format!("cannot write the report: {error}"));
+            }
+        }
+    }
+    if json {
+        let written = serde_json::to_writer(&mut out, &models::json_document(&reports))
+            .map_err(std::io::Error::from)
+            .and_then(|_| writeln!(out));
+        if let Err(error) = written {
+            return bad_input(format!("cannot write the report: {error}"));
+        }
+    }
+    if reports.iter().all(|report| report.matches_expectations()) {
         ExitCode::SUCCESS
     } else {
         ExitCode::from(1)

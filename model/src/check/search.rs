@@ -7,15 +7,19 @@
 //!   a single-threaded FIFO search finds, whatever the number of threads (threads split a chunk
 //!   of one level; their results are merged in chunk order).
 //! - Visited states are kept as fingerprints only: fingerprint -> (parent fingerprint, index of
-//!   the action taken). Full states live only in the part of the level not yet examined and in
-//!   the next level. A
-//!   path is rebuilt by re-executing the action indices from its initial state; every step is
-//!   checked against its recorded fingerprint, so a nondeterministic model or a fingerprint
-//!   collision on the path panics instead of printing a wrong trace.
+//!   the action taken). States live only in the part of the level not yet examined and in the
+//!   next level, as compact bytes when the model has a codec ([`super::frontier`]: spilled to
+//!   disk past a budget, read back in order, so nothing else changes). A path is rebuilt by
+//!   re-executing the action indices from its initial state; every step is checked against its
+//!   recorded fingerprint, so a nondeterministic model or a fingerprint collision on the path
+//!   panics instead of printing a wrong trace.
 //! - The search stops only between chunks, and a stop never invalidates a discovery: what was
 //!   found before it is a real, shortest path.
 
-use super::{CheckOptions, Progress, Stop};
+use super::codec::CodecError;
+use super::frontier::{put_record, Frontier, Part, Spill, SpillFailure, StateCodec};
+use super::scale::{Independence, Representative};
+use super::{CheckOptions, Progress, Stop, SHARD_LEVEL_STATES_MIN};
 use stateright::Model;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
@@ -25,6 +29,55 @@ use std::time::{Duration, Instant};
 /// States examined per thread between two checks of the limits and two progress samples.
 const CHUNK_STATES_PER_THREAD: usize = 2048;
 
+/// The frontier's block size without a memory budget, and the bounds of a budget's eighth:
+/// blocks of at least 33 MiB sit above glibc's largest mmap threshold, so each is mapped on its
+/// own and handed back to the system when freed.
+const FRONTIER_BLOCK_BYTES_MAX: usize = 33 << 20;
+const FRONTIER_BLOCK_BYTES_MIN: usize = 4 << 10;
+
+/// What the search uses of a model beyond `Model`: each part optional (see [`super::Scale`]).
+pub(crate) struct Hooks<M: Model> {
+    /// The frontier is kept encoded (and may spill) when the model has a codec.
+    pub codec: Option<StateCodec<M::State>>,
+    /// Symmetry: a state is known by its orbit representative's fingerprint.
+    pub representative: Option<Representative<M>>,
+    /// Partial-order reduction: the model's independence declaration.
+    pub independence: Option<Independence<M>>,
+}
+
+impl<M: Model> Hooks<M> {
+    pub fn none() -> Hooks<M> {
+        Hooks {
+            codec: None,
+            representative: None,
+            independence: None,
+        }
+    }
+}
+
+impl<M: Model> Hooks<M>
+where
+    M::State: Hash,
+{
+    /// The fingerprint a state is known by: its own, or its orbit representative's.
+    fn key(&self, model: &M, state: &M::State) -> u64 {
+        key_of(self.representative, model, state)
+    }
+}
+
+fn key_of<M: Model>(representative: Option<Representative<M>>, model: &M, state: &M::State) -> u64
+where
+    M::State: Hash,
+{
+    match representative {
+        Some(representative) => match representative(model, state) {
+            Some(other) => fingerprint(&other),
+            None => fingerprint(state),
+        },
+        None => fingerprint(state),
+    }
+}
+
 /// Bytes a visited-map entry takes: fingerprint, parent fingerprint and action index (padded to
 /// 24), plus the hash table's control byte.
 const VISITED_ENTRY_BYTES: usize = 25;
@@ -32,7 +85,7 @@ const VISITED_ENTRY_BYTES: usize = 25;
 /// A 64-bit fingerprint of a state. A collision would make two states one (as in stateright);
 /// for n states its probability is about n² / 2^65 (under 10^-5 at 20 million states). Fixed
 /// seeds: the same state has the same fingerprint in every run of a build.
-pub(crate) fn fingerprint<T: Hash>(value: &T) -> u64 {
+pub(crate) fn fingerprint<T: Hash + ?Sized>(value: &T) -> u64 {
     const SEEDS: [u64; 4] = [
         0x243F_6A88_85A3_08D3,
         0x1319_8A2E_0370_7344,
@@ -70,6 +123,8 @@ pub(crate) type FingerprintMap<V> = HashMap<u64, V, BuildHasherDefault<Fingerpri
 struct Parent {
     from: u64,
     action: u32,
+    /// Steps from an initial state: the partial-order reduction's cycle proviso reads it.
+    depth: u32,
 }
 
 const ROOT: u32 = u32::MAX;
@@ -150,11 +205,15 @@ pub(crate) struct Searched<M: Model> {
     /// Unique states first reached at each depth; index 0 holds the initial states.
     pub states_per_depth: Vec<usize>,
     pub coverage: BTreeMap<String, usize>,
-    /// True when the reachable state space was examined completely.
+    /// True when the reachable state space (of this shard's part) was examined completely.
     pub exhausted: bool,
+    /// A shard's search: the depth whose level it split, if one was large enough.
+    pub shard_level: Option<usize>,
     pub stopped: Option<Stop>,
     initial: Vec<M::State>,
     visited: FingerprintMap<Parent>,
+    /// The symmetry the search ran with: a path is checked against representatives' fingerprints.
+    representative: Option<Representative<M>>,
 }
 
 impl<M> Searched<M>
@@ -170,16 +229,26 @@ where
     /// The path from an initial state to the state with this fingerprint, rebuilt by
     /// re-executing the recorded action indices.
     pub fn path_to(&self, model: &M, last: u64) -> Vec<(M::State, Option<M::Action>)> {
-        rebuild_path(model, &self.initial, &self.visited, last)
+        rebuild_path(
+            model,
+            &self.initial,
+            &self.visited,
+            self.representative,
+            last,
+        )
     }
 }
 
 /// The path from an initial state to the visited state with fingerprint `last`, rebuilt by
-/// re-executing the recorded action indices; every step is checked against its fingerprint.
+/// re-executing the recorded action indices; every step is checked against its fingerprint
+/// (under symmetry: its representative's). The path is made of the model's own actions from a
+/// real initial state, whatever the reduction: a state of it may be another member of the orbit
+/// the search recorded, never a representative the model cannot reach.
 fn rebuild_path<M>(
     model: &M,
     initial: &[M::State],
     visited: &FingerprintMap<Parent>,
+    representative: Option<Representative<M>>,
     last: u64,
 ) -> Vec<(M::State, Option<M::Action>)>
 where
@@ -213,7 +282,7 @@ where
             .next_state(&state, action.clone())
             .expect("re-executing a path: an action that produced a state now produces none");
         assert_eq!(
-            fingerprint(&next),
+            key_of(representative, model, &next),
             expected,
             "re-executing a path reached another state: the model is nondeterministic or two states share a fingerprint"
         );
@@ -232,7 +301,7 @@ type FirstLevel<M> = (
     VecDeque<(<M as Model>::State, u64)>,
 );
 
-fn first_level<M>(model: &M) -> FirstLevel<M>
+fn first_level<M>(model: &M, hooks: &Hooks<M>) -> FirstLevel<M>
 where
     M: Model,
     M::State: Clone + Hash,
@@ -245,11 +314,12 @@ where
     let mut visited: FingerprintMap<Parent> = FingerprintMap::default();
     let mut level: VecDeque<(M::State, u64)> = VecDeque::new();
     for (index, state) in initial.iter().enumerate() {
-        let state_fingerprint = fingerprint(state);
+        let state_fingerprint = hooks.key(model, state);
         if let std::collections::hash_map::Entry::Vacant(entry) = visited.entry(state_fingerprint) {
             entry.insert(Parent {
                 from: index as u64,
                 action: ROOT,
+                depth: 0,
             });
             level.push_back((state.clone(), state_fingerprint));
         }
@@ -273,7 +343,7 @@ where
     M::Action: Clone,
     K: Hash + Eq + Clone,
 {
-    let (initial, mut visited, mut level) = first_level(model);
+    let (initial, mut visited, mut level) = first_level(model, &Hooks::none());
     // Per key in the order met: the fingerprint of the step's state and the action's index.
     let mut met: HashMap<K, usize> = HashMap::new();
     let mut firsts: Vec<(K, u64, usize)> = Vec::new();
@@ -300,6 +370,7 @@ where
                 entry.insert(Parent {
                     from: state_fingerprint,
                     action: action_index as u32,
+                    depth: 0,
                 });
                 level.push_back((next, next_fingerprint));
             }
@@ -308,7 +379,7 @@ where
     firsts
         .into_iter()
         .map(|(step_key, from, action_index)| {
-            let mut path = rebuild_path(model, &initial, &visited, from);
+            let mut path = rebuild_path(model, &initial, &visited, None, from);
             let before = path.last().expect("a path has a state").0.clone();
             actions.clear();
             model.actions(&before, &mut actions);
@@ -326,15 +397,24 @@ where
 /// What one thread made of its slice of a chunk.
 struct Expansion<M: Model> {
     /// This thread's part of the chunk, consumed (each state dropped once examined).
-    part: Vec<(M::State, u64)>,
+    part: Part<M::State>,
     /// Per target, the fingerprint of the part's first matching state.
     first_match: Vec<Option<u64>>,
-    /// New-looking successors in generation order: state, fingerprint, parent, action index.
-    successors: Vec<(M::State, u64, u64, u32)>,
+    /// New-looking successors in generation order: fingerprint, parent, action index, and the
+    /// end of the successor's record in `records` (an encoded frontier) .
+    successors: Vec<(u64, u64, u32, usize)>,
+    /// The successors' states, in the order of `successors` (a frontier of states).
+    successor_states: Vec<M::State>,
+    /// The successors' frontier records, back to back (an encoded frontier).
+    records: Vec<u8>,
     generated: usize,
     coverage: Coverage<M::Action>,
     /// The enabled actions of the state being examined (a reused buffer).
     actions: Vec<M::Action>,
+    /// A state's encoding (a reused buffer).
+    encoded: Vec<u8>,
+    /// A part that did not decode: the store gave back damaged bytes.
+    damaged: Option<CodecError>,
 }
 
 impl<M: Model> Expansion<M>
@@ -343,17 +423,21 @@ where
 {
     fn new() -> Expansion<M> {
         Expansion {
-            part: Vec::new(),
+            part: Part::new(),
             first_match: Vec::new(),
             successors: Vec::new(),
+            successor_states: Vec::new(),
+            records: Vec::new(),
             generated: 0,
             coverage: Coverage::new(),
             actions: Vec::new(),
+            encoded: Vec::new(),
+            damaged: None,
         }
     }
 }
 
-/// Examines `slice` into `expansion`, whose buffers are reused from chunk to chunk: allocating
+/// Examines the part of `expansion`, whose buffers are reused from chunk to chunk: allocating
 /// them afresh made glibc's allocator consolidate its free lists on every chunk, which cost as
 /// much as the search itself. Its coverage counts accumulate over the whole run.
 fn expand<M>(
@@ -361,53 +445,147 @@ fn expand<M>(
     targets: &[Target<M>],
     open: &[bool],
     visited: &FingerprintMap<Parent>,
+    hooks: &Hooks<M>,
+    depth: u32,
     expansion: &mut Expansion<M>,
 ) where
     M: Model,
     M::State: Hash,
-    M::Action: std::fmt::Debug,
+    M::Action: Clone + std::fmt::Debug,
 {
     expansion.first_match.clear();
     expansion.first_match.resize(targets.len(), None);
     expansion.successors.clear();
+    expansion.successor_states.clear();
+    expansion.records.clear();
     expansion.generated = 0;
-    let actions = &mut expansion.actions;
+    let Expansion {
+        part,
+        first_match,
+        successors,
+        successor_states,
+        records,
+        generated,
+        coverage,
+        actions,
+        encoded,
+        damaged,
+    } = expansion;
     // Each state is dropped right after it is examined, so the allocator hands its memory
     // straight to the next states (dropping a whole chunk at once made allocation the
     // dominant cost).
-    for (state, state_fingerprint) in expansion.part.drain(..) {
+    let drained = part.drain(hooks.codec.as_ref(), |state, state_fingerprint| {
         for (index, target) in targets.iter().enumerate() {
             if open[index]
-                && expansion.first_match[index].is_none()
+                && first_match[index].is_none()
                 && (target.condition)(model, &state) == target.matching
             {
-                expansion.first_match[index] = Some(state_fingerprint);
+                first_match[index] = Some(state_fingerprint);
             }
         }
         actions.clear();
         model.actions(&state, actions);
+        let ample = hooks.independence.as_ref().and_then(|independence| {
+            ample_set(model, &state, actions, independence, visited, depth, hooks)
+        });
         for (action_index, action) in actions.drain(..).enumerate() {
-            let slot = expansion.coverage.slot(&action);
+            if ample
+                .as_ref()
+                .is_some_and(|ample| !ample.contains(&action_index))
+            {
+                continue;
+            }
+            let slot = coverage.slot(&action);
             let Some(next) = model.next_state(&state, action) else {
                 continue;
             };
             if !model.within_boundary(&next) {
                 continue;
             }
-            expansion.coverage.fired(slot);
-            expansion.generated += 1;
-            let next_fingerprint = fingerprint(&next);
+            coverage.fired(slot);
+            *generated += 1;
+            let next_fingerprint = hooks.key(model, &next);
             if visited.contains_key(&next_fingerprint) {
                 continue;
             }
-            expansion.successors.push((
-                next,
+            match &hooks.codec {
+                Some(codec) => {
+                    encoded.clear();
+                    (codec.encode)(&next, encoded)
+                        .unwrap_or_else(|error| panic!("a state that does not encode: {error}"));
+                    put_record(records, next_fingerprint, encoded);
+                }
+                None => successor_states.push(next),
+            }
+            successors.push((
                 next_fingerprint,
                 state_fingerprint,
                 action_index as u32,
+                records.len(),
             ));
         }
+    });
+    if let Err(error) = drained {
+        *damaged = Some(error);
     }
+}
+
+/// The ample set of a state (partial-order reduction): the indices of the enabled actions of
+/// the first actor all of whose enabled actions the model declares safe (`Independence`), when
+/// that is not every enabled action; `None` to expand the state fully. The cycle proviso: a
+/// state is expanded fully when a step of its ample set leads to a state already visited at
+/// this depth or above (a breadth-first search closes every cycle of the reduced graph with
+/// such a step, so every cycle holds a fully expanded state). Visited depths are those of the
+/// levels before this one, never of states found in the same level, so the choice does not
+/// depend on chunks or threads.
+fn ample_set<M>(
+    model: &M,
+    state: &M::State,
+    actions: &[M::Action],
+    independence: &Independence<M>,
+    visited: &FingerprintMap<Parent>,
+    depth: u32,
+    hooks: &Hooks<M>,
+) -> Option<Vec<usize>>
+where
+    M: Model,
+    M::State: Hash,
+    M::Action: Clone,
+{
+    let actors: Vec<(u32, bool)> = actions
+        .iter()
+        .map(|action| {
+            (
+                (independence.actor)(model, action),
+                (independence.safe)(model, state, action),
+            )
+        })
+        .collect();
+    let mut candidates: Vec<u32> = actors.iter().map(|(actor, _)| *actor).collect();
+    candidates.dedup();
+    for actor in candidates {
+        let mine: Vec<usize> = (0..actions.len())
+            .filter(|index| actors[*index].0 == actor)
+            .collect();
+        if mine.len() == actions.len() {
+            return None;
+        }
+        if !mine.iter().all(|index| actors[*index].1) {
+            continue;
+        }
+        let closes_a_cycle = mine.iter().any(|index| {
+            model
+                .next_state(state, actions[*index].clone())
+                .filter(|next| model.within_boundary(next))
+                .is_some_and(|next| {
+                    visited
+                        .get(&hooks.key(model, &next))
+                        .is_some_and(|parent| parent.depth <= depth)
+                })
+        });
+        return (!closes_a_cycle).then_some(mine);
+    }
+    None
 }
 
 /// Breadth-first search for the first state matching each target.
@@ -415,6 +593,7 @@ pub(crate) fn search<M>(
     model: &M,
     targets: &[Target<M>],
     limits: &Limits,
+    hooks: &Hooks<M>,
     progress: &mut dyn FnMut(Progress),
 ) -> Searched<M>
 where
@@ -428,7 +607,42 @@ where
     let interval = Duration::from_millis(options.progress_interval_millis.max(10));
     let mut last_progress = started;
 
-    let (initial, mut visited, mut level) = first_level(model);
+    let encoded = hooks.codec.is_some();
+    // Blocks small enough that a budget holds several, large enough that glibc maps each on
+    // its own (above its largest mmap threshold) and gives it back to the system when freed.
+    let block_bytes = options
+        .frontier_bytes_max
+        .map_or(FRONTIER_BLOCK_BYTES_MAX, |max| {
+            (max / 8).clamp(
+                FRONTIER_BLOCK_BYTES_MIN as u64,
+                FRONTIER_BLOCK_BYTES_MAX as u64,
+            ) as usize
+        });
+    let mut spill = match (&options.spill, encoded) {
+        (Some(store), true) => Some(Spill {
+            store: store.clone(),
+            disk_bytes_max: options.disk_bytes_max,
+            spilled_bytes: 0,
+        }),
+        _ => None,
+    };
+    let (initial, mut visited, first) = first_level(model, hooks);
+    let mut level: Frontier<M::State> = Frontier::new(encoded, block_bytes);
+    let mut encoded_state = Vec::new();
+    let mut record = Vec::new();
+    for (state, state_fingerprint) in first {
+        match &hooks.codec {
+            Some(codec) => {
+                encoded_state.clear();
+                record.clear();
+                (codec.encode)(&state, &mut encoded_state)
+                    .unwrap_or_else(|error| panic!("a state that does not encode: {error}"));
+                put_record(&mut record, state_fingerprint, &encoded_state);
+                level.push_record(&record);
+            }
+            None => level.push_state(state, state_fingerprint),
+        }
+    }
     let mut states_per_depth = vec![level.len()];
     let mut found: Vec<Option<u64>> = vec![None; targets.len()];
     let mut generated = initial.len();
@@ -439,8 +653,34 @@ where
     let mut cut_short = false;
     // Reused from chunk to chunk and level to level (see `expand` for why).
     let mut expansions: Vec<Expansion<M>> = (0..threads).map(|_| Expansion::new()).collect();
-    let mut next_level: VecDeque<(M::State, u64)> = VecDeque::new();
-    while !level.is_empty() && !all_found {
+    let mut next_level: Frontier<M::State> = Frontier::new(encoded, block_bytes);
+    let mut shard_level = None;
+    'levels: while !level.is_empty() && !all_found {
+        if let Some(shard) = options.shard.filter(|shard| {
+            shard_level.is_none() && level.len() >= SHARD_LEVEL_STATES_MIN * shard.count
+        }) {
+            // Split this level: the states of other shards stay visited, so no path through
+            // them is explored here; every state below the level is reached through some
+            // state of it, and so by some shard.
+            let mut kept: Frontier<M::State> = Frontier::new(encoded, block_bytes);
+            let mut part = Part::new();
+            while !level.is_empty() {
+                let taken = level
+                    .take(CHUNK_STATES_PER_THREAD, &mut part, spill.as_mut())
+                    .map_err(|failure| disk_stop(failure, options, spill.as_ref()))
+                    .and_then(|_| {
+                        part.retain_into(&mut kept, |fingerprint| shard.owns(fingerprint))
+                            .map_err(|_| disk_stop(SpillFailure::Damaged, options, spill.as_ref()))
+                    });
+                if let Err(stop) = taken {
+                    stopped = Some(stop);
+                    cut_short = true;
+                    break 'levels;
+                }
+            }
+            level = kept;
+            shard_level = Some(states_per_depth.len() - 1);
+        }
         while !level.is_empty() {
             // Taken off the level, so each examined state's memory is freed before the next
             // chunk: a level and the next one are never both whole in memory.
@@ -452,12 +692,28 @@ where
             };
             let part_size = take.div_ceil(used);
             for expansion in &mut expansions[..used] {
-                let part = part_size.min(level.len());
-                expansion.part.extend(level.drain(..part));
+                if let Err(failure) = level.take(
+                    part_size.min(level.len()),
+                    &mut expansion.part,
+                    spill.as_mut(),
+                ) {
+                    stopped = Some(disk_stop(failure, options, spill.as_ref()));
+                    cut_short = true;
+                    break 'levels;
+                }
             }
             let open: Vec<bool> = found.iter().map(Option::is_none).collect();
+            let depth = (states_per_depth.len() - 1) as u32;
             if used == 1 {
-                expand(model, targets, &open, &visited, &mut expansions[0]);
+                expand(
+                    model,
+                    targets,
+                    &open,
+                    &visited,
+                    hooks,
+                    depth,
+                    &mut expansions[0],
+                );
             } else {
                 let visited = &visited;
                 let open = &open;
@@ -466,32 +722,47 @@ where
                     let handles: Vec<_> = others
                         .iter_mut()
                         .map(|expansion| {
-                            scope.spawn(move || expand(model, targets, open, visited, expansion))
+                            scope.spawn(move || {
+                                expand(model, targets, open, visited, hooks, depth, expansion)
+                            })
                         })
                         .collect();
-                    expand(model, targets, open, visited, first);
+                    expand(model, targets, open, visited, hooks, depth, first);
                     for handle in handles {
                         handle.join().expect("a checker thread panicked");
                     }
                 });
             }
             for expansion in &mut expansions[..used] {
+                if expansion.damaged.take().is_some() {
+                    stopped = Some(disk_stop(SpillFailure::Damaged, options, spill.as_ref()));
+                    cut_short = true;
+                    break 'levels;
+                }
                 for (index, first) in expansion.first_match.iter().enumerate() {
                     if found[index].is_none() {
                         found[index] = *first;
                     }
                 }
                 generated += expansion.generated;
-                for (state, state_fingerprint, parent, action) in expansion.successors.drain(..) {
+                let mut states = expansion.successor_states.drain(..);
+                let mut start = 0;
+                for &(state_fingerprint, parent, action, end) in &expansion.successors {
+                    let state = if encoded { None } else { states.next() };
                     if let std::collections::hash_map::Entry::Vacant(entry) =
                         visited.entry(state_fingerprint)
                     {
                         entry.insert(Parent {
                             from: parent,
                             action,
+                            depth: states_per_depth.len() as u32,
                         });
-                        next_level.push_back((state, state_fingerprint));
+                        match state {
+                            Some(state) => next_level.push_state(state, state_fingerprint),
+                            None => next_level.push_record(&expansion.records[start..end]),
+                        }
                     }
+                    start = end;
                 }
             }
             all_found = limits.stop_when_all_found && found.iter().all(Option::is_some);
@@ -515,10 +786,29 @@ where
             if visited.len() + headroom > visited.capacity() {
                 growth_bytes += visited.capacity() * 2 * VISITED_ENTRY_BYTES;
             }
-            if next_level.len() + headroom > next_level.capacity() {
-                growth_bytes += next_level.capacity() * std::mem::size_of::<(M::State, u64)>();
-            }
+            growth_bytes += if encoded {
+                block_bytes
+            } else {
+                next_level.len() * std::mem::size_of::<(M::State, u64)>()
+            };
+            let in_memory = level.memory_bytes() + next_level.memory_bytes();
+            let over_budget = options
+                .frontier_bytes_max
+                .is_some_and(|max| in_memory as u64 > max);
             stopped = limit_reached(options, visited.len(), growth_bytes as u64, started);
+            // Near the memory limit, or past the frontier's own budget, the frontier goes to
+            // disk (the newest states first: they are read last); only what cannot be spilled
+            // (the visited fingerprints, the blocks being read and written) stops the run.
+            let spillable = in_memory > 2 * block_bytes;
+            let memory_tight = matches!(stopped, Some(Stop::Memory { .. })) && spillable;
+            if let Some(spill) = spill.as_mut().filter(|_| over_budget || memory_tight) {
+                let spilled = next_level.spill(spill).and_then(|_| level.spill(spill));
+                match spilled {
+                    Ok(_) if memory_tight => stopped = None,
+                    Ok(_) => {}
+                    Err(failure) => stopped = Some(disk_stop(failure, options, Some(spill))),
+                }
+            }
             if stopped.is_some() {
                 break;
             }
@@ -543,9 +833,36 @@ where
         states_per_depth,
         coverage: coverage.into_map(),
         exhausted,
+        shard_level,
         stopped,
         initial,
         visited,
+        representative: hooks.representative,
+    }
+}
+
+/// The stop a failed spill or read-back means: the disk limit, or the store's error.
+fn disk_stop(failure: SpillFailure, options: &CheckOptions, spill: Option<&Spill>) -> Stop {
+    let spilled_bytes = spill.map_or(0, |spill| spill.spilled_bytes);
+    match failure {
+        SpillFailure::Limit => Stop::Disk {
+            disk_bytes_max: options.disk_bytes_max,
+            spilled_bytes,
+            os_error: None,
+        },
+        SpillFailure::Io(error) => Stop::Disk {
+            disk_bytes_max: options.disk_bytes_max,
+            spilled_bytes,
+            // Every I/O error is one a caller can act on: an OS error's number names it (28:
+            // no space left on the device); another (a store's own) is reported as -1.
+            os_error: Some(error.raw_os_error().unwrap_or(-1)),
+        },
+        // Bytes this process wrote came back otherwise: the store's own failure.
+        SpillFailure::Damaged => Stop::Disk {
+            disk_bytes_max: options.disk_bytes_max,
+            spilled_bytes,
+            os_error: Some(-1),
+        },
     }
 }
 

@@ -1,8 +1,13 @@
 //! Random walks for bounds too large to exhaust (`oncecheck check --simulate`).
 //!
 //! Invariants:
-//! - Reproducible: one seeded generator ([`crate::trace::SplitMix64`]), one thread, the model's
-//!   action order; the same model, seed, samples and depth give the same report.
+//! - Reproducible: walk i draws from its own generator ([`crate::trace::SplitMix64`]) seeded
+//!   from (seed, i), one thread, the model's action order; the same model, seed, samples and
+//!   depth give the same report, and a walk is the same walk whichever process runs it.
+//! - Shardable: shard K of N (`CheckOptions::shard`) runs the walks K·S/N .. (K+1)·S/N of the
+//!   S samples, so N shards run exactly the walks of the unsharded run; a trace is replaced
+//!   only by a strictly shorter one, so the shortest over the shards, earliest shard first, is
+//!   the unsharded run's.
 //! - A walk never holds a loop: when a step returns to a state already on the walk, the walk is
 //!   cut back to that state, so every recorded path is loop-free and as short as the walk allows.
 //! - A simulation can show a violation or an example, never their absence: its verdicts are
@@ -49,7 +54,6 @@ where
     let started = Instant::now();
     let interval = Duration::from_millis(options.progress_interval_millis.max(10));
     let mut last_progress = started;
-    let mut generator = SplitMix64::new(seed);
     let initial: Vec<M::State> = model
         .init_states()
         .into_iter()
@@ -78,10 +82,15 @@ where
             }
         }
     };
-    for sample in 0..samples {
+    let walks = match options.shard {
+        Some(shard) => shard.range(samples),
+        None => 0..samples,
+    };
+    for (count, sample) in walks.enumerate() {
         if initial.is_empty() {
             break;
         }
+        let mut generator = walk_generator(seed, sample);
         let start = initial[generator.below(initial.len())].clone();
         let start_fingerprint = fingerprint(&start);
         seen.insert(start_fingerprint, ());
@@ -133,7 +142,7 @@ where
                 elapsed: now.duration_since(started),
             });
         }
-        if sample % 16 == 15 {
+        if count % 16 == 15 {
             stopped = limit_reached(options, seen.len(), 0, started);
             if stopped.is_some() {
                 break;
@@ -148,4 +157,11 @@ where
         coverage: coverage.into_map(),
         stopped,
     }
+}
+
+/// The generator of walk `sample`: seeded from (seed, sample) through one SplitMix64 step, so
+/// neighbouring walks do not draw overlapping streams.
+fn walk_generator(seed: u64, sample: usize) -> SplitMix64 {
+    let mut mixer = SplitMix64::new(seed ^ (sample as u64).wrapping_mul(0xA076_1D64_78BD_642F));
+    SplitMix64::new(mixer.next_u64())
 }

@@ -50,6 +50,90 @@ fn threads_change_nothing_but_the_time() {
 }
 
 #[test]
+fn a_frontier_spilled_past_a_tiny_budget_changes_nothing() {
+    // Blocks of 4 KiB, every one beyond the first two spilled: the order the search reads its
+    // states in, and with it every count and shortest trace, is the one it keeps in memory.
+    for variant in ["counter-only", "fixed"] {
+        let in_memory = run(relay(variant, &[]), &CheckOptions::default(), &mut |_| {});
+        for threads in [1, 2] {
+            let store = MemorySpill::new();
+            let spilled = run(
+                relay(variant, &[]),
+                &CheckOptions {
+                    threads,
+                    frontier_bytes_max: Some(16 << 10),
+                    spill: Some(store.clone()),
+                    ..CheckOptions::default()
+                },
+                &mut |_| {},
+            );
+            assert!(
+                store.puts() > 100,
+                "{variant}: {} blocks spilled",
+                store.puts()
+            );
+            assert_eq!(
+                store.held(),
+                0,
+                "every spilled block was read back or dropped"
+            );
+            assert!(spilled.complete && spilled.stopped.is_none());
+            same_results(&in_memory, &spilled);
+        }
+    }
+}
+
+#[test]
+fn a_disk_limit_stops_the_run_with_unknown_and_names_itself() {
+    let report = run(
+        relay("fixed", &[]),
+        &CheckOptions {
+            frontier_bytes_max: Some(16 << 10),
+            spill: Some(MemorySpill::new()),
+            disk_bytes_max: Some(256 << 10),
+            ..CheckOptions::default()
+        },
+        &mut |_| {},
+    );
+    assert_eq!(
+        report.stopped,
+        Some(Stop::Disk {
+            disk_bytes_max: Some(256 << 10),
+            spilled_bytes: match report.stopped {
+                Some(Stop::Disk { spilled_bytes, .. }) => spilled_bytes,
+                _ => 0,
+            },
+            os_error: None,
+        })
+    );
+    assert!(!report.complete);
+    assert!(report
+        .properties
+        .iter()
+        .filter(|property| property.kind == Kind::Always)
+        .all(|property| property.verdict == Verdict::Unknown));
+    assert!(!report.matches_expectations());
+    let stop = Stop::Disk {
+        disk_bytes_max: Some(512 << 20),
+        spilled_bytes: 500 << 20,
+        os_error: None,
+    };
+    assert_eq!(
+        stop.to_string(),
+        "the disk limit of 512 MiB (500 MiB of the frontier spilled)"
+    );
+    let stop = Stop::Disk {
+        disk_bytes_max: None,
+        spilled_bytes: 3 << 20,
+        os_error: Some(28),
+    };
+    assert_eq!(
+        stop.to_string(),
+        "the disk: no space left on the device (3 MiB of the frontier spilled)"
+    );
+}
+
+#[test]
 fn states_per_depth_and_coverage_account_for_every_state() {
     let report = run(relay("mixed", &[]), &CheckOptions::default(), &mut |_| {});
     assert!(report.complete);
@@ -256,10 +340,8 @@ fn simulation_is_reproducible_from_its_seed_and_never_says_holds() {
         }
     );
     same_results(&first, &again);
-    assert_ne!(
-        (first.states, first.unique_states),
-        (other.states, other.unique_states)
-    );
+    // Another seed walks other walks (at these bounds both may visit every reachable state).
+    assert_ne!(first.action_coverage, other.action_coverage);
     assert!(!first.complete);
     assert_eq!(first.property("R1 no-skip").verdict, Verdict::Violated);
     for report in [&first, &other] {
@@ -332,5 +414,132 @@ fn a_simulated_counterexample_exports_and_loads_back_like_any_trace() {
             .unwrap()
             .len(),
         path.len() - 1
+    );
+}
+
+fn shards_of(count: usize, run: impl Fn(Shard) -> CheckReport) -> Vec<CheckReport> {
+    // In reverse, to show the merge does not depend on the order it is given the shards in.
+    (0..count)
+        .rev()
+        .map(|index| run(Shard { index, count }))
+        .collect()
+}
+
+#[test]
+fn four_shards_of_a_seeded_simulation_merge_into_the_single_run() {
+    let model = relay("counter-only", &[]);
+    let single = simulate(
+        &model,
+        &CheckOptions::default(),
+        &simulation(7),
+        &mut |_| {},
+    )
+    .report;
+    let shards = shards_of(4, |shard| {
+        let options = CheckOptions {
+            shard: Some(shard),
+            ..CheckOptions::default()
+        };
+        simulate(&model, &options, &simulation(7), &mut |_| {}).report
+    });
+    assert!(shards
+        .iter()
+        .all(|shard| shard.states > 0 && shard.states < single.states));
+    let merged = merge(&shards).unwrap();
+    assert_eq!(merged.search, single.search);
+    assert_eq!(merged.states, single.states);
+    assert_eq!(merged.max_depth, single.max_depth);
+    assert_eq!(merged.action_coverage, single.action_coverage);
+    assert!(merged.unique_states >= single.unique_states);
+    assert_eq!(merged.shard, None);
+    for (one, other) in merged.properties.iter().zip(&single.properties) {
+        assert_eq!((one.name, one.verdict), (other.name, other.verdict));
+        assert_eq!(one.trace, other.trace, "{}", one.name);
+    }
+    assert_eq!(merged.matches_expectations(), single.matches_expectations());
+}
+
+#[test]
+fn four_shards_of_an_exhaustive_run_merge_into_its_verdicts_and_shortest_traces() {
+    for variant in ["mixed", "counter-only"] {
+        let single = run(relay(variant, &[]), &CheckOptions::default(), &mut |_| {});
+        let shards = shards_of(4, |shard| {
+            let options = CheckOptions {
+                shard: Some(shard),
+                ..CheckOptions::default()
+            };
+            run(relay(variant, &[]), &options, &mut |_| {})
+        });
+        let level = shards[0]
+            .shard
+            .unwrap()
+            .level
+            .expect("a level large enough to split");
+        assert!(shards
+            .iter()
+            .all(|shard| shard.shard.unwrap().level == Some(level)));
+        // Each shard explores its part below the split level, not the whole space.
+        assert!(shards
+            .iter()
+            .all(|shard| shard.unique_states < single.unique_states));
+        let merged = merge(&shards).unwrap();
+        assert_eq!(merged.complete, single.complete, "{variant}");
+        assert_eq!(
+            merged.states_per_depth[..=level],
+            single.states_per_depth[..=level]
+        );
+        if single
+            .properties
+            .iter()
+            .all(|property| property.verdict != Verdict::Unknown)
+        {
+            assert!(merged.unique_states >= single.unique_states, "{variant}");
+        }
+        for (one, other) in merged.properties.iter().zip(&single.properties) {
+            assert_eq!(
+                (one.name, one.verdict),
+                (other.name, other.verdict),
+                "{variant}"
+            );
+            assert_eq!(
+                one.trace.as_ref().map(Vec::len),
+                other.trace.as_ref().map(Vec::len),
+                "{variant}: {} is as short as the single run's",
+                one.name
+            );
+        }
+        assert!(merged.matches_expectations(), "{variant}");
+    }
+}
+
+#[test]
+fn shards_of_different_runs_or_an_incomplete_set_do_not_merge() {
+    let model = relay("counter-only", &[]);
+    let shard = |index, count, seed| {
+        let options = CheckOptions {
+            shard: Some(Shard { index, count }),
+            ..CheckOptions::default()
+        };
+        simulate(&model, &options, &simulation(seed), &mut |_| {}).report
+    };
+    let missing = merge(&[shard(0, 3, 7), shard(2, 3, 7)]).unwrap_err();
+    assert!(missing.0.ends_with("shard 1/3 missing"), "{missing}");
+    let twice = merge(&[shard(0, 2, 7), shard(0, 2, 7), shard(1, 2, 7)]).unwrap_err();
+    assert!(twice.0.ends_with("shard 0/2 given twice"), "{twice}");
+    let other_seed = merge(&[shard(0, 2, 7), shard(1, 2, 8)]).unwrap_err();
+    assert!(
+        other_seed.0.contains("a shard of another run"),
+        "{other_seed}"
+    );
+    let unsharded = simulate(
+        &model,
+        &CheckOptions::default(),
+        &simulation(7),
+        &mut |_| {},
+    );
+    let not_a_shard = merge(&[unsharded.report]).unwrap_err();
+    assert!(
+        not_a_shard.0.ends_with("a report that is not a shard"),
+        "{not_a_shard}"
     );
 }

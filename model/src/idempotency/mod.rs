@@ -40,6 +40,7 @@
 mod encoding;
 mod liveness;
 mod properties;
+mod scale;
 mod spec;
 #[cfg(test)]
 mod tests;

@@ -72,6 +72,10 @@ const BOUNDS: &[BoundSpec] = &[
 ];
 
 impl ModelSpec for IdempotencyModel {
+    fn scale(&self) -> crate::check::Scale<Self> {
+        super::scale::hooks(self)
+    }
+
     const NAME: &'static str = "idempotency";
     const VARIANTS: &'static [&'static str] = &[
         "pre-fix",

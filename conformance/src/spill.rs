@@ -1,0 +1,92 @@
+//! The directory the checker's frontier spills into past its memory budget
+//! (`oncecheck check --spill-dir`, the model crate's `SpillStore`): one file per block of
+//! encoded states, written once, read back once and deleted.
+//!
+//! Invariants: the directory is this run's own (created fresh under the parent the user named,
+//! removed with everything in it when the store is dropped, also after a stopped run); a block
+//! file is deleted as soon as it is read back, so the disk holds only the frontier not yet
+//! expanded; every failure is an `io::Error` the checker turns into its disk stop.
+
+use oncecheck_model::check::SpillStore;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+pub struct DirectorySpill {
+    directory: PathBuf,
+    next_id: AtomicU64,
+}
+
+impl DirectorySpill {
+    /// A fresh directory under `parent` (`oncecheck-spill-<pid>-<n>`).
+    pub fn create(parent: &Path) -> std::io::Result<DirectorySpill> {
+        static RUNS: AtomicU64 = AtomicU64::new(0);
+        let run = RUNS.fetch_add(1, Ordering::Relaxed);
+        let directory = parent.join(format!("oncecheck-spill-{}-{run}", std::process::id()));
+        std::fs::create_dir_all(parent)?;
+        std::fs::create_dir(&directory)?;
+        Ok(DirectorySpill {
+            directory,
+            next_id: AtomicU64::new(0),
+        })
+    }
+
+    pub fn directory(&self) -> &Path {
+        &self.directory
+    }
+
+    fn file(&self, id: u64) -> PathBuf {
+        self.directory.join(format!("block-{id:08}"))
+    }
+}
+
+impl SpillStore for DirectorySpill {
+    fn put(&self, bytes: &[u8]) -> std::io::Result<u64> {
+        let id = self.next_id.fetch_add(1, Ordering::Relaxed);
+        let file = self.file(id);
+        let written = std::fs::File::create_new(&file).and_then(|mut out| {
+            out.write_all(bytes)?;
+            out.flush()
+        });
+        if let Err(error) = written {
+            // A block half written (a full disk) is no use to anyone.
+            let _ = std::fs::remove_file(&file);
+            return Err(error);
+        }
+        Ok(id)
+    }
+
+    fn take(&self, id: u64) -> std::io::Result<Vec<u8>> {
+        let file = self.file(id);
+        let bytes = std::fs::read(&file)?;
+        std::fs::remove_file(&file)?;
+        Ok(bytes)
+    }
+}
+
+impl Drop for DirectorySpill {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.directory);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_block_comes_back_once_and_the_directory_goes_with_the_store() {
+        let parent = std::env::temp_dir().join(format!("spill-test-{}", std::process::id()));
+        let store = DirectorySpill::create(&parent).unwrap();
+        let directory = store.directory().to_path_buf();
+        let first = store.put(b"first block").unwrap();
+        let second = store.put(b"second").unwrap();
+        assert_eq!(store.take(first).unwrap(), b"first block");
+        assert!(store.take(first).is_err(), "a block is read back once");
+        assert_eq!(std::fs::read_dir(&directory).unwrap().count(), 1);
+        drop(store);
+        assert!(!directory.exists());
+        let _ = second;
+        std::fs::remove_dir_all(&parent).unwrap();
+    }
+}
