@@ -73,11 +73,16 @@ pub fn summary_lines(runs: &[(&Job, &CheckReport)]) -> Vec<String> {
             None if job.overrides.is_empty() => "CI bounds".to_string(),
             None => "the bounds given".to_string(),
         });
-        for (id, (all, unreached)) in partners(report) {
+        for (id, (all, _)) in partners(report) {
             let requirement = entry.0.entry(id).or_default();
             for name in all {
                 requirement.0.insert(name);
-                if !unreached.contains(&name) {
+                // Only a reach shown counts: a stopped run's `unknown` is no evidence.
+                let reached = report
+                    .properties
+                    .iter()
+                    .any(|property| property.name == name && property.verdict == Verdict::Reached);
+                if reached {
                     requirement.1.insert(name);
                 }
             }
@@ -95,6 +100,11 @@ pub fn summary_lines(runs: &[(&Job, &CheckReport)]) -> Vec<String> {
                 missed.extend(all.difference(reached).map(|name| format!("`{name}`")));
             }
             let runs = runs.join(", ");
+            if reaches.is_empty() {
+                // No `always` held in any run (each stopped, or each violated): there is no
+                // pass whose reach could be vacuous, and no claim that every reach was shown.
+                return format!("{model}/{variant} ({runs}): no always holds in these runs");
+            }
             match (missed.is_empty(), vacuous.is_empty()) {
                 (true, _) => format!(
                     "{model}/{variant} ({runs}): every sometimes partner of every always reached"

@@ -80,7 +80,12 @@ fn postgres_target() -> String {
 fn replayed_without_divergence(output: &Output) -> usize {
     let stdout = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(0), "{}", text(output));
-    let summary = stdout.lines().last().unwrap_or_default();
+    // The summary line, before the transition-coverage lines that follow it.
+    let summary = stdout
+        .lines()
+        .rev()
+        .find(|line| line.starts_with("replayed "))
+        .unwrap_or_default();
     assert!(
         summary.contains(" 0 diverged, 0 environment failures, 0 rejected"),
         "{summary}"

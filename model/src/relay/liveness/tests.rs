@@ -65,10 +65,12 @@ fn a_top_query_that_forgets_the_floor_re_queries_forever() {
     assert_eq!(
         prefix,
         [
-            "W1 Query seq=0 (consistent) -> next_seq 1".to_string(),
+            "W1 BatchGetItem claims [a, b] -> no conflict; Query seq=0 (consistent) -> next_seq 1"
+                .to_string(),
             format!("W1 {seq_2_again}"),
             format!("W1 {find_top}"),
-            "W2 Query seq=0 (consistent) -> next_seq 1".to_string(),
+            "W2 BatchGetItem claims [a, d] -> no conflict; Query seq=0 (consistent) -> next_seq 1"
+                .to_string(),
             format!("W2 {seq_2_again}"),
             format!("W2 {find_top}"),
         ]
@@ -136,7 +138,7 @@ fn a_puller_past_a_skipped_op_pulls_nothing_forever() {
     assert_eq!(
         prefix,
         [
-            "W1 Query seq=0 (consistent) -> next_seq 0",
+            "W1 BatchGetItem claims [a, b] -> no conflict; Query seq=0 (consistent) -> next_seq 0",
             "W1 sends TransactWriteItems{counter 0->1, claim a, put op 1 = a} -> committed",
             "W1 receives committed: a stored at 1",
             "counter applied (next_seq 1)",
