@@ -52,23 +52,7 @@ pub fn describe(
     after: &RelayState,
 ) -> String {
     match *action {
-        Action::WriterReadsCounter { writer } => {
-            let check = if model.checks_claims_first(before, writer as usize) {
-                let ops: Vec<String> = model
-                    .push_of(writer as usize)
-                    .iter()
-                    .map(|op| op_name(*op).to_string())
-                    .collect();
-                format!("BatchGetItem claims [{}] -> no conflict; ", ops.join(", "))
-            } else {
-                String::new()
-            };
-            format!(
-                "{} {check}Query seq=0 (consistent) -> next_seq {}",
-                writer_name(model, writer),
-                before.table.counter()
-            )
-        }
+        Action::WriterReadsCounter { writer } => counter_read_words(model, before, writer),
         Action::WriterAddsToCounter { writer } => match &after.writers[writer as usize].phase {
             Phase::Allocated { seq } => {
                 format!(
@@ -93,77 +77,12 @@ pub fn describe(
                 writer_name(model, writer)
             ),
         },
-        Action::WriterReceivesResponse { writer } => {
-            let name = writer_name(model, writer);
-            let Phase::Sent { round, outcome } = &before.writers[writer as usize].phase else {
-                return format!("{name} receives a response");
-            };
-            let answered = after.writers[writer as usize].next_op
-                > before.writers[writer as usize].next_op
-                || after.writers[writer as usize].phase == Phase::Done;
-            let next = match &after.writers[writer as usize].phase {
-                Phase::Failed(error) => format!("append fails: {error:?}"),
-                Phase::ReadingClaims => {
-                    let seq = after
-                        .answers
-                        .get(&round.op)
-                        .and_then(|seqs| seqs.iter().next())
-                        .copied()
-                        .unwrap_or(0);
-                    format!("claim exists: {} answered with its seq {seq}; read the claims of the rest of the push", op_name(round.op))
-                }
-                _ if answered && *outcome != TransactOutcome::Committed => {
-                    let seq = after
-                        .answers
-                        .get(&round.op)
-                        .and_then(|seqs| seqs.iter().next())
-                        .copied()
-                        .unwrap_or(0);
-                    format!(
-                        "claim exists: {} answered with its seq {seq}",
-                        op_name(round.op)
-                    )
-                }
-                Phase::ReadingClaim { .. } => "claim exists: read it back".to_string(),
-                Phase::QueryingTop => "seq taken: find the top".to_string(),
-                _ if *outcome == TransactOutcome::Committed => {
-                    format!("{} stored at {}", op_name(round.op), round.seq)
-                }
-                _ => match (
-                    after.writers[writer as usize].flip,
-                    after.writers[writer as usize].counter,
-                ) {
-                    (Some(seq), _) => format!("legacy gap below {seq}: flip the check"),
-                    (None, Counter::Known(hint)) => format!("lost round (counter {hint})"),
-                    (None, Counter::Unknown) => "lost round (no hint)".to_string(),
-                },
-            };
-            format!("{name} receives {}: {next}", describe_outcome(outcome))
-        }
+        Action::WriterReceivesResponse { writer } => response_words(model, before, writer, after),
         Action::ResponseLost { writer } => format!(
             "response to {} lost after commit: a lost round without a hint, the same op is retried",
             writer_name(model, writer)
         ),
-        Action::WriterReadsClaims { writer } => {
-            let index = writer as usize;
-            let push = model.push_of(index);
-            let start = before.writers[index].next_op as usize;
-            let found: Vec<String> = (start..push.len())
-                .filter(|position| before.writers[index].answered_ahead & (1 << position) == 0)
-                .map(|position| {
-                    let op = push[position];
-                    match before.table.read(Key::Claim(op)) {
-                        Some(Value::Claim { seq }) => format!("{} at {seq}", op_name(op)),
-                        _ => format!("{} none", op_name(op)),
-                    }
-                })
-                .collect();
-            format!(
-                "{} BatchGetItem claims -> [{}]",
-                writer_name(model, writer),
-                found.join(", ")
-            )
-        }
+        Action::WriterReadsClaims { writer } => claims_read_words(model, before, writer),
         Action::PushDeadlinePasses { writer } => format!(
             "{} push deadline passed after {} rounds: DeadlineExceeded (503)",
             writer_name(model, writer),
@@ -211,20 +130,117 @@ pub fn describe(
                 .map_or(String::new(), |value| format!(" ({value})"));
             format!("{key} applied{value}")
         }
-        Action::PullerQueries { puller } => {
-            let cursor = before.pullers[puller as usize].cursor;
-            let page = before
-                .table
-                .query_after(cursor, model.bounds.page_limit as usize);
-            let seqs: Vec<String> = page.iter().map(|(seq, _)| seq.to_string()).collect();
+        Action::PullerQueries { puller } => puller_words(model, before, puller, after),
+    }
+}
+
+/// A counter read, preceded by the push's claim check when it is the push's first.
+fn counter_read_words(model: &RelayModel, before: &RelayState, writer: u8) -> String {
+    let check = if model.checks_claims_first(before, writer as usize) {
+        let ops: Vec<String> = model
+            .push_of(writer as usize)
+            .iter()
+            .map(|op| op_name(*op).to_string())
+            .collect();
+        format!("BatchGetItem claims [{}] -> no conflict; ", ops.join(", "))
+    } else {
+        String::new()
+    };
+    format!(
+        "{} {check}Query seq=0 (consistent) -> next_seq {}",
+        writer_name(model, writer),
+        before.table.counter()
+    )
+}
+
+/// A round's response and what the writer makes of it: stored, answered from its claim, a
+/// lost round (with or without the counter image), a flip over a legacy gap.
+fn response_words(
+    model: &RelayModel,
+    before: &RelayState,
+    writer: u8,
+    after: &RelayState,
+) -> String {
+    let name = writer_name(model, writer);
+    let Phase::Sent { round, outcome } = &before.writers[writer as usize].phase else {
+        return format!("{name} receives a response");
+    };
+    let answered = after.writers[writer as usize].next_op > before.writers[writer as usize].next_op
+        || after.writers[writer as usize].phase == Phase::Done;
+    let next = match &after.writers[writer as usize].phase {
+        Phase::Failed(error) => format!("append fails: {error:?}"),
+        Phase::ReadingClaims => {
+            let seq = after
+                .answers
+                .get(&round.op)
+                .and_then(|seqs| seqs.iter().next())
+                .copied()
+                .unwrap_or(0);
+            format!("claim exists: {} answered with its seq {seq}; read the claims of the rest of the push", op_name(round.op))
+        }
+        _ if answered && *outcome != TransactOutcome::Committed => {
+            let seq = after
+                .answers
+                .get(&round.op)
+                .and_then(|seqs| seqs.iter().next())
+                .copied()
+                .unwrap_or(0);
             format!(
-                "P{} Query seq>{cursor} limit {} -> [{}]; P{} stores cursor {}",
-                puller + 1,
-                model.bounds.page_limit,
-                seqs.join(", "),
-                puller + 1,
-                after.pullers[puller as usize].cursor
+                "claim exists: {} answered with its seq {seq}",
+                op_name(round.op)
             )
         }
-    }
+        Phase::ReadingClaim { .. } => "claim exists: read it back".to_string(),
+        Phase::QueryingTop => "seq taken: find the top".to_string(),
+        _ if *outcome == TransactOutcome::Committed => {
+            format!("{} stored at {}", op_name(round.op), round.seq)
+        }
+        _ => match (
+            after.writers[writer as usize].flip,
+            after.writers[writer as usize].counter,
+        ) {
+            (Some(seq), _) => format!("legacy gap below {seq}: flip the check"),
+            (None, Counter::Known(hint)) => format!("lost round (counter {hint})"),
+            (None, Counter::Unknown) => "lost round (no hint)".to_string(),
+        },
+    };
+    format!("{name} receives {}: {next}", describe_outcome(outcome))
+}
+
+/// The re-push fast path's batched read of the claims of the rest of the push.
+fn claims_read_words(model: &RelayModel, before: &RelayState, writer: u8) -> String {
+    let index = writer as usize;
+    let push = model.push_of(index);
+    let start = before.writers[index].next_op as usize;
+    let found: Vec<String> = (start..push.len())
+        .filter(|position| before.writers[index].answered_ahead & (1 << position) == 0)
+        .map(|position| {
+            let op = push[position];
+            match before.table.read(Key::Claim(op)) {
+                Some(Value::Claim { seq }) => format!("{} at {seq}", op_name(op)),
+                _ => format!("{} none", op_name(op)),
+            }
+        })
+        .collect();
+    format!(
+        "{} BatchGetItem claims -> [{}]",
+        writer_name(model, writer),
+        found.join(", ")
+    )
+}
+
+fn puller_words(model: &RelayModel, before: &RelayState, puller: u8, after: &RelayState) -> String {
+    let cursor = before.pullers[puller as usize].cursor;
+    let page = before
+        .table
+        .query_after(cursor, model.bounds.page_limit as usize);
+    let seqs: Vec<String> = page.iter().map(|(seq, _)| seq.to_string()).collect();
+    format!(
+        "P{} Query seq>{cursor} limit {} -> [{}]; P{} stores cursor {}",
+        puller + 1,
+        model.bounds.page_limit,
+        seqs.join(", "),
+        puller + 1,
+        after.pullers[puller as usize].cursor
+    )
 }
