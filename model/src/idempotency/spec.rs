@@ -71,6 +71,71 @@ const BOUNDS: &[BoundSpec] = &[
     },
 ];
 
+/// The properties as declared, in the order `check` reports them: requirement ID, name, kind
+/// and condition. Each `always` is followed by its `sometimes` partners.
+type Declared = (
+    &'static str,
+    &'static str,
+    Kind,
+    fn(&IdempotencyModel, &IdempotencyState) -> bool,
+);
+
+const PROPERTIES: &[Declared] = {
+    use Kind::{Always, Sometimes};
+    &[
+        ("M1", M1_AT_MOST_ONCE, Always, m1_holds),
+        ("M1", "M1 a replay is served", Sometimes, m1_example),
+        (
+            "M1",
+            M1_ROLLED_BACK_RUNS_AGAIN,
+            Sometimes,
+            m1_rolled_back_example,
+        ),
+        ("M1", M1_HELD_UNKNOWN, Sometimes, m1_held_example),
+        ("M1", M1_RECONCILED, Sometimes, m1_reconciled_example),
+        ("M2", "M2 no-poison", Always, m2_holds),
+        ("M2", "M2 a sentinel is stored", Sometimes, m2_example),
+        ("M3", M3_TERMINAL_RULE, Always, m3_holds),
+        (
+            "M3",
+            "M3 the drop guard stores the sentinel",
+            Sometimes,
+            m3_example,
+        ),
+        ("M3", M3_UNKNOWN_FINALIZE, Sometimes, m3_unknown_example),
+        ("M4", "M4 replay-fidelity", Always, m4_holds),
+        (
+            "M4",
+            "M4 a sentinel replay is served",
+            Sometimes,
+            m4_example,
+        ),
+        ("M5", "M5 fingerprint", Always, m5_holds),
+        ("M5", "M5 a 422 is answered", Sometimes, m5_example),
+        ("M6", "M6 in-flight", Always, m6_holds),
+        ("M6", "M6 a 409 is answered", Sometimes, m6_example),
+        ("M6", M6_RENEWED, Sometimes, m6_renewed_example),
+        ("M7", "M7 live-body", Always, m7_holds),
+        (
+            "M7",
+            "M7 an over-cap tail streams after the finalize",
+            Sometimes,
+            m7_example,
+        ),
+        ("M8", "M8 fencing", Always, m8_holds),
+        ("M8", M8_STALE_LOST, Sometimes, m8_example),
+        ("M9", "M9 non-2xx passthrough", Always, m9_holds),
+        ("M9", "M9 a failed key runs again", Sometimes, m9_example),
+        ("M10", M10_EXPIRED_FREE, Always, m10_holds),
+        (
+            "M10",
+            "M10 an expired key is claimed",
+            Sometimes,
+            m10_example,
+        ),
+    ]
+};
+
 impl ModelSpec for IdempotencyModel {
     fn scale(&self) -> crate::check::Scale<Self> {
         super::scale::hooks(self)
@@ -120,159 +185,15 @@ impl ModelSpec for IdempotencyModel {
     }
 
     fn property_defs(&self) -> Vec<PropertyDef<Self>> {
-        use Kind::{Always, Sometimes};
-        vec![
-            PropertyDef {
-                id: "M1",
-                name: M1_AT_MOST_ONCE,
-                kind: Always,
-                condition: m1_holds,
-            },
-            PropertyDef {
-                id: "M1",
-                name: "M1 a replay is served",
-                kind: Sometimes,
-                condition: m1_example,
-            },
-            PropertyDef {
-                id: "M1",
-                name: M1_ROLLED_BACK_RUNS_AGAIN,
-                kind: Sometimes,
-                condition: m1_rolled_back_example,
-            },
-            PropertyDef {
-                id: "M1",
-                name: M1_HELD_UNKNOWN,
-                kind: Sometimes,
-                condition: m1_held_example,
-            },
-            PropertyDef {
-                id: "M1",
-                name: M1_RECONCILED,
-                kind: Sometimes,
-                condition: m1_reconciled_example,
-            },
-            PropertyDef {
-                id: "M2",
-                name: "M2 no-poison",
-                kind: Always,
-                condition: m2_holds,
-            },
-            PropertyDef {
-                id: "M2",
-                name: "M2 a sentinel is stored",
-                kind: Sometimes,
-                condition: m2_example,
-            },
-            PropertyDef {
-                id: "M3",
-                name: M3_TERMINAL_RULE,
-                kind: Always,
-                condition: m3_holds,
-            },
-            PropertyDef {
-                id: "M3",
-                name: "M3 the drop guard stores the sentinel",
-                kind: Sometimes,
-                condition: m3_example,
-            },
-            PropertyDef {
-                id: "M3",
-                name: M3_UNKNOWN_FINALIZE,
-                kind: Sometimes,
-                condition: m3_unknown_example,
-            },
-            PropertyDef {
-                id: "M4",
-                name: "M4 replay-fidelity",
-                kind: Always,
-                condition: m4_holds,
-            },
-            PropertyDef {
-                id: "M4",
-                name: "M4 a sentinel replay is served",
-                kind: Sometimes,
-                condition: m4_example,
-            },
-            PropertyDef {
-                id: "M5",
-                name: "M5 fingerprint",
-                kind: Always,
-                condition: m5_holds,
-            },
-            PropertyDef {
-                id: "M5",
-                name: "M5 a 422 is answered",
-                kind: Sometimes,
-                condition: m5_example,
-            },
-            PropertyDef {
-                id: "M6",
-                name: "M6 in-flight",
-                kind: Always,
-                condition: m6_holds,
-            },
-            PropertyDef {
-                id: "M6",
-                name: "M6 a 409 is answered",
-                kind: Sometimes,
-                condition: m6_example,
-            },
-            PropertyDef {
-                id: "M6",
-                name: M6_RENEWED,
-                kind: Sometimes,
-                condition: m6_renewed_example,
-            },
-            PropertyDef {
-                id: "M7",
-                name: "M7 live-body",
-                kind: Always,
-                condition: m7_holds,
-            },
-            PropertyDef {
-                id: "M7",
-                name: "M7 an over-cap tail streams after the finalize",
-                kind: Sometimes,
-                condition: m7_example,
-            },
-            PropertyDef {
-                id: "M8",
-                name: "M8 fencing",
-                kind: Always,
-                condition: m8_holds,
-            },
-            PropertyDef {
-                id: "M8",
-                name: M8_STALE_LOST,
-                kind: Sometimes,
-                condition: m8_example,
-            },
-            PropertyDef {
-                id: "M9",
-                name: "M9 non-2xx passthrough",
-                kind: Always,
-                condition: m9_holds,
-            },
-            PropertyDef {
-                id: "M9",
-                name: "M9 a failed key runs again",
-                kind: Sometimes,
-                condition: m9_example,
-            },
-            PropertyDef {
-                id: "M10",
-                name: M10_EXPIRED_FREE,
-                kind: Always,
-                condition: m10_holds,
-            },
-            PropertyDef {
-                id: "M10",
-                name: "M10 an expired key is claimed",
-                kind: Sometimes,
-                condition: m10_example,
-            },
-        ]
+        PROPERTIES
+            .iter()
+            .map(|(id, name, kind, condition)| PropertyDef {
+                id,
+                name,
+                kind: *kind,
+                condition: *condition,
+            })
+            .collect()
     }
 
     fn liveness_defs(&self) -> Vec<crate::check::LivenessDef<Self>> {
@@ -389,32 +310,6 @@ impl ModelSpec for IdempotencyModel {
         let name = |client: &usize| format!("C{}", client + 1);
         let generation_of = |client: usize| before.clients[client].stage.working_on().unwrap_or(0);
         let row_generation = before.row.map_or(0, |row| row.generation);
-        let refusal = |answer: Answer| match answer {
-            Answer::Conflict { row_expired } => {
-                format!("409 in flight{}", expired_note(row_expired))
-            }
-            Answer::Mismatch { row_expired } => {
-                format!("422 fingerprint mismatch{}", expired_note(row_expired))
-            }
-            Answer::Replay {
-                stored,
-                marked,
-                row_expired,
-                ..
-            } => format!(
-                "replay of {} -> 200, idempotency-replayed: {marked}{}",
-                Write::Succeeded(stored).words(),
-                expired_note(row_expired)
-            ),
-            Answer::Unavailable => "503 cache unavailable".to_string(),
-            Answer::OutcomeUnknown { row_expired } => {
-                format!(
-                    "409 outcome unknown (held until reconciled){}",
-                    expired_note(row_expired)
-                )
-            }
-            Answer::Fresh { .. } => "a fresh answer".to_string(),
-        };
         match action {
             Action::ClientSends { client, fingerprint } => {
                 format!("{} POST /transfers Idempotency-Key k fp {fingerprint:?}", name(client))
@@ -425,7 +320,7 @@ impl ModelSpec for IdempotencyModel {
                     format!("{}: claim k {}, generation {generation}", name(client), takeover_words(seen))
                 }
                 Stage::Reading { .. } => format!("{}: claim k takes nothing (SQLite: the row is read next)", name(client)),
-                Stage::Done(answer) => format!("{}: claim k -> {}", name(client), refusal(answer)),
+                Stage::Done(answer) => format!("{}: claim k -> {}", name(client), refusal_words(answer)),
                 _ => format!("{}: claim", name(client)),
             },
             Action::MiddlewareClaimFails { client, committed } => format!(
@@ -434,7 +329,7 @@ impl ModelSpec for IdempotencyModel {
                 if after.generations != before.generations { "did commit: k is processing with no owner" } else if *committed { "did commit but took nothing" } else { "did not commit" }
             ),
             Action::MiddlewareReadsRow { client } => match after.clients[*client].stage {
-                Stage::Done(answer) => format!("{}: reads row k -> {}", name(client), refusal(answer)),
+                Stage::Done(answer) => format!("{}: reads row k -> {}", name(client), refusal_words(answer)),
                 _ => format!("{}: reads row k: claimable now, claims again", name(client)),
             },
             Action::HandlerResponds { client, outcome } => {
@@ -472,16 +367,7 @@ impl ModelSpec for IdempotencyModel {
             ),
             Action::TailStreams { client } => format!("{}: the over-cap tail streams; the client has every byte", name(client)),
             Action::ClientCancels { client, in_flight_commits, .. } => {
-                let during = match before.clients[*client].stage {
-                    Stage::Claiming { .. } => "while the key is claimed",
-                    Stage::Reading { .. } => "while the row is read for a replay",
-                    Stage::Running { .. } => "while the handler runs",
-                    Stage::Capturing { .. } => "while the middleware reads the body",
-                    Stage::Finalizing { .. } if *in_flight_commits => "while the finalize is in flight (it still commits)",
-                    Stage::Finalizing { .. } => "while the finalize is in flight",
-                    Stage::Streaming { .. } => "while the tail streams",
-                    _ => "",
-                };
+                let during = cancel_point_words(before.clients[*client].stage, *in_flight_commits);
                 let guard = if matches!(after.clients[*client].stage, Stage::Guarding { .. }) {
                     "; the drop guard takes over"
                 } else {
@@ -509,6 +395,52 @@ impl ModelSpec for IdempotencyModel {
                 if *applied { "succeeded(too_large)" } else { "failed" }
             ),
         }
+    }
+}
+
+/// A refusal or replay the middleware answers from the row, in words.
+fn refusal_words(answer: Answer) -> String {
+    match answer {
+        Answer::Conflict { row_expired } => {
+            format!("409 in flight{}", expired_note(row_expired))
+        }
+        Answer::Mismatch { row_expired } => {
+            format!("422 fingerprint mismatch{}", expired_note(row_expired))
+        }
+        Answer::Replay {
+            stored,
+            marked,
+            row_expired,
+            ..
+        } => format!(
+            "replay of {} -> 200, idempotency-replayed: {marked}{}",
+            Write::Succeeded(stored).words(),
+            expired_note(row_expired)
+        ),
+        Answer::Unavailable => "503 cache unavailable".to_string(),
+        Answer::OutcomeUnknown { row_expired } => {
+            format!(
+                "409 outcome unknown (held until reconciled){}",
+                expired_note(row_expired)
+            )
+        }
+        Answer::Fresh { .. } => "a fresh answer".to_string(),
+    }
+}
+
+/// Where a client's cancellation drops the response future, in words.
+fn cancel_point_words(stage: Stage, in_flight_commits: bool) -> &'static str {
+    match stage {
+        Stage::Claiming { .. } => "while the key is claimed",
+        Stage::Reading { .. } => "while the row is read for a replay",
+        Stage::Running { .. } => "while the handler runs",
+        Stage::Capturing { .. } => "while the middleware reads the body",
+        Stage::Finalizing { .. } if in_flight_commits => {
+            "while the finalize is in flight (it still commits)"
+        }
+        Stage::Finalizing { .. } => "while the finalize is in flight",
+        Stage::Streaming { .. } => "while the tail streams",
+        _ => "",
     }
 }
 
