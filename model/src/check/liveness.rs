@@ -409,6 +409,47 @@ struct Analysis {
     bound_cut_states: usize,
 }
 
+/// What judging a goal-avoiding component reads: the analysis so far.
+struct Judged<'a> {
+    avoid: &'a [bool],
+    stop: &'a [bool],
+    component: &'a [u32],
+    component_bad: &'a [bool],
+}
+
+impl Judged<'_> {
+    /// Whether the component `id` (its `members`) is fair (a cycle on which every family enabled
+    /// everywhere is taken) and whether it is bad (fair, holding a stop, or reaching a bad
+    /// component, all of which Tarjan's order has judged already).
+    fn judge(&self, graph: &Graph, members: &[u32], id: u32, fair: u32) -> (bool, bool) {
+        let mut everywhere_enabled = fair;
+        let mut taken = 0u32;
+        let mut has_cycle = members.len() > 1;
+        let mut reaches_bad = false;
+        let mut any_stop = false;
+        for &member in members {
+            everywhere_enabled &= graph.enabled[member as usize];
+            any_stop |= self.stop[member as usize];
+            for edge in graph.edges(member) {
+                let target = graph.targets[edge];
+                if !self.avoid[target as usize] {
+                    continue;
+                }
+                if self.component[target as usize] == id {
+                    has_cycle |= target == member;
+                    if graph.families[edge] != UNFAIR {
+                        taken |= 1 << graph.families[edge];
+                    }
+                } else {
+                    reaches_bad |= self.component_bad[self.component[target as usize] as usize];
+                }
+            }
+        }
+        let fair_component = has_cycle && everywhere_enabled & !taken == 0;
+        (fair_component, fair_component || any_stop || reaches_bad)
+    }
+}
+
 fn analyse(graph: &Graph, property: usize, fair: u32) -> Analysis {
     let states = graph.states();
     let goal_bit = 1 << (2 * property + 1);
@@ -487,32 +528,15 @@ fn analyse(graph: &Graph, property: usize, fair: u32) -> Analysis {
                     break;
                 }
             }
-            let mut everywhere_enabled = fair;
-            let mut taken = 0u32;
-            let mut has_cycle = members.len() > 1;
-            let mut reaches_bad = false;
-            let mut any_stop = false;
-            for &member in &members {
-                everywhere_enabled &= graph.enabled[member as usize];
-                any_stop |= stop[member as usize];
-                for edge in graph.edges(member) {
-                    let target = graph.targets[edge];
-                    if !avoid[target as usize] {
-                        continue;
-                    }
-                    if component[target as usize] == id {
-                        has_cycle |= target == member;
-                        if graph.families[edge] != UNFAIR {
-                            taken |= 1 << graph.families[edge];
-                        }
-                    } else {
-                        reaches_bad |= component_bad[component[target as usize] as usize];
-                    }
-                }
-            }
-            let fair_component = has_cycle && everywhere_enabled & !taken == 0;
+            let judged = Judged {
+                avoid: &avoid,
+                stop: &stop,
+                component: &component,
+                component_bad: &component_bad,
+            };
+            let (fair_component, bad) = judged.judge(graph, &members, id, fair);
             component_fair.push(fair_component);
-            component_bad.push(fair_component || any_stop || reaches_bad);
+            component_bad.push(bad);
         }
     }
     let accept: Vec<bool> = (0..states)

@@ -37,46 +37,7 @@ pub fn merge(shards: &[CheckReport]) -> Result<CheckReport, MergeError> {
     let Some(ShardReport { count, .. }) = first.shard else {
         return Err(MergeError(format!("{label}: a report that is not a shard")));
     };
-    let mut ordered: Vec<Option<&CheckReport>> = vec![None; count];
-    for report in shards {
-        let same_run = report.model == first.model
-            && report.variant == first.variant
-            && report.bounds == first.bounds
-            && report.search == first.search
-            && report.properties.len() == first.properties.len();
-        if !same_run {
-            return Err(MergeError(format!(
-                "{label}: a shard of another run ({}/{} [{}], {:?})",
-                report.model, report.variant, report.bounds, report.search
-            )));
-        }
-        let Some(shard) = report.shard.filter(|shard| shard.count == count) else {
-            return Err(MergeError(format!(
-                "{label}: shards of {count} mixed with {:?}",
-                report.shard
-            )));
-        };
-        let slot = ordered.get_mut(shard.index).ok_or_else(|| {
-            MergeError(format!("{label}: shard index {} of {count}", shard.index))
-        })?;
-        if slot.replace(report).is_some() {
-            return Err(MergeError(format!(
-                "{label}: shard {}/{count} given twice",
-                shard.index
-            )));
-        }
-    }
-    let missing: Vec<String> = (0..count)
-        .filter(|index| ordered[*index].is_none())
-        .map(|index| format!("{index}/{count}"))
-        .collect();
-    if !missing.is_empty() {
-        return Err(MergeError(format!(
-            "{label}: shard {} missing",
-            missing.join(", ")
-        )));
-    }
-    let ordered: Vec<&CheckReport> = ordered.into_iter().flatten().collect();
+    let ordered = in_shard_order(shards, first, &label, count)?;
     let split = ordered.iter().find_map(|report| report.shard?.level);
     if ordered
         .iter()
@@ -155,6 +116,56 @@ pub fn merge(shards: &[CheckReport]) -> Result<CheckReport, MergeError> {
         && merged.stopped.is_none()
         && ordered.iter().all(|report| report.complete);
     Ok(merged)
+}
+
+/// The shards of one run in shard order: refused when a report belongs to another run or
+/// another shard count, or a shard is given twice or missing.
+fn in_shard_order<'a>(
+    shards: &'a [CheckReport],
+    first: &CheckReport,
+    label: &str,
+    count: usize,
+) -> Result<Vec<&'a CheckReport>, MergeError> {
+    let mut ordered: Vec<Option<&CheckReport>> = vec![None; count];
+    for report in shards {
+        let same_run = report.model == first.model
+            && report.variant == first.variant
+            && report.bounds == first.bounds
+            && report.search == first.search
+            && report.properties.len() == first.properties.len();
+        if !same_run {
+            return Err(MergeError(format!(
+                "{label}: a shard of another run ({}/{} [{}], {:?})",
+                report.model, report.variant, report.bounds, report.search
+            )));
+        }
+        let Some(shard) = report.shard.filter(|shard| shard.count == count) else {
+            return Err(MergeError(format!(
+                "{label}: shards of {count} mixed with {:?}",
+                report.shard
+            )));
+        };
+        let slot = ordered.get_mut(shard.index).ok_or_else(|| {
+            MergeError(format!("{label}: shard index {} of {count}", shard.index))
+        })?;
+        if slot.replace(report).is_some() {
+            return Err(MergeError(format!(
+                "{label}: shard {}/{count} given twice",
+                shard.index
+            )));
+        }
+    }
+    let missing: Vec<String> = (0..count)
+        .filter(|index| ordered[*index].is_none())
+        .map(|index| format!("{index}/{count}"))
+        .collect();
+    if !missing.is_empty() {
+        return Err(MergeError(format!(
+            "{label}: shard {} missing",
+            missing.join(", ")
+        )));
+    }
+    Ok(ordered.into_iter().flatten().collect())
 }
 
 fn merge_property(

@@ -67,21 +67,6 @@ where
     let mut stopped = None;
     let mut actions = Vec::new();
 
-    let record = |walk: &Walk<M>, found: &mut Vec<Option<ModelPath<M>>>| {
-        let (state, _, _) = walk.last().expect("a walk has a state");
-        for (index, target) in targets.iter().enumerate() {
-            let shorter = found[index]
-                .as_ref()
-                .is_none_or(|best| best.len() > walk.len());
-            if shorter && (target.condition)(model, state) == target.matching {
-                found[index] = Some(
-                    walk.iter()
-                        .map(|(state, action, _)| (state.clone(), action.clone()))
-                        .collect(),
-                );
-            }
-        }
-    };
     let walks = match options.shard {
         Some(shard) => shard.range(samples),
         None => 0..samples,
@@ -97,23 +82,12 @@ where
         let mut walk: Walk<M> = vec![(start, None, start_fingerprint)];
         let mut positions: FingerprintMap<usize> = FingerprintMap::default();
         positions.insert(start_fingerprint, 0);
-        record(&walk, &mut found);
+        record(model, targets, &walk, &mut found);
         for _ in 0..depth_max {
             let state = &walk.last().expect("a walk has a state").0;
             actions.clear();
             model.actions(state, &mut actions);
-            let mut taken = None;
-            while !actions.is_empty() {
-                let action = actions.swap_remove(generator.below(actions.len()));
-                let slot = coverage.slot(&action);
-                if let Some(next) = model.next_state(state, action.clone()) {
-                    if model.within_boundary(&next) {
-                        coverage.fired(slot);
-                        taken = Some((action, next));
-                        break;
-                    }
-                }
-            }
+            let taken = random_step(model, state, &mut actions, &mut generator, &mut coverage);
             let Some((action, next)) = taken else { break };
             steps += 1;
             let next_fingerprint = fingerprint(&next);
@@ -130,7 +104,7 @@ where
             walk.push((next, None, next_fingerprint));
             positions.insert(next_fingerprint, walk.len() - 1);
             depth_max_reached = depth_max_reached.max(walk.len() - 1);
-            record(&walk, &mut found);
+            record(model, targets, &walk, &mut found);
         }
         let now = Instant::now();
         if now.duration_since(last_progress) >= interval {
@@ -157,6 +131,54 @@ where
         coverage: coverage.into_map(),
         stopped,
     }
+}
+
+/// Records `walk` as the shortest match so far of every target its last state matches.
+fn record<M>(model: &M, targets: &[Target<M>], walk: &Walk<M>, found: &mut [Option<ModelPath<M>>])
+where
+    M: Model,
+    M::State: Clone,
+    M::Action: Clone,
+{
+    let (state, _, _) = walk.last().expect("a walk has a state");
+    for (index, target) in targets.iter().enumerate() {
+        let shorter = found[index]
+            .as_ref()
+            .is_none_or(|best| best.len() > walk.len());
+        if shorter && (target.condition)(model, state) == target.matching {
+            found[index] = Some(
+                walk.iter()
+                    .map(|(state, action, _)| (state.clone(), action.clone()))
+                    .collect(),
+            );
+        }
+    }
+}
+
+/// One step drawn at random among `actions` (the actions of `state`, consumed): the first drawn
+/// whose next state exists and is within the boundary; `None` when none is.
+fn random_step<M>(
+    model: &M,
+    state: &M::State,
+    actions: &mut Vec<M::Action>,
+    generator: &mut SplitMix64,
+    coverage: &mut Coverage<M::Action>,
+) -> Option<(M::Action, M::State)>
+where
+    M: Model,
+    M::Action: Clone + std::fmt::Debug,
+{
+    while !actions.is_empty() {
+        let action = actions.swap_remove(generator.below(actions.len()));
+        let slot = coverage.slot(&action);
+        if let Some(next) = model.next_state(state, action.clone()) {
+            if model.within_boundary(&next) {
+                coverage.fired(slot);
+                return Some((action, next));
+            }
+        }
+    }
+    None
 }
 
 /// The generator of walk `sample`: seeded from (seed, sample) through one SplitMix64 step, so
