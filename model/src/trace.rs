@@ -317,14 +317,14 @@ pub fn read_header(document: &Json) -> Result<Header, TraceError> {
     })
 }
 
-/// Reads and re-executes a trace of model `M`. Every error names the step and the field.
-pub fn from_itf<M>(document: &Json) -> Result<LoadedTrace<M>, TraceError>
+/// The model a trace's header names, built at its variant and bounds: refused when the header
+/// names another model, an unknown variant, or leaves a bound out.
+fn model_of_header<M>(header: &Header) -> Result<M, TraceError>
 where
     M: TraceEncoding,
     M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
     M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
 {
-    let header = read_header(document)?;
     if header.model != M::NAME {
         return Err(error(
             None,
@@ -350,12 +350,16 @@ where
             "missing",
         ));
     }
-    let model = M::build(variant, &bounds).map_err(|e| error(None, "#meta", e.to_string()))?;
+    M::build(variant, &bounds).map_err(|e| error(None, "#meta", e.to_string()))
+}
+
+/// The `#meta` fields a loaded trace keeps: its kind, property and description.
+fn read_meta(document: &Json) -> TraceMeta {
     let meta_object = document
         .get("#meta")
         .and_then(Json::as_object)
         .expect("read_header checked #meta");
-    let meta = TraceMeta {
+    TraceMeta {
         kind: meta_object
             .get("kind")
             .and_then(Json::as_str)
@@ -370,7 +374,54 @@ where
             .and_then(Json::as_str)
             .unwrap_or_default()
             .to_string(),
-    };
+    }
+}
+
+/// The initial state of `model` whose encoding matches the recorded state `recorded`.
+fn initial_state<M>(
+    model: &M,
+    recorded: &Map<String, Json>,
+    step: Option<usize>,
+) -> Result<M::State, TraceError>
+where
+    M: TraceEncoding,
+    M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let encoded: Vec<(M::State, Map<String, Json>)> = model
+        .init_states()
+        .into_iter()
+        .map(|state| {
+            let vars = model.encode_state(&state);
+            (state, vars)
+        })
+        .collect();
+    encoded
+        .into_iter()
+        .find(|(_, vars)| {
+            vars.iter()
+                .all(|(name, value)| recorded.get(name) == Some(value))
+        })
+        .map(|(state, _)| state)
+        .ok_or_else(|| {
+            error(
+                step,
+                "(state)",
+                "matches none of the model's initial states at these bounds",
+            )
+        })
+}
+
+/// Reads and re-executes a trace of model `M`. Every error names the step and the field.
+pub fn from_itf<M>(document: &Json) -> Result<LoadedTrace<M>, TraceError>
+where
+    M: TraceEncoding,
+    M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let header = read_header(document)?;
+    let model: M = model_of_header(&header)?;
+    let meta = read_meta(document);
     let states = document
         .get("states")
         .and_then(Json::as_array)
@@ -404,28 +455,7 @@ where
                     format!("the first state must be `init`, found `{taken}`"),
                 ));
             }
-            let encoded: Vec<(M::State, Map<String, Json>)> = model
-                .init_states()
-                .into_iter()
-                .map(|state| {
-                    let vars = model.encode_state(&state);
-                    (state, vars)
-                })
-                .collect();
-            encoded
-                .into_iter()
-                .find(|(_, vars)| {
-                    vars.iter()
-                        .all(|(name, value)| recorded.get(name) == Some(value))
-                })
-                .map(|(state, _)| state)
-                .ok_or_else(|| {
-                    error(
-                        step,
-                        "(state)",
-                        "matches none of the model's initial states at these bounds",
-                    )
-                })?
+            initial_state(&model, recorded, step)?
         } else {
             let picked = picked_of(M::PICKS, picks)
                 .map_err(|message| error(step, "mbt::nondetPicks", message))?;

@@ -237,6 +237,94 @@ fn translate(set: u32, table: &[u8]) -> u32 {
     global
 }
 
+/// Expands every part, each on a thread of its own (the first on this one).
+fn expand_parts<M>(model: &M, definitions: &[LivenessDef<M>], expansions: &mut [Expansion<M>])
+where
+    M: ModelSpec,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let used = expansions.len();
+    if used == 1 {
+        expansions[0].expand(model, definitions);
+    } else {
+        std::thread::scope(|scope| {
+            let (first, others) = expansions.split_first_mut().expect("one part");
+            let handles: Vec<_> = others
+                .iter_mut()
+                .map(|expansion| scope.spawn(move || expansion.expand(model, definitions)))
+                .collect();
+            first.expand(model, definitions);
+            for handle in handles {
+                handle.join().expect("a liveness thread panicked");
+            }
+        });
+    }
+}
+
+/// Adds the states one thread expanded to the graph: their marks, enabled and cut families
+/// (translated to the global family indices) and edges; successors seen for the first time get
+/// an index and join the next level.
+fn absorb<M: Model>(
+    graph: &mut Graph,
+    index_of: &mut FingerprintMap<u32>,
+    next_level: &mut VecDeque<M::State>,
+    expansion: &mut Expansion<M>,
+) {
+    let table: Vec<u8> = expansion
+        .families
+        .0
+        .iter()
+        .map(
+            |name| match graph.family_names.iter().position(|known| known == name) {
+                Some(index) => index as u8,
+                None => {
+                    graph.family_names.push(name);
+                    assert!(
+                        graph.family_names.len() <= FAMILIES_MAX,
+                        "a model names more than {FAMILIES_MAX} fairness families"
+                    );
+                    (graph.family_names.len() - 1) as u8
+                }
+            },
+        )
+        .collect();
+    for expanded in expansion.out.drain(..) {
+        graph.marks.push(expanded.marks);
+        graph.enabled.push(translate(expanded.enabled, &table));
+        graph.cut.push(translate(expanded.cut, &table));
+        for (next, next_fingerprint, family) in expanded.successors {
+            let target = match index_of.entry(next_fingerprint) {
+                std::collections::hash_map::Entry::Occupied(entry) => *entry.get(),
+                std::collections::hash_map::Entry::Vacant(entry) => {
+                    let index = graph.fingerprints.len();
+                    assert!(
+                        index < u32::MAX as usize,
+                        "more than {} states: beyond the liveness graph's indices",
+                        u32::MAX - 1
+                    );
+                    entry.insert(index as u32);
+                    graph.fingerprints.push(next_fingerprint);
+                    next_level.push_back(next);
+                    index as u32
+                }
+            };
+            graph.targets.push(target);
+            graph.families.push(if family == UNFAIR {
+                UNFAIR
+            } else {
+                table[family as usize]
+            });
+        }
+        assert!(
+            graph.targets.len() < u32::MAX as usize,
+            "more than {} edges: beyond the liveness graph's indices",
+            u32::MAX - 1
+        );
+        graph.row_start.push(graph.targets.len() as u32);
+    }
+}
+
 /// Explores the reachable graph; `Err` when a limit stopped it.
 fn explore<M>(
     model: &M,
@@ -295,74 +383,9 @@ where
                 let part = part_size.min(level.len());
                 expansion.part.extend(level.drain(..part));
             }
-            if used == 1 {
-                expansions[0].expand(model, definitions);
-            } else {
-                std::thread::scope(|scope| {
-                    let (first, others) = expansions[..used].split_first_mut().expect("one part");
-                    let handles: Vec<_> = others
-                        .iter_mut()
-                        .map(|expansion| scope.spawn(move || expansion.expand(model, definitions)))
-                        .collect();
-                    first.expand(model, definitions);
-                    for handle in handles {
-                        handle.join().expect("a liveness thread panicked");
-                    }
-                });
-            }
+            expand_parts(model, definitions, &mut expansions[..used]);
             for expansion in &mut expansions[..used] {
-                let table: Vec<u8> = expansion
-                    .families
-                    .0
-                    .iter()
-                    .map(
-                        |name| match graph.family_names.iter().position(|known| known == name) {
-                            Some(index) => index as u8,
-                            None => {
-                                graph.family_names.push(name);
-                                assert!(
-                                    graph.family_names.len() <= FAMILIES_MAX,
-                                    "a model names more than {FAMILIES_MAX} fairness families"
-                                );
-                                (graph.family_names.len() - 1) as u8
-                            }
-                        },
-                    )
-                    .collect();
-                for expanded in expansion.out.drain(..) {
-                    graph.marks.push(expanded.marks);
-                    graph.enabled.push(translate(expanded.enabled, &table));
-                    graph.cut.push(translate(expanded.cut, &table));
-                    for (next, next_fingerprint, family) in expanded.successors {
-                        let target = match index_of.entry(next_fingerprint) {
-                            std::collections::hash_map::Entry::Occupied(entry) => *entry.get(),
-                            std::collections::hash_map::Entry::Vacant(entry) => {
-                                let index = graph.fingerprints.len();
-                                assert!(
-                                    index < u32::MAX as usize,
-                                    "more than {} states: beyond the liveness graph's indices",
-                                    u32::MAX - 1
-                                );
-                                entry.insert(index as u32);
-                                graph.fingerprints.push(next_fingerprint);
-                                next_level.push_back(next);
-                                index as u32
-                            }
-                        };
-                        graph.targets.push(target);
-                        graph.families.push(if family == UNFAIR {
-                            UNFAIR
-                        } else {
-                            table[family as usize]
-                        });
-                    }
-                    assert!(
-                        graph.targets.len() < u32::MAX as usize,
-                        "more than {} edges: beyond the liveness graph's indices",
-                        u32::MAX - 1
-                    );
-                    graph.row_start.push(graph.targets.len() as u32);
-                }
+                absorb(&mut graph, &mut index_of, &mut next_level, expansion);
             }
             let now = Instant::now();
             if now.duration_since(last_progress) >= interval {
