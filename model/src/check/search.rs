@@ -19,7 +19,7 @@
 use super::codec::CodecError;
 use super::frontier::{put_record, Frontier, Part, Spill, SpillFailure, StateCodec};
 use super::scale::{Independence, Representative};
-use super::{CheckOptions, Progress, Stop, SHARD_LEVEL_STATES_MIN};
+use super::{CheckOptions, Progress, Shard, Stop, SHARD_LEVEL_STATES_MIN};
 use stateright::Model;
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
@@ -604,30 +604,232 @@ where
     let started = Instant::now();
     let options = limits.options;
     let threads = options.threads.max(1);
-    let interval = Duration::from_millis(options.progress_interval_millis.max(10));
-    let mut last_progress = started;
-
     let encoded = hooks.codec.is_some();
-    // Blocks small enough that a budget holds several, large enough that glibc maps each on
-    // its own (above its largest mmap threshold) and gives it back to the system when freed.
-    let block_bytes = options
-        .frontier_bytes_max
-        .map_or(FRONTIER_BLOCK_BYTES_MAX, |max| {
-            (max / 8).clamp(
-                FRONTIER_BLOCK_BYTES_MIN as u64,
-                FRONTIER_BLOCK_BYTES_MAX as u64,
-            ) as usize
-        });
-    let mut spill = match (&options.spill, encoded) {
-        (Some(store), true) => Some(Spill {
-            store: store.clone(),
-            disk_bytes_max: options.disk_bytes_max,
-            spilled_bytes: 0,
-        }),
-        _ => None,
+    let block_bytes = frontier_block_bytes(options);
+    let (initial, visited, first) = first_level(model, hooks);
+    let level = first_frontier(hooks, first, block_bytes);
+    let mut levels = Levels {
+        options,
+        threads,
+        interval: Duration::from_millis(options.progress_interval_millis.max(10)),
+        started,
+        last_progress: started,
+        encoded,
+        block_bytes,
+        spill: spill_of(options, encoded),
+        states_per_depth: vec![level.len()],
+        level,
+        next_level: Frontier::new(encoded, block_bytes),
+        found: vec![None; targets.len()],
+        visited,
+        generated: initial.len(),
+        stopped: None,
+        all_found: targets.is_empty() && limits.stop_when_all_found,
+        cut_short: false,
+        expansions: (0..threads).map(|_| Expansion::new()).collect(),
+        shard_level: None,
     };
-    let (initial, mut visited, first) = first_level(model, hooks);
-    let mut level: Frontier<M::State> = Frontier::new(encoded, block_bytes);
+    levels.run(model, targets, limits, hooks, progress);
+    let exhausted = !levels.cut_short && levels.level.is_empty();
+    Searched {
+        found: levels.found,
+        generated: levels.generated,
+        states_per_depth: levels.states_per_depth,
+        coverage: merged_coverage(levels.expansions),
+        exhausted,
+        shard_level: levels.shard_level,
+        stopped: levels.stopped,
+        initial,
+        visited: levels.visited,
+        representative: hooks.representative,
+    }
+}
+
+/// The search's state from level to level: the level being examined and the next one, what is
+/// visited and found, and why the search stopped.
+struct Levels<'a, M: Model> {
+    options: &'a CheckOptions,
+    threads: usize,
+    interval: Duration,
+    started: Instant,
+    last_progress: Instant,
+    encoded: bool,
+    block_bytes: usize,
+    spill: Option<Spill>,
+    level: Frontier<M::State>,
+    next_level: Frontier<M::State>,
+    states_per_depth: Vec<usize>,
+    found: Vec<Option<u64>>,
+    visited: FingerprintMap<Parent>,
+    generated: usize,
+    stopped: Option<Stop>,
+    all_found: bool,
+    /// Set when the search ends with states left to examine (all found, or a limit).
+    cut_short: bool,
+    /// Reused from chunk to chunk and level to level (see `expand` for why).
+    expansions: Vec<Expansion<M>>,
+    shard_level: Option<usize>,
+}
+
+impl<M> Levels<'_, M>
+where
+    M: Model + Sync,
+    M::State: Clone + Hash + Send + Sync,
+    M::Action: Clone + std::fmt::Debug + Send,
+{
+    /// Examines level after level, chunk by chunk, until the space is exhausted, every target
+    /// is found, or a limit stops the search.
+    fn run(
+        &mut self,
+        model: &M,
+        targets: &[Target<M>],
+        limits: &Limits,
+        hooks: &Hooks<M>,
+        progress: &mut dyn FnMut(Progress),
+    ) {
+        'levels: while !self.level.is_empty() && !self.all_found {
+            if let Some(shard) = self.options.shard.filter(|shard| {
+                self.shard_level.is_none()
+                    && self.level.len() >= SHARD_LEVEL_STATES_MIN * shard.count
+            }) {
+                match keep_shard(
+                    &mut self.level,
+                    shard,
+                    self.encoded,
+                    self.block_bytes,
+                    self.options,
+                    &mut self.spill,
+                ) {
+                    Ok(kept) => self.level = kept,
+                    Err(stop) => {
+                        self.stopped = Some(stop);
+                        self.cut_short = true;
+                        break 'levels;
+                    }
+                }
+                self.shard_level = Some(self.states_per_depth.len() - 1);
+            }
+            while !self.level.is_empty() {
+                if let Err(stop) = self.expand_chunk(model, targets, hooks) {
+                    self.stopped = Some(stop);
+                    self.cut_short = true;
+                    break 'levels;
+                }
+                self.all_found =
+                    limits.stop_when_all_found && self.found.iter().all(Option::is_some);
+                self.report_progress(progress);
+                if self.all_found {
+                    break;
+                }
+                self.stopped = self.limit_or_spill();
+                if self.stopped.is_some() {
+                    break;
+                }
+            }
+            if !self.next_level.is_empty() {
+                self.states_per_depth.push(self.next_level.len());
+            }
+            if self.all_found || self.stopped.is_some() {
+                self.cut_short = true;
+                break;
+            }
+            std::mem::swap(&mut self.level, &mut self.next_level);
+        }
+    }
+
+    /// Takes the next chunk off the level, expands it on the threads and takes the successors
+    /// in; `Err` when the frontier's disk failed.
+    fn expand_chunk(
+        &mut self,
+        model: &M,
+        targets: &[Target<M>],
+        hooks: &Hooks<M>,
+    ) -> Result<(), Stop> {
+        let (used, part_size) = chunk_parts(self.level.len(), self.threads);
+        take_parts(
+            &mut self.level,
+            &mut self.expansions[..used],
+            part_size,
+            &mut self.spill,
+        )
+        .map_err(|failure| disk_stop(failure, self.options, self.spill.as_ref()))?;
+        let open: Vec<bool> = self.found.iter().map(Option::is_none).collect();
+        let depth = (self.states_per_depth.len() - 1) as u32;
+        expand_parts(
+            model,
+            targets,
+            &open,
+            &self.visited,
+            hooks,
+            depth,
+            &mut self.expansions[..used],
+        );
+        let next_depth = self.states_per_depth.len() as u32;
+        for expansion in &mut self.expansions[..used] {
+            let absorbed = absorb(
+                expansion,
+                &mut self.found,
+                &mut self.visited,
+                &mut self.next_level,
+                next_depth,
+                self.encoded,
+            );
+            if let Err(failure) = absorbed {
+                return Err(disk_stop(failure, self.options, self.spill.as_ref()));
+            }
+            self.generated += expansion.generated;
+        }
+        Ok(())
+    }
+
+    fn report_progress(&mut self, progress: &mut dyn FnMut(Progress)) {
+        let now = Instant::now();
+        if now.duration_since(self.last_progress) >= self.interval {
+            self.last_progress = now;
+            progress(Progress {
+                states: self.generated,
+                unique_states: self.visited.len(),
+                max_depth: self.states_per_depth.len() - 1
+                    + usize::from(!self.next_level.is_empty()),
+                elapsed: now.duration_since(self.started),
+            });
+        }
+    }
+
+    /// The stop a limit calls for before the next chunk, once the frontier has spilled what it
+    /// could.
+    fn limit_or_spill(&mut self) -> Option<Stop> {
+        let growth_bytes = growth_bytes(
+            &self.visited,
+            self.threads,
+            self.encoded,
+            self.block_bytes,
+            &self.next_level,
+        );
+        let stopped = limit_reached(
+            self.options,
+            self.visited.len(),
+            growth_bytes as u64,
+            self.started,
+        );
+        spill_if_tight(
+            self.options,
+            stopped,
+            self.block_bytes,
+            &mut self.level,
+            &mut self.next_level,
+            &mut self.spill,
+        )
+    }
+}
+
+/// The first level as a frontier: the initial states, encoded when the model has a codec.
+fn first_frontier<M: Model>(
+    hooks: &Hooks<M>,
+    first: impl IntoIterator<Item = (M::State, u64)>,
+    block_bytes: usize,
+) -> Frontier<M::State> {
+    let mut level: Frontier<M::State> = Frontier::new(hooks.codec.is_some(), block_bytes);
     let mut encoded_state = Vec::new();
     let mut record = Vec::new();
     for (state, state_fingerprint) in first {
@@ -643,202 +845,236 @@ where
             None => level.push_state(state, state_fingerprint),
         }
     }
-    let mut states_per_depth = vec![level.len()];
-    let mut found: Vec<Option<u64>> = vec![None; targets.len()];
-    let mut generated = initial.len();
-    let mut stopped = None;
-    let mut all_found = targets.is_empty() && limits.stop_when_all_found;
+    level
+}
 
-    // Set when the search ends with states left to examine (all found, or a limit).
-    let mut cut_short = false;
-    // Reused from chunk to chunk and level to level (see `expand` for why).
-    let mut expansions: Vec<Expansion<M>> = (0..threads).map(|_| Expansion::new()).collect();
-    let mut next_level: Frontier<M::State> = Frontier::new(encoded, block_bytes);
-    let mut shard_level = None;
-    'levels: while !level.is_empty() && !all_found {
-        if let Some(shard) = options.shard.filter(|shard| {
-            shard_level.is_none() && level.len() >= SHARD_LEVEL_STATES_MIN * shard.count
-        }) {
-            // Split this level: the states of other shards stay visited, so no path through
-            // them is explored here; every state below the level is reached through some
-            // state of it, and so by some shard.
-            let mut kept: Frontier<M::State> = Frontier::new(encoded, block_bytes);
-            let mut part = Part::new();
-            while !level.is_empty() {
-                let taken = level
-                    .take(CHUNK_STATES_PER_THREAD, &mut part, spill.as_mut())
-                    .map_err(|failure| disk_stop(failure, options, spill.as_ref()))
-                    .and_then(|_| {
-                        part.retain_into(&mut kept, |fingerprint| shard.owns(fingerprint))
-                            .map_err(|_| disk_stop(SpillFailure::Damaged, options, spill.as_ref()))
-                    });
-                if let Err(stop) = taken {
-                    stopped = Some(stop);
-                    cut_short = true;
-                    break 'levels;
-                }
-            }
-            level = kept;
-            shard_level = Some(states_per_depth.len() - 1);
-        }
-        while !level.is_empty() {
-            // Taken off the level, so each examined state's memory is freed before the next
-            // chunk: a level and the next one are never both whole in memory.
-            let take = level.len().min(CHUNK_STATES_PER_THREAD * threads);
-            let used = if threads == 1 || take < 2 * threads {
-                1
-            } else {
-                threads
-            };
-            let part_size = take.div_ceil(used);
-            for expansion in &mut expansions[..used] {
-                if let Err(failure) = level.take(
-                    part_size.min(level.len()),
-                    &mut expansion.part,
-                    spill.as_mut(),
-                ) {
-                    stopped = Some(disk_stop(failure, options, spill.as_ref()));
-                    cut_short = true;
-                    break 'levels;
-                }
-            }
-            let open: Vec<bool> = found.iter().map(Option::is_none).collect();
-            let depth = (states_per_depth.len() - 1) as u32;
-            if used == 1 {
-                expand(
-                    model,
-                    targets,
-                    &open,
-                    &visited,
-                    hooks,
-                    depth,
-                    &mut expansions[0],
-                );
-            } else {
-                let visited = &visited;
-                let open = &open;
-                std::thread::scope(|scope| {
-                    let (first, others) = expansions[..used].split_first_mut().expect("one part");
-                    let handles: Vec<_> = others
-                        .iter_mut()
-                        .map(|expansion| {
-                            scope.spawn(move || {
-                                expand(model, targets, open, visited, hooks, depth, expansion)
-                            })
-                        })
-                        .collect();
-                    expand(model, targets, open, visited, hooks, depth, first);
-                    for handle in handles {
-                        handle.join().expect("a checker thread panicked");
-                    }
-                });
-            }
-            for expansion in &mut expansions[..used] {
-                if expansion.damaged.take().is_some() {
-                    stopped = Some(disk_stop(SpillFailure::Damaged, options, spill.as_ref()));
-                    cut_short = true;
-                    break 'levels;
-                }
-                for (index, first) in expansion.first_match.iter().enumerate() {
-                    if found[index].is_none() {
-                        found[index] = *first;
-                    }
-                }
-                generated += expansion.generated;
-                let mut states = expansion.successor_states.drain(..);
-                let mut start = 0;
-                for &(state_fingerprint, parent, action, end) in &expansion.successors {
-                    let state = if encoded { None } else { states.next() };
-                    if let std::collections::hash_map::Entry::Vacant(entry) =
-                        visited.entry(state_fingerprint)
-                    {
-                        entry.insert(Parent {
-                            from: parent,
-                            action,
-                            depth: states_per_depth.len() as u32,
-                        });
-                        match state {
-                            Some(state) => next_level.push_state(state, state_fingerprint),
-                            None => next_level.push_record(&expansion.records[start..end]),
-                        }
-                    }
-                    start = end;
-                }
-            }
-            all_found = limits.stop_when_all_found && found.iter().all(Option::is_some);
-            let now = Instant::now();
-            if now.duration_since(last_progress) >= interval {
-                last_progress = now;
-                progress(Progress {
-                    states: generated,
-                    unique_states: visited.len(),
-                    max_depth: states_per_depth.len() - 1 + usize::from(!next_level.is_empty()),
-                    elapsed: now.duration_since(started),
-                });
-            }
-            if all_found {
-                break;
-            }
-            // The next chunk may double the visited map or the next level's vector: count that
-            // allocation before it happens, so the limit is not overshot by a doubling.
-            let headroom = CHUNK_STATES_PER_THREAD * threads * 8;
-            let mut growth_bytes = 0;
-            if visited.len() + headroom > visited.capacity() {
-                growth_bytes += visited.capacity() * 2 * VISITED_ENTRY_BYTES;
-            }
-            growth_bytes += if encoded {
-                block_bytes
-            } else {
-                next_level.len() * std::mem::size_of::<(M::State, u64)>()
-            };
-            let in_memory = level.memory_bytes() + next_level.memory_bytes();
-            let over_budget = options
-                .frontier_bytes_max
-                .is_some_and(|max| in_memory as u64 > max);
-            stopped = limit_reached(options, visited.len(), growth_bytes as u64, started);
-            // Near the memory limit, or past the frontier's own budget, the frontier goes to
-            // disk (the newest states first: they are read last); only what cannot be spilled
-            // (the visited fingerprints, the blocks being read and written) stops the run.
-            let spillable = in_memory > 2 * block_bytes;
-            let memory_tight = matches!(stopped, Some(Stop::Memory { .. })) && spillable;
-            if let Some(spill) = spill.as_mut().filter(|_| over_budget || memory_tight) {
-                let spilled = next_level.spill(spill).and_then(|_| level.spill(spill));
-                match spilled {
-                    Ok(_) if memory_tight => stopped = None,
-                    Ok(_) => {}
-                    Err(failure) => stopped = Some(disk_stop(failure, options, Some(spill))),
-                }
-            }
-            if stopped.is_some() {
-                break;
-            }
-        }
-        if !next_level.is_empty() {
-            states_per_depth.push(next_level.len());
-        }
-        if all_found || stopped.is_some() {
-            cut_short = true;
-            break;
-        }
-        std::mem::swap(&mut level, &mut next_level);
+/// Splits `level`: the states shard `shard` owns. The states of other shards stay visited, so
+/// no path through them is explored here; every state below the level is reached through some
+/// state of it, and so by some shard.
+fn keep_shard<S>(
+    level: &mut Frontier<S>,
+    shard: Shard,
+    encoded: bool,
+    block_bytes: usize,
+    options: &CheckOptions,
+    spill: &mut Option<Spill>,
+) -> Result<Frontier<S>, Stop> {
+    let mut kept: Frontier<S> = Frontier::new(encoded, block_bytes);
+    let mut part = Part::new();
+    while !level.is_empty() {
+        let taken = level
+            .take(CHUNK_STATES_PER_THREAD, &mut part, spill.as_mut())
+            .map_err(|failure| disk_stop(failure, options, spill.as_ref()))
+            .and_then(|_| {
+                part.retain_into(&mut kept, |fingerprint| shard.owns(fingerprint))
+                    .map_err(|_| disk_stop(SpillFailure::Damaged, options, spill.as_ref()))
+            });
+        taken?;
     }
-    let exhausted = !cut_short && level.is_empty();
+    Ok(kept)
+}
+
+/// Expands every part, each on a thread of its own (the first on this one).
+fn expand_parts<M>(
+    model: &M,
+    targets: &[Target<M>],
+    open: &[bool],
+    visited: &FingerprintMap<Parent>,
+    hooks: &Hooks<M>,
+    depth: u32,
+    expansions: &mut [Expansion<M>],
+) where
+    M: Model + Sync,
+    M::State: Clone + Hash + Send + Sync,
+    M::Action: Clone + std::fmt::Debug + Send,
+{
+    let used = expansions.len();
+    if used == 1 {
+        expand(
+            model,
+            targets,
+            open,
+            visited,
+            hooks,
+            depth,
+            &mut expansions[0],
+        );
+    } else {
+        std::thread::scope(|scope| {
+            let (first, others) = expansions.split_first_mut().expect("one part");
+            let handles: Vec<_> = others
+                .iter_mut()
+                .map(|expansion| {
+                    scope.spawn(move || {
+                        expand(model, targets, open, visited, hooks, depth, expansion)
+                    })
+                })
+                .collect();
+            expand(model, targets, open, visited, hooks, depth, first);
+            for handle in handles {
+                handle.join().expect("a checker thread panicked");
+            }
+        });
+    }
+}
+
+/// Takes one thread's expansion in: its first matches, and its successors not visited yet,
+/// which join the next level at `next_depth`. `Err` when the part it read back was damaged.
+fn absorb<M: Model>(
+    expansion: &mut Expansion<M>,
+    found: &mut [Option<u64>],
+    visited: &mut FingerprintMap<Parent>,
+    next_level: &mut Frontier<M::State>,
+    next_depth: u32,
+    encoded: bool,
+) -> Result<(), SpillFailure> {
+    if expansion.damaged.take().is_some() {
+        return Err(SpillFailure::Damaged);
+    }
+    for (index, first) in expansion.first_match.iter().enumerate() {
+        if found[index].is_none() {
+            found[index] = *first;
+        }
+    }
+    let mut states = expansion.successor_states.drain(..);
+    let mut start = 0;
+    for &(state_fingerprint, parent, action, end) in &expansion.successors {
+        let state = if encoded { None } else { states.next() };
+        if let std::collections::hash_map::Entry::Vacant(entry) = visited.entry(state_fingerprint) {
+            entry.insert(Parent {
+                from: parent,
+                action,
+                depth: next_depth,
+            });
+            match state {
+                Some(state) => next_level.push_state(state, state_fingerprint),
+                None => next_level.push_record(&expansion.records[start..end]),
+            }
+        }
+        start = end;
+    }
+    Ok(())
+}
+
+/// The frontier's block size: blocks small enough that a budget holds several, large enough
+/// that glibc maps each on its own (above its largest mmap threshold) and gives it back to the
+/// system when freed.
+fn frontier_block_bytes(options: &CheckOptions) -> usize {
+    options
+        .frontier_bytes_max
+        .map_or(FRONTIER_BLOCK_BYTES_MAX, |max| {
+            (max / 8).clamp(
+                FRONTIER_BLOCK_BYTES_MIN as u64,
+                FRONTIER_BLOCK_BYTES_MAX as u64,
+            ) as usize
+        })
+}
+
+/// Where the frontier spills: only an encoded frontier can, and only with a store configured.
+fn spill_of(options: &CheckOptions, encoded: bool) -> Option<Spill> {
+    match (&options.spill, encoded) {
+        (Some(store), true) => Some(Spill {
+            store: store.clone(),
+            disk_bytes_max: options.disk_bytes_max,
+            spilled_bytes: 0,
+        }),
+        _ => None,
+    }
+}
+
+/// Takes a part of `part_size` states (fewer at the level's end) off the level for each
+/// expansion.
+fn take_parts<M: Model>(
+    level: &mut Frontier<M::State>,
+    expansions: &mut [Expansion<M>],
+    part_size: usize,
+    spill: &mut Option<Spill>,
+) -> Result<(), SpillFailure> {
+    for expansion in expansions {
+        level.take(
+            part_size.min(level.len()),
+            &mut expansion.part,
+            spill.as_mut(),
+        )?;
+    }
+    Ok(())
+}
+
+/// What the next chunk may allocate at once: it may double the visited map or the next level's
+/// vector, and that allocation is counted before it happens, so the limit is not overshot by a
+/// doubling.
+fn growth_bytes<S>(
+    visited: &FingerprintMap<Parent>,
+    threads: usize,
+    encoded: bool,
+    block_bytes: usize,
+    next_level: &Frontier<S>,
+) -> usize {
+    let headroom = CHUNK_STATES_PER_THREAD * threads * 8;
+    let mut growth_bytes = 0;
+    if visited.len() + headroom > visited.capacity() {
+        growth_bytes += visited.capacity() * 2 * VISITED_ENTRY_BYTES;
+    }
+    growth_bytes += if encoded {
+        block_bytes
+    } else {
+        next_level.len() * std::mem::size_of::<(S, u64)>()
+    };
+    growth_bytes
+}
+
+/// Near the memory limit (`stopped` says so), or past the frontier's own budget, the frontier
+/// goes to disk (the newest states first: they are read last); only what cannot be spilled (the
+/// visited fingerprints, the blocks being read and written) stops the run. Answers the stop
+/// that stands after spilling.
+fn spill_if_tight<S>(
+    options: &CheckOptions,
+    mut stopped: Option<Stop>,
+    block_bytes: usize,
+    level: &mut Frontier<S>,
+    next_level: &mut Frontier<S>,
+    spill: &mut Option<Spill>,
+) -> Option<Stop> {
+    let in_memory = level.memory_bytes() + next_level.memory_bytes();
+    let over_budget = options
+        .frontier_bytes_max
+        .is_some_and(|max| in_memory as u64 > max);
+    let spillable = in_memory > 2 * block_bytes;
+    let memory_tight = matches!(stopped, Some(Stop::Memory { .. })) && spillable;
+    if let Some(spill) = spill.as_mut().filter(|_| over_budget || memory_tight) {
+        let spilled = next_level.spill(spill).and_then(|_| level.spill(spill));
+        match spilled {
+            Ok(_) if memory_tight => stopped = None,
+            Ok(_) => {}
+            Err(failure) => stopped = Some(disk_stop(failure, options, Some(spill))),
+        }
+    }
+    stopped
+}
+
+/// How the next chunk is cut: the threads used and the states each takes. Chunks are taken off
+/// the level, so each examined state's memory is freed before the next chunk: a level and the
+/// next one are never both whole in memory.
+fn chunk_parts(level_len: usize, threads: usize) -> (usize, usize) {
+    let take = level_len.min(CHUNK_STATES_PER_THREAD * threads);
+    let used = if threads == 1 || take < 2 * threads {
+        1
+    } else {
+        threads
+    };
+    (used, take.div_ceil(used))
+}
+
+/// The action coverage of all threads together.
+fn merged_coverage<M: Model>(expansions: Vec<Expansion<M>>) -> BTreeMap<String, usize>
+where
+    M::Action: std::fmt::Debug,
+{
     let mut coverage = Coverage::new();
     for expansion in expansions {
         coverage.merge(expansion.coverage);
     }
-    Searched {
-        found,
-        generated,
-        states_per_depth,
-        coverage: coverage.into_map(),
-        exhausted,
-        shard_level,
-        stopped,
-        initial,
-        visited,
-        representative: hooks.representative,
-    }
+    coverage.into_map()
 }
 
 /// The stop a failed spill or read-back means: the disk limit, or the store's error.
