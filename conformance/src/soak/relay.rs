@@ -53,9 +53,9 @@ enum Backend {
         path: PathBuf,
     },
     DynamoDb {
-        /// The emulator itself (table deletion).
-        endpoint: String,
-        /// In front of it: serialising, stallable (the relay talks to this).
+        /// In front of the emulator: serialising, stallable. Everything the soak sends it goes
+        /// through here, the table deletions included: a request beside another can corrupt
+        /// moto's tables.
         proxy: StallProxy,
     },
 }
@@ -128,7 +128,7 @@ pub async fn run(args: &RelayArgs) -> Result<Outcome, String> {
                 .filter(|url| url.starts_with("http://"))
                 .ok_or("--store dynamodb needs ONCECHECK_DDB_ENDPOINT=http://HOST:PORT (an emulator such as moto)")?;
             let proxy = StallProxy::start(&endpoint).await?;
-            Backend::DynamoDb { endpoint, proxy }
+            Backend::DynamoDb { proxy }
         }
     };
     let table_ops = match backend {
@@ -323,8 +323,8 @@ pub async fn run(args: &RelayArgs) -> Result<Outcome, String> {
         ]) {
             *total += counter.load(Ordering::SeqCst);
         }
-        if let Backend::DynamoDb { endpoint, .. } = &backend {
-            delete_table(endpoint, &format!("oncecheck-soak-{seed:x}-{table}")).await;
+        if let Backend::DynamoDb { proxy } = &backend {
+            delete_table(&proxy.url(), &format!("oncecheck-soak-{seed:x}-{table}")).await;
         }
         if shared.out_of_time.load(Ordering::SeqCst) {
             break;
