@@ -119,11 +119,23 @@ services_up() {
   install_python_tools && start_moto && start_postgres
 }
 
-services_down() {
-  if [ -f "$RUN_DIR/moto.pid" ]; then
-    kill "$(cat "$RUN_DIR/moto.pid")" 2>/dev/null || true
-    rm -f "$RUN_DIR/moto.pid"
+# Stops moto and waits for it to be gone: a moto that grew large (the DynamoDB soak leaves it at
+# gigabytes) can run on for many seconds after SIGTERM, and a caller that starts the next moto or
+# reports done must not leave it behind. After 20 s of waiting, SIGKILL.
+stop_moto() {
+  local pid; pid=$(cat "$RUN_DIR/moto.pid")
+  kill "$pid" 2>/dev/null || true
+  local waited=0
+  while kill -0 "$pid" 2>/dev/null && ((waited < 100)); do sleep 0.2; waited=$((waited + 1)); done
+  if kill -0 "$pid" 2>/dev/null; then
+    log "moto (pid $pid) still running 20 s after SIGTERM: SIGKILL"
+    kill -9 "$pid" 2>/dev/null || true
   fi
+  rm -f "$RUN_DIR/moto.pid"
+}
+
+services_down() {
+  if [ -f "$RUN_DIR/moto.pid" ]; then stop_moto; fi
   if [ -f "$RUN_DIR/pgdata.path" ]; then
     local bin data; bin=$(pg_bin_dir); data=$(cat "$RUN_DIR/pgdata.path")
     if [ "$(id -u)" = 0 ]; then

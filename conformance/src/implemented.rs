@@ -83,7 +83,38 @@ pub const ROWS: &[Row] = &[
             },
         ],
     },
-    // The layer's `atomic` and `fail-closed` configurations (S5) join here with their variants.
+    Row {
+        implementation: "impl/idempotency `IdempotencyLayer`",
+        configuration: "as shipped, a handler committing its effect in the request's `EffectScope` transaction",
+        model: "idempotency",
+        variant: "atomic",
+        targets: &[
+            RowTarget {
+                name: "middleware-sqlite",
+                bounds: &[("sqlite", 1)],
+            },
+            RowTarget {
+                name: "middleware-postgres",
+                bounds: &[("sqlite", 0)],
+            },
+        ],
+    },
+    Row {
+        implementation: "impl/idempotency `IdempotencyLayer`",
+        configuration: "`fail_closed()`: unknown outcomes held until a `ReconcileHook` resolves them",
+        model: "idempotency",
+        variant: "fail-closed",
+        targets: &[
+            RowTarget {
+                name: "middleware-sqlite",
+                bounds: &[("sqlite", 1)],
+            },
+            RowTarget {
+                name: "middleware-postgres",
+                bounds: &[("sqlite", 0)],
+            },
+        ],
+    },
     Row {
         implementation: "impl/tokened `ReliableWriter`",
         configuration: "as shipped: `ReliableWriter::write`, through a DynamoDB with token rules (the proxy's token table on moto)",

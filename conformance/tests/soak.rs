@@ -132,6 +132,36 @@ fn the_layer_on_postgres_restarted_runs_every_atomic_key_exactly_once() {
     );
 }
 
+/// A run its time limit cuts fails for that alone: the batches it gave up unanswered (stored or
+/// not), the ops it never pushed, the pullers it stopped short and the faults past where it
+/// stopped are reported as what they are, not as lost, unanswered or differing views.
+#[test]
+fn a_relay_run_cut_by_its_time_limit_fails_for_the_time_alone() {
+    let output = oncecheck(&[
+        "soak",
+        "relay",
+        "--store",
+        "sqlite",
+        "--ops",
+        "1000000",
+        "--kills",
+        "1",
+        "--seed",
+        "7",
+        "--seconds-max",
+        "2",
+    ]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{stdout}");
+    assert!(stdout.contains("  result: 1 violations\n"), "{stdout}");
+    assert!(
+        stdout.contains("  VIOLATION the run did not finish within 2 s\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("  time up at "), "{stdout}");
+    assert!(stdout.contains("lost 0, duplicated 0, gaps 0"), "{stdout}");
+}
+
 #[test]
 fn bad_soak_arguments_exit_2_with_one_line() {
     let output = oncecheck(&["soak", "relay", "--ops", "0"]);

@@ -30,6 +30,8 @@ mod postgres;
 #[cfg(feature = "replay")]
 mod relay;
 #[cfg(feature = "replay")]
+mod relay_check;
+#[cfg(feature = "replay")]
 mod relay_process;
 #[cfg(feature = "replay")]
 pub mod schedule;

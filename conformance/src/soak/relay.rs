@@ -15,7 +15,11 @@
 //!
 //! Pushers behave as the relay's documented client does: every status but 409, 413, 415 and 422
 //! (and every lost connection) re-pushes the same batch, whose claims answer what was stored.
-//! A batch is given up only when the run's time is up (reported, and a failure).
+//! A batch is given up only when the run's time is up: the time limit is a failure of its own,
+//! and what it cut is reported as what it is, not as a loss: the ops given up unanswered (some
+//! of them stored: the relay kept them, no re-push learnt their seq), the ops never pushed, the
+//! faults whose point the run never reached. A puller stopped by the time saw a prefix of the
+//! final read. The comparison itself is `relay_check.rs`.
 //!
 //! On DynamoDB the run is cut into tables of `--table-ops-max` ops: each table is checked and
 //! deleted before the next, so an emulator that keeps every version of a table stays bounded.
@@ -35,6 +39,7 @@ use tokio::sync::Mutex;
 use super::args::RelayArgs;
 use super::http::HttpClient;
 use super::latency::{per_second, Latencies};
+use super::relay_check::{self, payload_of, Answers, PullerView, StoredStreams, TableRun};
 use super::relay_process::{default_binary, log_tail, RelayProcess};
 use super::schedule::{self, Fault};
 use super::stall_proxy::StallProxy;
@@ -53,9 +58,9 @@ enum Backend {
         path: PathBuf,
     },
     DynamoDb {
-        /// The emulator itself (table deletion).
-        endpoint: String,
-        /// In front of it: serialising, stallable (the relay talks to this).
+        /// In front of the emulator: serialising, stallable. Everything the soak sends it goes
+        /// through here, the table deletions included: a request beside another can corrupt
+        /// moto's tables.
         proxy: StallProxy,
     },
 }
@@ -85,25 +90,21 @@ struct Counters {
 /// What one pusher was answered.
 #[derive(Default)]
 struct PusherResult {
-    /// op_id -> (stream, seq, payload).
-    answered: BTreeMap<String, (String, i64, String)>,
+    answered: Answers,
     request_latencies: Latencies,
     batch_latencies: Latencies,
     violations: Vec<String>,
-    given_up_ops: u64,
+    /// op_ids of the batch pushed and never answered when the time was up.
+    given_up: BTreeSet<String>,
+    /// Ops of the quota never pushed when the time was up.
+    not_pushed_ops: u64,
 }
 
 /// What one puller saw, per stream: (seq, op_id) in the order handed out.
 #[derive(Default)]
 struct PullerResult {
-    seen: BTreeMap<String, Vec<(i64, String)>>,
+    seen: PullerView,
     violations: Vec<String>,
-}
-
-fn payload_of(op_id: &str) -> String {
-    // Sizes vary with the op_id, deterministically.
-    let filler = op_id.bytes().map(usize::from).sum::<usize>() % 64;
-    format!("{op_id}:{}", "x".repeat(filler))
 }
 
 /// Runs the soak; `Err` is an environment failure (exit 2), violations are in the outcome.
@@ -128,7 +129,7 @@ pub async fn run(args: &RelayArgs) -> Result<Outcome, String> {
                 .filter(|url| url.starts_with("http://"))
                 .ok_or("--store dynamodb needs ONCECHECK_DDB_ENDPOINT=http://HOST:PORT (an emulator such as moto)")?;
             let proxy = StallProxy::start(&endpoint).await?;
-            Backend::DynamoDb { endpoint, proxy }
+            Backend::DynamoDb { proxy }
         }
     };
     let table_ops = match backend {
@@ -206,6 +207,10 @@ pub async fn run(args: &RelayArgs) -> Result<Outcome, String> {
     let mut faults_left: std::collections::VecDeque<(u64, Fault)> = faults.into();
     let (mut kills_done, mut stalls_done) = (0u32, 0u32);
     let mut counters_total = [0u64; 4];
+    let mut cut_by_time = false;
+    // Ops answered when the time was up (the pushes then in flight may add some).
+    let mut answered_at_time_up = 0u64;
+    let mut not_pushed_ops = 0u64;
     for (table, &ops) in tables.iter().enumerate() {
         if table > 0 {
             relay
@@ -258,45 +263,51 @@ pub async fn run(args: &RelayArgs) -> Result<Outcome, String> {
             }
             if Instant::now() >= deadline {
                 shared.out_of_time.store(true, Ordering::SeqCst);
+                cut_by_time = true;
+                answered_at_time_up = answered;
                 outcome.violations.push(format!(
                     "the run did not finish within {} s",
                     args.seconds_max
                 ));
                 break;
             }
-            match faults_left.front() {
-                Some(&(point, fault)) if answered >= point && point < table_end => {
-                    faults_left.pop_front();
-                    match fault {
-                        Fault::Kill => {
-                            relay.lock().await.kill_and_restart().await?;
-                            kills_done += 1;
-                        }
-                        Fault::Stall => {
-                            stall(&backend, Duration::from_millis(args.stall_millis)).await?;
-                            stalls_done += 1;
-                        }
-                        Fault::Restart => unreachable!("the relay schedule has no restarts"),
-                    }
+            // Every fault due by now strikes before the next look at the time: two points a few
+            // ops apart both strike, whenever the time runs out after them.
+            let mut struck = false;
+            while let Some(&(point, fault)) = faults_left.front() {
+                if answered < point || point >= table_end {
+                    break;
                 }
-                _ => tokio::time::sleep(Duration::from_millis(10)).await,
+                faults_left.pop_front();
+                struck = true;
+                match fault {
+                    Fault::Kill => {
+                        relay.lock().await.kill_and_restart().await?;
+                        kills_done += 1;
+                    }
+                    Fault::Stall => {
+                        stall(&backend, Duration::from_millis(args.stall_millis)).await?;
+                        stalls_done += 1;
+                    }
+                    Fault::Restart => unreachable!("the relay schedule has no restarts"),
+                }
+            }
+            if !struck {
+                tokio::time::sleep(Duration::from_millis(10)).await;
             }
         }
-        let mut answered: BTreeMap<String, (String, i64, String)> = BTreeMap::new();
+        let mut answered = Answers::new();
+        let mut given_up = BTreeSet::new();
         for handle in pushers {
             let result = handle
                 .await
                 .map_err(|error| format!("a pusher panicked: {error}"))?;
             outcome.violations.extend(result.violations);
-            if result.given_up_ops > 0 {
-                outcome.violations.push(format!(
-                    "{} ops were given up unanswered when the time was up",
-                    result.given_up_ops
-                ));
-            }
             request_latencies.extend(result.request_latencies);
             batch_latencies.extend(result.batch_latencies);
             answered.extend(result.answered);
+            given_up.extend(result.given_up);
+            not_pushed_ops += result.not_pushed_ops;
         }
         shared.pushers_done.store(true, Ordering::SeqCst);
         let mut views = Vec::new();
@@ -307,7 +318,17 @@ pub async fn run(args: &RelayArgs) -> Result<Outcome, String> {
             outcome.violations.extend(result.violations);
             views.push(result.seen);
         }
-        let checked = check_table(&shared, &answered, &views).await?;
+        let mut stored = StoredStreams::new();
+        for stream in &shared.streams {
+            stored.insert(stream.clone(), read_stream(&shared, stream).await?);
+        }
+        let checked = relay_check::check(&TableRun {
+            answered: &answered,
+            given_up: &given_up,
+            stored: &stored,
+            views: &views,
+            cut_by_time: shared.out_of_time.load(Ordering::SeqCst),
+        });
         outcome.violations.extend(checked.violations);
         outcome.merge_counts(&checked.counts);
         answered_total.store(
@@ -323,19 +344,26 @@ pub async fn run(args: &RelayArgs) -> Result<Outcome, String> {
         ]) {
             *total += counter.load(Ordering::SeqCst);
         }
-        if let Backend::DynamoDb { endpoint, .. } = &backend {
-            delete_table(endpoint, &format!("oncecheck-soak-{seed:x}-{table}")).await;
+        if let Backend::DynamoDb { proxy } = &backend {
+            delete_table(&proxy.url(), &format!("oncecheck-soak-{seed:x}-{table}")).await;
         }
         if shared.out_of_time.load(Ordering::SeqCst) {
+            // The tables after this one were never started: their ops were never pushed either.
+            not_pushed_ops += tables[table + 1..].iter().sum::<u64>();
             break;
         }
     }
     relay.lock().await.kill().await;
     let took = started.elapsed();
     let stored = outcome.count("stored");
-    if kills_done < args.kills || stalls_done < args.stalls {
+    // A fault strikes once the run has answered its point's ops. In a run that ended on its own
+    // every point was reached, so a fault left is the schedule's failure; in a run the time
+    // limit cut (a failure of its own) the faults left are the ones past where it stopped.
+    let reached = answered_total.load(Ordering::SeqCst);
+    if !faults_left.is_empty() && !cut_by_time {
         outcome.violations.push(format!(
-            "the schedule's faults did not all strike: {kills_done} of {} kills, {stalls_done} of {} stalls",
+            "the schedule's faults did not all strike: {kills_done} of {} kills, {stalls_done} of {} \
+             stalls; left: {faults_left:?}",
             args.kills, args.stalls
         ));
     }
@@ -372,6 +400,22 @@ pub async fn run(args: &RelayArgs) -> Result<Outcome, String> {
             batch_latencies.summary()
         ),
     ];
+    if cut_by_time {
+        outcome.lines.push(format!(
+            "time up at {answered_at_time_up} of {} ops answered ({reached} once the pushes in \
+             flight ended): {} ops given up unanswered ({} of them stored, their seq never \
+             answered), {not_pushed_ops} never pushed, {} faults not struck (their points, ops \
+             answered: {:?})",
+            args.ops,
+            outcome.count("given up"),
+            outcome.count("given up but stored"),
+            faults_left.len(),
+            faults_left
+                .iter()
+                .map(|(point, fault)| format!("{point} {fault:?}"))
+                .collect::<Vec<_>>(),
+        ));
+    }
     if !outcome.violations.is_empty() {
         outcome
             .lines
@@ -458,11 +502,20 @@ async fn pusher(
         .to_string();
         let url = format!("{}/v1/streams/{stream}/ops", shared.base_url);
         let first_push = Instant::now();
+        let mut pushed = false;
         loop {
             if shared.out_of_time.load(Ordering::SeqCst) {
-                result.given_up_ops += size;
-                break;
+                if pushed {
+                    result
+                        .given_up
+                        .extend(ops.iter().map(|(op_id, _)| op_id.clone()));
+                } else {
+                    result.not_pushed_ops += size;
+                }
+                result.not_pushed_ops += quota - next;
+                return result;
             }
+            pushed = true;
             shared
                 .counters
                 .push_requests
@@ -638,104 +691,6 @@ fn pulled_ops(body: &[u8]) -> Vec<(i64, String, String)> {
             ))
         })
         .collect()
-}
-
-struct TableCheck {
-    counts: BTreeMap<&'static str, u64>,
-    violations: Vec<String>,
-}
-
-/// Reads every stream whole and compares it with the answers and the pullers' views.
-async fn check_table(
-    shared: &Shared,
-    answered: &BTreeMap<String, (String, i64, String)>,
-    views: &[BTreeMap<String, Vec<(i64, String)>>],
-) -> Result<TableCheck, String> {
-    let mut counts: BTreeMap<&'static str, u64> = BTreeMap::new();
-    let mut violations = Vec::new();
-    let mut report =
-        |counts: &mut BTreeMap<&'static str, u64>, kind: &'static str, what: String| {
-            *counts.entry(kind).or_default() += 1;
-            violations.push(what);
-        };
-    counts.insert("answered", answered.len() as u64);
-    let mut stored_at: BTreeMap<String, (String, i64)> = BTreeMap::new();
-    for stream in &shared.streams {
-        let ops = read_stream(shared, stream).await?;
-        *counts.entry("stored").or_default() += ops.len() as u64;
-        for (position, (seq, op_id, payload)) in ops.iter().enumerate() {
-            if *seq != position as i64 + 1 {
-                report(
-                    &mut counts,
-                    "gaps",
-                    format!("{stream} holds seq {seq} at position {}", position + 1),
-                );
-            }
-            if stored_at
-                .insert(op_id.clone(), (stream.clone(), *seq))
-                .is_some()
-            {
-                report(
-                    &mut counts,
-                    "duplicated",
-                    format!("{op_id} is stored twice"),
-                );
-            }
-            if *payload != payload_of(op_id) {
-                report(
-                    &mut counts,
-                    "answers differ",
-                    format!("{op_id} is stored with another payload"),
-                );
-            }
-        }
-        let final_view: Vec<(i64, String)> = ops
-            .iter()
-            .map(|(seq, op_id, _)| (*seq, op_id.clone()))
-            .collect();
-        for view in views {
-            let seen = view.get(stream).cloned().unwrap_or_default();
-            if seen != final_view {
-                report(
-                    &mut counts,
-                    "views differ",
-                    format!(
-                        "a puller followed {stream} to {} ops, the final read holds {}",
-                        seen.len(),
-                        final_view.len()
-                    ),
-                );
-            }
-        }
-    }
-    for (op_id, (stream, seq, _)) in answered {
-        match stored_at.get(op_id) {
-            None => report(
-                &mut counts,
-                "lost",
-                format!("{op_id} was answered seq {seq} on {stream} but is not stored"),
-            ),
-            Some(at) if at != &(stream.clone(), *seq) => report(
-                &mut counts,
-                "answers differ",
-                format!(
-                    "{op_id} was answered {stream}/{seq} but is stored at {}/{}",
-                    at.0, at.1
-                ),
-            ),
-            Some(_) => {}
-        }
-    }
-    for op_id in stored_at.keys() {
-        if !answered.contains_key(op_id) {
-            report(
-                &mut counts,
-                "unanswered but stored",
-                format!("{op_id} is stored but no push was answered for it"),
-            );
-        }
-    }
-    Ok(TableCheck { counts, violations })
 }
 
 /// The whole stream, page by page, retried through restarts and stalls.

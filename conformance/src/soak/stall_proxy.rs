@@ -3,8 +3,11 @@
 //! a stall, holds every request until the stall ends, as a backend that stopped answering does;
 //! the relay's own timeouts and push deadline then decide what its clients see.
 //!
-//! Invariants: at most one exchange with the upstream is in flight; a request waits at most
-//! the stall's length beyond the exchanges before it; the proxy runs until it is dropped.
+//! Invariants: at most one exchange with the upstream is in flight, also when the client of an
+//! exchange goes away mid-exchange (the relay drops a round's request at its push deadline): an
+//! exchange once started runs to its end in a task of its own, holding the turn, whatever its
+//! client does; a request waits at most the stall's length beyond the exchanges before it; the
+//! proxy runs until it is dropped.
 
 use std::convert::Infallible;
 use std::net::SocketAddr;
@@ -30,8 +33,8 @@ pub struct StallProxy {
 struct Shared {
     upstream: String,
     client: Client<HttpConnector, Full<Bytes>>,
-    /// Held for every exchange with the upstream.
-    turn: Mutex<()>,
+    /// Held for every exchange with the upstream, by the task that runs it.
+    turn: Arc<Mutex<()>>,
     stalled: watch::Receiver<bool>,
 }
 
@@ -46,7 +49,7 @@ impl StallProxy {
         let shared = Arc::new(Shared {
             upstream: upstream.trim_end_matches('/').to_string(),
             client: Client::builder(TokioExecutor::new()).build_http(),
-            turn: Mutex::new(()),
+            turn: Arc::new(Mutex::new(())),
             stalled: stalled_receiver,
         });
         let server = tokio::spawn(async move {
@@ -58,7 +61,7 @@ impl StallProxy {
                 tokio::spawn(async move {
                     let service = hyper::service::service_fn(move |request| {
                         let shared = shared.clone();
-                        async move { Ok::<_, Infallible>(forward(&shared, request).await) }
+                        async move { Ok::<_, Infallible>(forward(shared, request).await) }
                     });
                     let _ = hyper::server::conn::http1::Builder::new()
                         .serve_connection(TokioIo::new(stream), service)
@@ -91,7 +94,7 @@ impl Drop for StallProxy {
     }
 }
 
-async fn forward(shared: &Shared, request: Request<Incoming>) -> Response<Full<Bytes>> {
+async fn forward(shared: Arc<Shared>, request: Request<Incoming>) -> Response<Full<Bytes>> {
     let (parts, body) = request.into_parts();
     let body = match body.collect().await {
         Ok(body) => body.to_bytes(),
@@ -99,7 +102,28 @@ async fn forward(shared: &Shared, request: Request<Incoming>) -> Response<Full<B
     };
     let mut stalled = shared.stalled.clone();
     let _ = stalled.wait_for(|stalled| !*stalled).await;
-    let _turn = shared.turn.lock().await;
+    // Until here a client that goes away takes its request with it: nothing reached the
+    // upstream. From here on the exchange is the upstream's: hyper drops this future when the
+    // client closes its connection, so the exchange runs in a task that keeps the turn until the
+    // upstream has answered. Released earlier, the next request would reach moto while this one
+    // is still applied, and moto's transactions are not isolated from each other (a cancelled
+    // one restores its snapshot of the whole table over a transaction that committed meanwhile).
+    let turn = shared.turn.clone().lock_owned().await;
+    let exchange = tokio::spawn(async move {
+        let _turn = turn;
+        exchange(&shared, parts, body).await
+    });
+    exchange
+        .await
+        .unwrap_or_else(|_| status(StatusCode::BAD_GATEWAY))
+}
+
+/// One request to the upstream and its whole answer; the caller holds the turn.
+async fn exchange(
+    shared: &Shared,
+    parts: http::request::Parts,
+    body: Bytes,
+) -> Response<Full<Bytes>> {
     let path = parts
         .uri
         .path_and_query()
@@ -130,4 +154,102 @@ fn status(code: StatusCode) -> Response<Full<Bytes>> {
     let mut response = Response::new(Full::new(Bytes::new()));
     *response.status_mut() = code;
     response
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use tokio::io::AsyncWriteExt;
+    use tokio::sync::{mpsc, Notify};
+
+    /// An upstream that counts the exchanges in flight at once. It holds its first exchange until
+    /// a second request arrives or `FIRST_HELD_MILLIS_MAX` passes (a bound, not a measurement:
+    /// with a sound proxy no second request can arrive while the first is held).
+    struct Upstream {
+        url: String,
+        in_flight_max: Arc<AtomicUsize>,
+        arrivals: mpsc::UnboundedReceiver<()>,
+    }
+
+    const FIRST_HELD_MILLIS_MAX: u64 = 1_000;
+
+    async fn upstream() -> Upstream {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let url = format!("http://{}", listener.local_addr().unwrap());
+        let in_flight = Arc::new(AtomicUsize::new(0));
+        let in_flight_max = Arc::new(AtomicUsize::new(0));
+        let second_arrived = Arc::new(Notify::new());
+        let (arrived, arrivals) = mpsc::unbounded_channel();
+        let counters = (in_flight.clone(), in_flight_max.clone());
+        tokio::spawn(async move {
+            let requests = Arc::new(AtomicUsize::new(0));
+            loop {
+                let Ok((stream, _)) = listener.accept().await else {
+                    continue;
+                };
+                let (in_flight, in_flight_max) = counters.clone();
+                let (requests, second_arrived, arrived) =
+                    (requests.clone(), second_arrived.clone(), arrived.clone());
+                tokio::spawn(async move {
+                    let service = hyper::service::service_fn(move |_request| {
+                        let (in_flight, in_flight_max) = (in_flight.clone(), in_flight_max.clone());
+                        let (requests, second_arrived, arrived) =
+                            (requests.clone(), second_arrived.clone(), arrived.clone());
+                        async move {
+                            let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
+                            in_flight_max.fetch_max(now, Ordering::SeqCst);
+                            let number = requests.fetch_add(1, Ordering::SeqCst);
+                            let _ = arrived.send(());
+                            if number == 0 {
+                                let _ = tokio::time::timeout(
+                                    Duration::from_millis(FIRST_HELD_MILLIS_MAX),
+                                    second_arrived.notified(),
+                                )
+                                .await;
+                            } else {
+                                second_arrived.notify_one();
+                            }
+                            in_flight.fetch_sub(1, Ordering::SeqCst);
+                            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from("{}"))))
+                        }
+                    });
+                    let _ = hyper::server::conn::http1::Builder::new()
+                        .serve_connection(TokioIo::new(stream), service)
+                        .await;
+                });
+            }
+        });
+        Upstream {
+            url,
+            in_flight_max,
+            arrivals,
+        }
+    }
+
+    /// moto applies a transaction's items one by one and restores a snapshot of the whole table
+    /// when one fails, so two transactions in it at once can erase a committed one. The relay
+    /// drops a round's request at its push deadline; the proxy must still finish that exchange
+    /// before it lets the next request through, or the next one reaches moto beside it.
+    #[tokio::test]
+    async fn a_request_dropped_by_its_client_mid_exchange_keeps_the_upstream_to_itself() {
+        let mut upstream = upstream().await;
+        let proxy = StallProxy::start(&upstream.url).await.unwrap();
+        let mut dropped = tokio::net::TcpStream::connect(proxy.address).await.unwrap();
+        dropped
+            .write_all(b"POST / HTTP/1.1\r\nhost: proxy\r\ncontent-length: 2\r\n\r\n{}")
+            .await
+            .unwrap();
+        upstream.arrivals.recv().await.unwrap();
+        // The first request is in its exchange with the upstream: its client goes away, as the
+        // relay's round does when its push deadline passes.
+        drop(dropped);
+        let answer = super::super::http::HttpClient::default()
+            .send(http::Method::POST, &proxy.url(), &[], Bytes::from("{}"))
+            .await
+            .unwrap();
+        assert_eq!(answer.status, StatusCode::OK);
+        upstream.arrivals.recv().await.unwrap();
+        assert_eq!(upstream.in_flight_max.load(Ordering::SeqCst), 1);
+    }
 }

@@ -22,6 +22,9 @@ const PULLERS: usize = 2;
 const PULL_LIMIT: usize = 7;
 const SOAK_SECONDS_MAX: u64 = 120;
 const RE_PUSHES_MAX: u32 = 10;
+/// 503s in a row a puller takes before it fails: a pull that meets the deadline (a slow backend,
+/// moto on a loaded machine) answers 503, and a client pulls again from the same cursor.
+const PULL_RETRIES_MAX: u32 = 10;
 
 async fn writer(client: reqwest::Client, base: String, writer: usize) -> BTreeMap<String, i64> {
     let mut answered = BTreeMap::new();
@@ -74,6 +77,7 @@ async fn writer(client: reqwest::Client, base: String, writer: usize) -> BTreeMa
 async fn puller(client: reqwest::Client, base: String, total: usize) -> Vec<(i64, String)> {
     let mut seen = Vec::with_capacity(total);
     let mut cursor = 0;
+    let mut unavailable_in_a_row = 0;
     while seen.len() < total {
         let response = client
             .get(format!(
@@ -82,6 +86,15 @@ async fn puller(client: reqwest::Client, base: String, total: usize) -> Vec<(i64
             .send()
             .await
             .expect("pull");
+        if response.status() == reqwest::StatusCode::SERVICE_UNAVAILABLE
+            && unavailable_in_a_row < PULL_RETRIES_MAX
+        {
+            unavailable_in_a_row += 1;
+            eprintln!("puller: 503 after cursor {cursor}, pulling again");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+            continue;
+        }
+        unavailable_in_a_row = 0;
         assert!(
             response.status().is_success(),
             "pull: {}",
