@@ -7,6 +7,8 @@
 //! main job builds the model checker only.
 
 pub mod action_names;
+#[cfg(all(test, feature = "replay"))]
+mod counting_upstream;
 pub mod diagram;
 pub mod implemented;
 pub mod junit;

@@ -33,7 +33,8 @@
 //!
 //! # Invariants
 //!
-//! - **Serialised upstream** (`upstream`): at most one request is in flight to the server.
+//! - **Serialised upstream** (`upstream`): at most one request is in flight to the server, also
+//!   when a client goes away mid-exchange (the exchange runs to its end holding the turn).
 //! - **Answered exactly once** (`server`): every held request gets exactly one answer.
 //! - **Reads never show a pending item's new image** (`window`): a read the proxy cannot rewrite
 //!   faithfully (Scan, TransactGetItems, projections, filters, indexes) is refused with

@@ -31,7 +31,7 @@ use tokio::task::JoinSet;
 
 use super::upstream::Upstream;
 use super::wire::{Answer, TARGET_PREFIX};
-use super::ProxyLimits;
+use super::{ProxyError, ProxyLimits};
 
 /// How the replayer answered a held request.
 pub(super) enum Reply {
@@ -198,15 +198,21 @@ async fn handle(
     let (actor, sender) = match route {
         Route::Held { actor, sender } => (actor, sender),
         Route::Direct => {
-            let answer = match intake.upstream.turn().await {
-                Ok(turn) => {
-                    intake
-                        .upstream
-                        .send(&turn, &path, &parts.headers, raw)
-                        .await
-                }
-                Err(error) => Err(error),
-            };
+            // The exchange runs in a task of its own that holds the upstream turn until the
+            // server has answered: as part of this request's future, a client that went away
+            // mid-exchange would end it and free the turn while the server still worked on the
+            // request, and the next one would reach the server beside it.
+            let upstream = intake.upstream.clone();
+            let headers = parts.headers.clone();
+            let exchange = tokio::spawn(async move {
+                let turn = upstream.turn().await?;
+                upstream.send(&turn, &path, &headers, raw).await
+            });
+            let answer = exchange.await.unwrap_or_else(|error| {
+                Err(ProxyError::Upstream(format!(
+                    "the exchange's task ended without an answer: {error}"
+                )))
+            });
             return Ok(match answer {
                 Ok(answer) => answer.into_response(),
                 Err(error) => refusal(PROXY_FAULT, &format!("oncecheck proxy: {error}")),
@@ -254,5 +260,44 @@ async fn handle(
         // The replayer never answered: the client is cut off as a hung server would leave it;
         // a later deliver reports ClientGone.
         Err(_elapsed) => Err(ResponseLost),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use crate::counting_upstream::CountingUpstream;
+    use crate::proxy::Proxy;
+    use std::sync::atomic::Ordering;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+    /// A DynamoDB request for the set-up listener, as raw HTTP/1.1.
+    fn set_up_request() -> &'static [u8] {
+        b"POST / HTTP/1.1\r\nhost: proxy\r\nx-amz-target: DynamoDB_20120810.DescribeTable\r\n\
+          content-type: application/x-amz-json-1.0\r\ncontent-length: 2\r\n\r\n{}"
+    }
+
+    /// The serialised-upstream invariant holds on the set-up listener too: a request whose
+    /// client goes away mid-exchange keeps the upstream turn until the server has answered it,
+    /// so the next request never reaches the server beside it (moto does not isolate two
+    /// transactions in it at once: the soak's proxy lost committed ops that way).
+    #[tokio::test]
+    async fn a_set_up_request_dropped_mid_exchange_keeps_the_upstream_to_itself() {
+        let mut upstream = CountingUpstream::start().await;
+        let proxy = Proxy::start(&upstream.url, 1).await.unwrap();
+        let address = proxy
+            .set_up_endpoint()
+            .trim_start_matches("http://")
+            .to_string();
+        let mut dropped = tokio::net::TcpStream::connect(&address).await.unwrap();
+        dropped.write_all(set_up_request()).await.unwrap();
+        upstream.arrivals.recv().await.unwrap();
+        drop(dropped);
+        let mut second = tokio::net::TcpStream::connect(&address).await.unwrap();
+        second.write_all(set_up_request()).await.unwrap();
+        let mut head = [0_u8; 12];
+        second.read_exact(&mut head).await.unwrap();
+        assert_eq!(&head, b"HTTP/1.1 200");
+        upstream.arrivals.recv().await.unwrap();
+        assert_eq!(upstream.in_flight_max.load(Ordering::SeqCst), 1);
     }
 }

@@ -159,73 +159,9 @@ fn status(code: StatusCode) -> Response<Full<Bytes>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::sync::atomic::{AtomicUsize, Ordering};
+    use crate::counting_upstream::CountingUpstream;
+    use std::sync::atomic::Ordering;
     use tokio::io::AsyncWriteExt;
-    use tokio::sync::{mpsc, Notify};
-
-    /// An upstream that counts the exchanges in flight at once. It holds its first exchange until
-    /// a second request arrives or `FIRST_HELD_MILLIS_MAX` passes (a bound, not a measurement:
-    /// with a sound proxy no second request can arrive while the first is held).
-    struct Upstream {
-        url: String,
-        in_flight_max: Arc<AtomicUsize>,
-        arrivals: mpsc::UnboundedReceiver<()>,
-    }
-
-    const FIRST_HELD_MILLIS_MAX: u64 = 1_000;
-
-    async fn upstream() -> Upstream {
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let url = format!("http://{}", listener.local_addr().unwrap());
-        let in_flight = Arc::new(AtomicUsize::new(0));
-        let in_flight_max = Arc::new(AtomicUsize::new(0));
-        let second_arrived = Arc::new(Notify::new());
-        let (arrived, arrivals) = mpsc::unbounded_channel();
-        let counters = (in_flight.clone(), in_flight_max.clone());
-        tokio::spawn(async move {
-            let requests = Arc::new(AtomicUsize::new(0));
-            loop {
-                let Ok((stream, _)) = listener.accept().await else {
-                    continue;
-                };
-                let (in_flight, in_flight_max) = counters.clone();
-                let (requests, second_arrived, arrived) =
-                    (requests.clone(), second_arrived.clone(), arrived.clone());
-                tokio::spawn(async move {
-                    let service = hyper::service::service_fn(move |_request| {
-                        let (in_flight, in_flight_max) = (in_flight.clone(), in_flight_max.clone());
-                        let (requests, second_arrived, arrived) =
-                            (requests.clone(), second_arrived.clone(), arrived.clone());
-                        async move {
-                            let now = in_flight.fetch_add(1, Ordering::SeqCst) + 1;
-                            in_flight_max.fetch_max(now, Ordering::SeqCst);
-                            let number = requests.fetch_add(1, Ordering::SeqCst);
-                            let _ = arrived.send(());
-                            if number == 0 {
-                                let _ = tokio::time::timeout(
-                                    Duration::from_millis(FIRST_HELD_MILLIS_MAX),
-                                    second_arrived.notified(),
-                                )
-                                .await;
-                            } else {
-                                second_arrived.notify_one();
-                            }
-                            in_flight.fetch_sub(1, Ordering::SeqCst);
-                            Ok::<_, Infallible>(Response::new(Full::new(Bytes::from("{}"))))
-                        }
-                    });
-                    let _ = hyper::server::conn::http1::Builder::new()
-                        .serve_connection(TokioIo::new(stream), service)
-                        .await;
-                });
-            }
-        });
-        Upstream {
-            url,
-            in_flight_max,
-            arrivals,
-        }
-    }
 
     /// moto applies a transaction's items one by one and restores a snapshot of the whole table
     /// when one fails, so two transactions in it at once can erase a committed one. The relay
@@ -233,7 +169,7 @@ mod tests {
     /// before it lets the next request through, or the next one reaches moto beside it.
     #[tokio::test]
     async fn a_request_dropped_by_its_client_mid_exchange_keeps_the_upstream_to_itself() {
-        let mut upstream = upstream().await;
+        let mut upstream = CountingUpstream::start().await;
         let proxy = StallProxy::start(&upstream.url).await.unwrap();
         let mut dropped = tokio::net::TcpStream::connect(proxy.address).await.unwrap();
         dropped
