@@ -41,6 +41,19 @@ const fn target(name: &'static str) -> RowTarget {
     RowTarget { name, bounds: &[] }
 }
 
+/// The layer's targets: each database with the traces of its own claim (SQLite claims in two
+/// statements, `sqlite=1`; PostgreSQL in one, `sqlite=0`).
+const MIDDLEWARE_TARGETS: &[RowTarget] = &[
+    RowTarget {
+        name: "middleware-sqlite",
+        bounds: &[("sqlite", 1)],
+    },
+    RowTarget {
+        name: "middleware-postgres",
+        bounds: &[("sqlite", 0)],
+    },
+];
+
 /// The table. Every row is replayed in CI (`scripts/replay-corpus`), on every target, with every
 /// transition of the variant at the row's bounds driven.
 pub const ROWS: &[Row] = &[
@@ -56,64 +69,28 @@ pub const ROWS: &[Row] = &[
         configuration: "as shipped: the lease heartbeat on (`Renewal::ThirdOfLease`)",
         model: "idempotency",
         variant: "renewed",
-        targets: &[
-            RowTarget {
-                name: "middleware-sqlite",
-                bounds: &[("sqlite", 1)],
-            },
-            RowTarget {
-                name: "middleware-postgres",
-                bounds: &[("sqlite", 0)],
-            },
-        ],
+        targets: MIDDLEWARE_TARGETS,
     },
     Row {
         implementation: "impl/idempotency `IdempotencyLayer`",
         configuration: "`without_lease_renewal()`",
         model: "idempotency",
         variant: "fenced",
-        targets: &[
-            RowTarget {
-                name: "middleware-sqlite",
-                bounds: &[("sqlite", 1)],
-            },
-            RowTarget {
-                name: "middleware-postgres",
-                bounds: &[("sqlite", 0)],
-            },
-        ],
+        targets: MIDDLEWARE_TARGETS,
     },
     Row {
         implementation: "impl/idempotency `IdempotencyLayer`",
         configuration: "as shipped, a handler committing its effect in the request's `EffectScope` transaction",
         model: "idempotency",
         variant: "atomic",
-        targets: &[
-            RowTarget {
-                name: "middleware-sqlite",
-                bounds: &[("sqlite", 1)],
-            },
-            RowTarget {
-                name: "middleware-postgres",
-                bounds: &[("sqlite", 0)],
-            },
-        ],
+        targets: MIDDLEWARE_TARGETS,
     },
     Row {
         implementation: "impl/idempotency `IdempotencyLayer`",
         configuration: "`fail_closed()`: unknown outcomes held until a `ReconcileHook` resolves them",
         model: "idempotency",
         variant: "fail-closed",
-        targets: &[
-            RowTarget {
-                name: "middleware-sqlite",
-                bounds: &[("sqlite", 1)],
-            },
-            RowTarget {
-                name: "middleware-postgres",
-                bounds: &[("sqlite", 0)],
-            },
-        ],
+        targets: MIDDLEWARE_TARGETS,
     },
     Row {
         implementation: "impl/tokened `ReliableWriter`",

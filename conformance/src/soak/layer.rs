@@ -74,6 +74,23 @@ pub trait EffectHandler: Send + Sync {
     ) -> BoxFuture<'a, Result<BTreeMap<i64, i64>, String>>;
 }
 
+/// The handler's answer for `key`: 201 with the effect's execution number, or 503 when the
+/// effect's database failed (a 5xx the layer never caches, so the client sends again).
+fn effect_response<E>(key: i64, inserted: Result<i64, E>) -> Response {
+    match inserted {
+        Ok(execution) => (
+            StatusCode::CREATED,
+            Json(json!({"key": key, "execution": execution})),
+        )
+            .into_response(),
+        Err(_) => (
+            StatusCode::SERVICE_UNAVAILABLE,
+            "the effect's database failed",
+        )
+            .into_response(),
+    }
+}
+
 /// The effect commits in a transaction of its own, before the layer finalizes: the kind every
 /// handler of the layer's API is today. An outage between the two can leave the key to run
 /// again (specs/idempotency-middleware.md, M1's remaining limit); so can an effect whose own
@@ -87,18 +104,7 @@ async fn external_effect(State(pool): State<PgPool>, Path(key): Path<i64>) -> Re
     .bind(key)
     .fetch_one(&pool)
     .await;
-    match inserted {
-        Ok(execution) => (
-            StatusCode::CREATED,
-            Json(json!({"key": key, "execution": execution})),
-        )
-            .into_response(),
-        Err(_) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the effect's database failed",
-        )
-            .into_response(),
-    }
+    effect_response(key, inserted)
 }
 
 impl EffectHandler for ExternalEffect {
@@ -174,18 +180,7 @@ async fn atomic_effect(
         .map_err(|error| error.to_string())
     }
     .await;
-    match inserted {
-        Ok(execution) => (
-            StatusCode::CREATED,
-            Json(json!({"key": key, "execution": execution})),
-        )
-            .into_response(),
-        Err(_) => (
-            StatusCode::SERVICE_UNAVAILABLE,
-            "the effect's database failed",
-        )
-            .into_response(),
-    }
+    effect_response(key, inserted)
 }
 
 impl EffectHandler for AtomicEffect {
