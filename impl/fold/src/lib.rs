@@ -112,6 +112,24 @@ impl Watermark {
     }
 
     fn accept(&mut self, seq: Seq) -> Result<Advance, WatermarkError> {
+        // The state every call leaves behind, checked where the next call starts from it.
+        assert!(
+            self.held.len() <= self.held_records_max,
+            "{} records are held above the watermark, over held_records_max {}",
+            self.held.len(),
+            self.held_records_max
+        );
+        //= specs/relay-append.md#R8
+        //# The watermark therefore advances only over a dense prefix of seqs: seq w + 1 is
+        //# passed once it is folded or known to be a burned legacy seq.
+        assert!(
+            self.held
+                .first()
+                .is_none_or(|lowest| *lowest > self.through + 1),
+            "a held seq ({:?}) is at or next to the watermark {}: it should have been passed",
+            self.held.first(),
+            self.through
+        );
         if seq < 1 {
             return Err(WatermarkError::SeqOutOfRange { seq });
         }
