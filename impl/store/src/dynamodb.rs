@@ -479,6 +479,26 @@ fn settle_cancellation(
     }
 }
 
+/// One round as planned before it is sent.
+#[derive(Debug, Clone, Copy)]
+struct PlannedRound {
+    /// The counter value the round's condition expects.
+    expected: Seq,
+    /// Where `expected` came from.
+    source: CounterSource,
+    /// The seq the round tries.
+    seq: Seq,
+    /// The condition on op `seq - 1`, if the round carries one.
+    predecessor: Option<PredecessorCheck>,
+}
+
+/// An op's answer and what its last round learned of the counter (the next op's carry-forward).
+#[derive(Debug, Clone, Copy)]
+struct Answered {
+    appended: Appended,
+    counter_after: Option<Seq>,
+}
+
 /// What the retry loop does after a round.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Next {
@@ -562,30 +582,7 @@ impl LoopState {
                 ))
             }
             RoundOutcome::Unknown => unreachable!("mapped to a lost round above"),
-            RoundOutcome::Lost { hint } => {
-                self.lost_in_a_row += 1;
-                self.flipped_at = None;
-                if self.lost_in_a_row > lost_rounds_max {
-                    if self.unknown_in_a_row >= self.lost_in_a_row {
-                        return Next::Fail(StoreError::Unavailable {
-                            attempts: self.lost_in_a_row,
-                        });
-                    }
-                    return Next::Fail(StoreError::ContentionBudgetExhausted {
-                        lost_rounds: self.lost_in_a_row,
-                    });
-                }
-                if self.lost_in_a_row == 1 {
-                    // The hint is as fresh as the answer that carried it: use it at once.
-                    self.counter = hint.map(|value| (value, CounterSource::Hint));
-                    Next::Again { backoff: false }
-                } else {
-                    // Lost again: back off. A hint gets stale while sleeping (the others keep
-                    // committing), so the round after the pause reads the counter instead.
-                    self.counter = None;
-                    Next::Again { backoff: true }
-                }
-            }
+            RoundOutcome::Lost { hint } => self.after_lost(hint, lost_rounds_max),
             RoundOutcome::SeqTaken => {
                 // The counter held: it stays known; only the seq moves up past the occupied run.
                 self.counter = Some((expected, CounterSource::Floor));
@@ -602,6 +599,43 @@ impl LoopState {
                 self.flipped_at = None;
                 Next::Again { backoff: false }
             }
+        }
+    }
+
+    /// Moves the loop on after a lost round (`hint`: the counter's old image, if the answer
+    /// carried one): another round, at once with the hint after the first lost round in a row,
+    /// after a backoff and a counter read after later ones; over the budget, the typed error.
+    fn after_lost(&mut self, hint: Option<Seq>, lost_rounds_max: u32) -> Next {
+        self.lost_in_a_row += 1;
+        self.flipped_at = None;
+        //= specs/relay-append.md#R6
+        //# The contention budget counts lost rounds in a row; over it the append ends with a typed
+        //# error.
+        assert!(
+            self.unknown_in_a_row <= self.lost_in_a_row,
+            "{} unknown outcomes counted in a row of {} lost rounds",
+            self.unknown_in_a_row,
+            self.lost_in_a_row
+        );
+        if self.lost_in_a_row > lost_rounds_max {
+            if self.unknown_in_a_row >= self.lost_in_a_row {
+                return Next::Fail(StoreError::Unavailable {
+                    attempts: self.lost_in_a_row,
+                });
+            }
+            return Next::Fail(StoreError::ContentionBudgetExhausted {
+                lost_rounds: self.lost_in_a_row,
+            });
+        }
+        if self.lost_in_a_row == 1 {
+            // The hint is as fresh as the answer that carried it: use it at once.
+            self.counter = hint.map(|value| (value, CounterSource::Hint));
+            Next::Again { backoff: false }
+        } else {
+            // Lost again: back off. A hint gets stale while sleeping (the others keep
+            // committing), so the round after the pause reads the counter instead.
+            self.counter = None;
+            Next::Again { backoff: true }
         }
     }
 
@@ -1099,6 +1133,13 @@ impl DynamoDbStore {
         seq: Seq,
         check: PredecessorCheck,
     ) -> Result<TransactWriteItem, StoreError> {
+        //= specs/relay-append.md#R1
+        //# For s > 1 the transaction checks the op at s - 1: attribute_exists, or for the one seq
+        //# whose predecessor is a proven legacy gap, attribute_not_exists.
+        assert!(
+            seq > 1,
+            "a predecessor check at seq {seq} would check the counter item or a claim, not an op"
+        );
         let condition = match check {
             PredecessorCheck::Exists => "attribute_exists(#stream)",
             PredecessorCheck::NotExists => "attribute_not_exists(#stream)",
@@ -1123,6 +1164,12 @@ impl DynamoDbStore {
         predecessor: Option<PredecessorCheck>,
         claimant: &Claimant<'_>,
     ) -> Result<RoundOutcome, StoreError> {
+        //= specs/relay-append.md#R4
+        //# The counter never moves backwards, also in a mixed fleet with ADD-era writers.
+        assert!(
+            seq > expected,
+            "R4: a round's SET of the counter to {seq} would move it back from {expected}"
+        );
         let layout = TransactionLayout::new(predecessor.is_some());
         let mut items = vec![
             self.counter_update(stream, seq, expected)?,
@@ -1195,86 +1242,150 @@ impl DynamoDbStore {
             if Instant::now() >= deadline {
                 return Err(StoreError::DeadlineExceeded);
             }
-            let (expected, source) = match state.counter {
-                Some(known) => known,
-                None => (
-                    self.read_counter_within(stream, deadline).await?,
-                    CounterSource::Read,
-                ),
-            };
-            let seq = state.seq_for(expected)?;
-            let mut predecessor = state.predecessor_for(seq);
-            if self.mutated(Mutation::NoPredecessorCheck) {
-                predecessor = None;
-            }
+            let planned = self.plan_round(stream, &state, deadline).await?;
             round += 1;
-            tracing::trace!(op_id = %op.op_id, round, seq, expected, ?source, ?predecessor, "append round");
-            #[cfg(feature = "test-seams")]
-            self.seams
-                .before_write(seams::WriteAttempt {
-                    op_id: op.op_id.clone(),
-                    round,
-                    seq,
-                    expected,
-                    predecessor,
-                    counter_from: source,
-                })
-                .await;
-            // Checked again just before sending: a round never starts past the deadline (a hook
-            // or a slow counter read may have used it up).
-            if Instant::now() >= deadline {
-                return Err(StoreError::DeadlineExceeded);
+            let outcome = self
+                .run_round(stream, op, &claimant, round, planned, deadline)
+                .await?;
+            let next = state.after(
+                outcome,
+                planned.expected,
+                planned.seq,
+                self.tuning.lost_rounds_max,
+            );
+            let answer = self
+                .take_next(stream, &claimant, next, &mut state, planned.seq, deadline)
+                .await?;
+            if let Some(answer) = answer {
+                push.counter_known = answer.counter_after;
+                return Ok(answer.appended);
             }
-            let outcome = within(
-                deadline,
-                self.send_round(stream, op, seq, expected, predecessor, &claimant),
-            )
-            .await?;
-            let outcome = match outcome {
-                RoundOutcome::ClaimForeign { holder } => {
-                    return Err(StoreError::ClaimForeign {
-                        op_id: op.op_id.clone(),
-                        holder,
-                    })
+        }
+    }
+
+    /// What the next round of an op sends: the counter it expects (read when the loop does not
+    /// know it), the seq it tries and the condition on that seq's predecessor.
+    async fn plan_round(
+        &self,
+        stream: &str,
+        state: &LoopState,
+        deadline: Instant,
+    ) -> Result<PlannedRound, StoreError> {
+        let (expected, source) = match state.counter {
+            Some(known) => known,
+            None => (
+                self.read_counter_within(stream, deadline).await?,
+                CounterSource::Read,
+            ),
+        };
+        let seq = state.seq_for(expected)?;
+        let mut predecessor = state.predecessor_for(seq);
+        if self.mutated(Mutation::NoPredecessorCheck) {
+            predecessor = None;
+        }
+        Ok(PlannedRound {
+            expected,
+            source,
+            seq,
+            predecessor,
+        })
+    }
+
+    /// Sends one planned round (after the test seams' before-write hook), raced against the
+    /// deadline. A claim held by another op_id or payload ends the append with its error.
+    async fn run_round(
+        &self,
+        stream: &str,
+        op: &NewOp,
+        claimant: &Claimant<'_>,
+        round: u32,
+        planned: PlannedRound,
+        deadline: Instant,
+    ) -> Result<RoundOutcome, StoreError> {
+        let PlannedRound {
+            expected,
+            source,
+            seq,
+            predecessor,
+        } = planned;
+        tracing::trace!(op_id = %op.op_id, round, seq, expected, ?source, ?predecessor, "append round");
+        #[cfg(feature = "test-seams")]
+        self.seams
+            .before_write(seams::WriteAttempt {
+                op_id: op.op_id.clone(),
+                round,
+                seq,
+                expected,
+                predecessor,
+                counter_from: source,
+            })
+            .await;
+        // Checked again just before sending: a round never starts past the deadline (a hook
+        // or a slow counter read may have used it up).
+        if Instant::now() >= deadline {
+            return Err(StoreError::DeadlineExceeded);
+        }
+        let outcome = within(
+            deadline,
+            self.send_round(stream, op, seq, expected, predecessor, claimant),
+        )
+        .await?;
+        match outcome {
+            RoundOutcome::ClaimForeign { holder } => Err(StoreError::ClaimForeign {
+                op_id: op.op_id.clone(),
+                holder,
+            }),
+            RoundOutcome::PayloadConflict { seq } => Err(StoreError::PayloadConflict {
+                op_id: op.op_id.clone(),
+                seq,
+            }),
+            other => Ok(other),
+        }
+    }
+
+    /// Does what the loop decided after the round that tried `seq`: the op's answer, or `None`
+    /// for another round (after its backoff, or the floor step's read of the top occupied seq).
+    async fn take_next(
+        &self,
+        stream: &str,
+        claimant: &Claimant<'_>,
+        next: Next,
+        state: &mut LoopState,
+        seq: Seq,
+        deadline: Instant,
+    ) -> Result<Option<Answered>, StoreError> {
+        match next {
+            Next::Done(appended) => Ok(Some(Answered {
+                appended,
+                counter_after: state.counter.map(|(value, _)| value),
+            })),
+            Next::Again { backoff } => {
+                if backoff {
+                    let pause =
+                        jittered_backoff(&self.tuning, state.lost_in_a_row, &mut rand::rng());
+                    tokio::time::sleep_until(deadline.min(Instant::now() + pause)).await;
                 }
-                RoundOutcome::PayloadConflict { seq } => {
-                    return Err(StoreError::PayloadConflict {
-                        op_id: op.op_id.clone(),
-                        seq,
-                    })
-                }
-                other => other,
-            };
-            match state.after(outcome, expected, seq, self.tuning.lost_rounds_max) {
-                Next::Done(appended) => {
-                    push.counter_known = state.counter.map(|(value, _)| value);
-                    return Ok(appended);
-                }
-                Next::Again { backoff } => {
-                    if backoff {
-                        let pause =
-                            jittered_backoff(&self.tuning, state.lost_in_a_row, &mut rand::rng());
-                        tokio::time::sleep_until(deadline.min(Instant::now() + pause)).await;
-                    }
-                }
-                Next::FloorStep => {
-                    let top = self.top_occupied_seq(stream, deadline).await?;
-                    // Op `seq` was seen occupied, so the top is at least `seq`.
-                    state.floor = Some(top.max(seq));
-                }
-                Next::ReadBackClaim => {
-                    let claim = self.read_claim(stream, &op.op_id, deadline).await?;
-                    let Some(item) = claim else {
-                        return Err(StoreError::ClaimVanished {
-                            op_id: op.op_id.clone(),
-                        });
-                    };
-                    let answer = claim_answer(&item, &claimant)?;
-                    push.counter_known = state.counter_after_claim;
-                    return Ok(answer);
-                }
-                Next::Fail(error) => return Err(error),
+                Ok(None)
             }
+            Next::FloorStep => {
+                let top = self.top_occupied_seq(stream, deadline).await?;
+                // Op `seq` was seen occupied, so the top is at least `seq`.
+                state.floor = Some(top.max(seq));
+                Ok(None)
+            }
+            Next::ReadBackClaim => {
+                let claim = self.read_claim(stream, claimant.op_id, deadline).await?;
+                let Some(item) = claim else {
+                    return Err(StoreError::ClaimVanished {
+                        op_id: claimant.op_id.to_owned(),
+                    });
+                };
+                Ok(Some(Answered {
+                    appended: claim_answer(&item, claimant)?,
+                    counter_after: state.counter_after_claim,
+                }))
+            }
+            Next::Fail(error) => Err(error),
         }
     }
 

@@ -32,6 +32,11 @@ impl StreamLog {
     fn stored_answer(&self, op: &NewOp) -> Option<Result<Appended, StoreError>> {
         let &seq = self.claims.get(&op.op_id)?;
         let stored = self.ops.get(&seq).expect("R3: a claim names a stored op");
+        assert_eq!(
+            stored.op_id, op.op_id,
+            "R3: the claim of op_id {:?} names seq {seq}, which holds another op_id",
+            op.op_id
+        );
         if stored.payload != op.payload {
             return Some(Err(StoreError::PayloadConflict {
                 op_id: op.op_id.clone(),
@@ -80,6 +85,13 @@ impl MemoryStore {
             seq = next_seq(top)?;
         }
         assert!(!log.ops.contains_key(&seq), "R2: seq {seq} is occupied");
+        //= specs/relay-append.md#R4
+        //# The counter never moves backwards, also in a mixed fleet with ADD-era writers.
+        assert!(
+            seq > log.counter,
+            "R4: seq {seq} would move the counter back from {}",
+            log.counter
+        );
         log.ops.insert(
             seq,
             StoredOp {
@@ -88,7 +100,12 @@ impl MemoryStore {
                 payload: op.payload.clone(),
             },
         );
-        log.claims.insert(op.op_id.clone(), seq);
+        let earlier = log.claims.insert(op.op_id.clone(), seq);
+        assert!(
+            earlier.is_none(),
+            "R3: op_id {:?} was claimed at seq {earlier:?} and again at seq {seq}",
+            op.op_id
+        );
         log.counter = seq;
         Ok(Appended {
             seq,

@@ -106,49 +106,16 @@ impl SqliteStore {
             .begin_with("BEGIN IMMEDIATE")
             .await
             .map_err(backend)?;
-        let claimed: Option<(i64, Vec<u8>)> =
-            sqlx::query_as("SELECT seq, payload FROM ops WHERE stream_id = ? AND op_id = ?")
-                .bind(stream)
-                .bind(&op.op_id)
-                .fetch_optional(&mut *transaction)
-                .await
-                .map_err(backend)?;
-        if let Some((seq, payload)) = claimed {
-            if payload != op.payload {
-                return Err(StoreError::PayloadConflict {
-                    op_id: op.op_id.clone(),
-                    seq,
-                });
-            }
-            return Ok(Appended {
-                seq,
-                existing: true,
-            });
+        if let Some(answer) = stored_answer(&mut transaction, stream, op).await? {
+            return Ok(answer);
         }
-        let counter: i64 =
-            sqlx::query_scalar("SELECT next_seq FROM stream_counters WHERE stream_id = ?")
-                .bind(stream)
-                .fetch_optional(&mut *transaction)
-                .await
-                .map_err(backend)?
-                .unwrap_or(0);
-        let mut seq = next_seq(counter)?;
-        let occupied: Option<i64> =
-            sqlx::query_scalar("SELECT seq FROM ops WHERE stream_id = ? AND seq = ?")
-                .bind(stream)
-                .bind(seq)
-                .fetch_optional(&mut *transaction)
-                .await
-                .map_err(backend)?;
-        if occupied.is_some() {
-            // Floor step over legacy ops: one query for the top occupied seq.
-            let top: i64 = sqlx::query_scalar("SELECT MAX(seq) FROM ops WHERE stream_id = ?")
-                .bind(stream)
-                .fetch_one(&mut *transaction)
-                .await
-                .map_err(backend)?;
-            seq = next_seq(top)?;
-        }
+        let (counter, seq) = seq_to_take(&mut transaction, stream).await?;
+        //= specs/relay-append.md#R4
+        //# The counter never moves backwards, also in a mixed fleet with ADD-era writers.
+        assert!(
+            seq > counter,
+            "R4: seq {seq} would move the counter of stream {stream:?} back from {counter}"
+        );
         sqlx::query("INSERT INTO ops (stream_id, seq, op_id, payload) VALUES (?, ?, ?, ?)")
             .bind(stream)
             .bind(seq)
@@ -233,6 +200,68 @@ impl SqliteStore {
             })
             .collect()
     }
+}
+
+/// The answer of an op whose op_id is stored (read in the append's transaction): its seq, or
+/// the conflict when the stored payload is another. None when the op_id is not stored.
+async fn stored_answer(
+    transaction: &mut sqlx::SqliteConnection,
+    stream: &str,
+    op: &NewOp,
+) -> Result<Option<Appended>, StoreError> {
+    let claimed: Option<(i64, Vec<u8>)> =
+        sqlx::query_as("SELECT seq, payload FROM ops WHERE stream_id = ? AND op_id = ?")
+            .bind(stream)
+            .bind(&op.op_id)
+            .fetch_optional(&mut *transaction)
+            .await
+            .map_err(backend)?;
+    let Some((seq, payload)) = claimed else {
+        return Ok(None);
+    };
+    if payload != op.payload {
+        return Err(StoreError::PayloadConflict {
+            op_id: op.op_id.clone(),
+            seq,
+        });
+    }
+    Ok(Some(Appended {
+        seq,
+        existing: true,
+    }))
+}
+
+/// The stream's counter and the seq an append takes (in the append's transaction): counter + 1,
+/// or, when legacy ops occupy that seq, the top occupied seq + 1 (the floor step).
+async fn seq_to_take(
+    transaction: &mut sqlx::SqliteConnection,
+    stream: &str,
+) -> Result<(Seq, Seq), StoreError> {
+    let counter: i64 =
+        sqlx::query_scalar("SELECT next_seq FROM stream_counters WHERE stream_id = ?")
+            .bind(stream)
+            .fetch_optional(&mut *transaction)
+            .await
+            .map_err(backend)?
+            .unwrap_or(0);
+    let seq = next_seq(counter)?;
+    let occupied: Option<i64> =
+        sqlx::query_scalar("SELECT seq FROM ops WHERE stream_id = ? AND seq = ?")
+            .bind(stream)
+            .bind(seq)
+            .fetch_optional(&mut *transaction)
+            .await
+            .map_err(backend)?;
+    if occupied.is_none() {
+        return Ok((counter, seq));
+    }
+    // Floor step over legacy ops: one query for the top occupied seq.
+    let top: i64 = sqlx::query_scalar("SELECT MAX(seq) FROM ops WHERE stream_id = ?")
+        .bind(stream)
+        .fetch_one(&mut *transaction)
+        .await
+        .map_err(backend)?;
+    Ok((counter, next_seq(top)?))
 }
 
 impl OpStore for SqliteStore {
