@@ -62,8 +62,8 @@ use axum::routing::post;
 use axum::{Json, Router};
 use bytes::Bytes;
 use oncecheck_store::{
-    BatchOutcome, NewOp, OpStore, Seq, StoreError, PULL_DEADLINE_SECS_DEFAULT, PUSH_DEADLINE_ENV,
-    PUSH_DEADLINE_SECS_DEFAULT,
+    BatchOutcome, NewOp, OpStore, Seq, StoreError, StoredOp, PULL_DEADLINE_SECS_DEFAULT,
+    PUSH_DEADLINE_ENV, PUSH_DEADLINE_SECS_DEFAULT,
 };
 use serde::{Deserialize, Serialize};
 use serde_json::json;
@@ -324,6 +324,22 @@ fn parse_push(body: &[u8], limits: &Limits) -> Result<Vec<NewOp>, Problem> {
 }
 
 fn results_of(ops: &[NewOp], outcome: &BatchOutcome) -> Vec<PushResult> {
+    // The answers are zipped with the ops: an answer too many, or one missing from a push that
+    // did not stop, would be dropped here without a word.
+    assert!(
+        outcome.appended.len() <= ops.len(),
+        "the store answered {} ops of a push of {}",
+        outcome.appended.len(),
+        ops.len()
+    );
+    //= specs/relay-append.md#R6
+    //# Every append ends stored or with a typed error; a legacy gap costs one extra round, once.
+    assert!(
+        outcome.error.is_some() || outcome.appended.len() == ops.len(),
+        "a push of {} ops ended without an error after {} answers",
+        ops.len(),
+        outcome.appended.len()
+    );
     ops.iter()
         .zip(&outcome.appended)
         .map(|(op, appended)| PushResult {
@@ -509,6 +525,26 @@ fn parse_limit(text: Option<&str>, limits: &Limits) -> Result<usize, Problem> {
     }
 }
 
+/// The cursor a pull answers: the page's last seq, or `after` for an empty page.
+//= specs/relay-append.md#R1
+//# A puller that stored cursor k has received every op that is or will ever be stored at a seq
+//# <= k.
+fn cursor_after(after: Seq, ops: &[StoredOp]) -> Seq {
+    // The page must run upwards from above `after`, or the cursor would pass (or go back over)
+    // ops the page left out. One comparison per op of a page the store has just read: no cost
+    // worth a debug-only check.
+    assert!(
+        ops.first().is_none_or(|first| first.seq > after),
+        "a page after seq {after} starts at seq {:?}",
+        ops.first().map(|op| op.seq)
+    );
+    assert!(
+        ops.windows(2).all(|pair| pair[0].seq < pair[1].seq),
+        "a page after seq {after} is not in ascending seq order"
+    );
+    ops.last().map_or(after, |op| op.seq)
+}
+
 async fn pull(
     State(state): State<AppState>,
     stream: Result<Path<String>, PathRejection>,
@@ -547,7 +583,7 @@ async fn pull(
         .await
     {
         Ok(ops) => {
-            let cursor = ops.last().map_or(after, |op| op.seq);
+            let cursor = cursor_after(after, &ops);
             let ops = ops
                 .into_iter()
                 .map(|op| PulledOp {
