@@ -511,16 +511,33 @@ where
         Ok(bytes) => bytes,
         Err(problem) => return Ok(problem_response(problem)),
     };
+    let (cache_key, fingerprint) = match identify(&parts, key, &body_bytes) {
+        Ok(identified) => identified,
+        Err(problem) => return Ok(problem_response(problem)),
+    };
+    let generation = match claim_or_answer(&shared, &cache_key, &fingerprint).await {
+        Ok(generation) => generation,
+        Err(answer) => return Ok(answer),
+    };
+    let request = Request::from_parts(parts, ReqBody::from(body_bytes));
+    run_claimed(inner, shared, request, cache_key, generation).await
+}
+
+/// The cache key and fingerprint of a covered request: the principal's scope (a principal with
+/// an empty name is refused), method, path and key; the method, path with query and body.
+fn identify(
+    parts: &http::request::Parts,
+    key: String,
+    body_bytes: &Bytes,
+) -> Result<(CacheKey, Fingerprint), Problem> {
     let path_and_query = parts
         .uri
         .path_and_query()
         .map_or(parts.uri.path(), |value| value.as_str());
-    let fingerprint = Fingerprint::of(&parts.method, path_and_query, &body_bytes);
+    let fingerprint = Fingerprint::of(&parts.method, path_and_query, body_bytes);
     let scope = match parts.extensions.get::<Principal>() {
         None => String::new(),
-        Some(Principal(name)) if name.is_empty() => {
-            return Ok(problem_response(empty_principal_problem()))
-        }
+        Some(Principal(name)) if name.is_empty() => return Err(empty_principal_problem()),
         Some(Principal(name)) => name.clone(),
     };
     let cache_key = CacheKey {
@@ -529,47 +546,76 @@ where
         path: parts.uri.path().to_string(),
         key,
     };
+    Ok((cache_key, fingerprint))
+}
 
+/// Claims the key: the claim's generation when this request won it, or the answer of a request
+/// that must not run the handler (409, 422, the replay, or 503 when the cache is unreachable).
+async fn claim_or_answer<St: CacheStore>(
+    shared: &Shared<St>,
+    cache_key: &CacheKey,
+    fingerprint: &Fingerprint,
+) -> Result<i64, Response<LiveBody>> {
+    let config = &shared.config;
     //= specs/idempotency-middleware.md#M1
     //# The handler runs only for the request that won the atomic claim of its key.
     let claim = shared
         .store
         .claim(ClaimRequest {
-            key: &cache_key,
-            fingerprint: &fingerprint,
+            key: cache_key,
+            fingerprint,
             now_millis: shared.clock.now_millis(),
             lease_millis: secs_to_millis(config.lease_secs),
             row_ttl_millis: secs_to_millis(config.row_ttl_secs),
             take_over_lapsed: !config.fail_closed,
         })
         .await;
-    let generation = match claim {
-        Ok(ClaimOutcome::Claimed { generation }) => generation,
+    match claim {
+        Ok(ClaimOutcome::Claimed { generation }) => Ok(generation),
         //= specs/idempotency-middleware.md#M6
         //# A request whose key is held by a live claim gets 409 and never runs the handler.
-        Ok(ClaimOutcome::InFlight) => return Ok(problem_response(in_flight_problem())),
+        Ok(ClaimOutcome::InFlight) => Err(problem_response(in_flight_problem())),
         //= specs/idempotency-middleware.md#M5
         //# A key reused with another fingerprint gets 422 and never runs the handler.
-        Ok(ClaimOutcome::FingerprintMismatch) => return Ok(problem_response(mismatch_problem())),
+        Ok(ClaimOutcome::FingerprintMismatch) => Err(problem_response(mismatch_problem())),
         //= specs/idempotency-middleware.md#M1
         //# The handler runs only for the request that won the atomic claim of its key.
-        Ok(ClaimOutcome::OutcomeUnknown) => return Ok(problem_response(outcome_unknown_problem())),
+        Ok(ClaimOutcome::OutcomeUnknown) => Err(problem_response(outcome_unknown_problem())),
         Ok(ClaimOutcome::Replay(stored)) => {
             shared.stats.replays.fetch_add(1, Ordering::SeqCst);
             #[cfg(feature = "test-seams")]
             let marked = !config.mutated(Mutation::ReplayUnmarked);
             #[cfg(not(feature = "test-seams"))]
             let marked = true;
-            return Ok(replay_response(stored, config.body_bytes_max, marked));
+            Err(replay_response(stored, config.body_bytes_max, marked))
         }
         Err(error) => {
             // Without a claim the handler must not run: a retry later is safe, a run now is not.
             tracing::warn!(event = "idempotency.claim_unavailable", key = %cache_key.key, %error);
             let response = unavailable_problem().to_response_retry_after(config.retry_after_secs);
-            return Ok(response.map(LiveBody::full));
+            Err(response.map(LiveBody::full))
         }
-    };
-    let mut request = Request::from_parts(parts, ReqBody::from(body_bytes));
+    }
+}
+
+/// Runs the handler for the claim `generation` of `cache_key`, with the request's effect scope
+/// and the claim's heartbeat, and ends the claim with what the handler answered.
+async fn run_claimed<S, St, ReqBody, ResBody>(
+    mut inner: S,
+    shared: Arc<Shared<St>>,
+    mut request: Request<ReqBody>,
+    cache_key: CacheKey,
+    generation: i64,
+) -> Result<Response<LiveBody>, S::Error>
+where
+    S: Service<Request<ReqBody>, Response = Response<ResBody>> + Send,
+    S::Future: Send,
+    St: CacheStore,
+    ReqBody: Body<Data = Bytes> + From<Bytes> + Send + 'static,
+    ReqBody::Error: Into<BoxError>,
+    ResBody: Body<Data = Bytes> + Send + 'static,
+    ResBody::Error: Into<BoxError>,
+{
     // The request's transaction for effects in the cache's database, if its handler wants one.
     let scope = {
         let store = shared.store.clone();
@@ -599,33 +645,7 @@ where
                 return Err(error);
             }
         };
-        let (parts, body) = response.into_parts();
-        let body = boxed(body);
-        Ok(match parts.status.is_success() {
-            #[cfg(feature = "test-seams")]
-            success if claim.shared.config.behaviour == Behaviour::PreFix => {
-                claim.finish_pre_fix(parts, body, success).await
-            }
-            false => {
-                // A non-2xx commits nothing (D1): whatever the handler wrote in the effect
-                // transaction is rolled back.
-                claim.abandon(scope.take()).await;
-                claim.finish_non_success(parts, body).await
-            }
-            true => match scope.take() {
-                Taken::Unused => claim.finish_success(parts, body).await,
-                Taken::Transaction(effect) => {
-                    claim.finish_success_atomic(parts, body, effect).await
-                }
-                Taken::StillLent => {
-                    // The handler kept its transaction past its response: the layer cannot
-                    // commit it, so it rolls back when the handler drops it; nothing happened.
-                    tracing::error!(event = "idempotency.effect_held", key = %claim.key.key);
-                    claim.finalize(Write::Failure(500)).await;
-                    problem_response(effect_held_problem())
-                }
-            },
-        })
+        Ok(claim.finish(response, &scope).await)
     };
     match heartbeat {
         Some(heartbeat) => with_heartbeat(heartbeat, work).await,
@@ -970,24 +990,7 @@ async fn finalize<St: CacheStore>(
     let attempts_max = attempts_max_of(&shared.config);
     let budget = Duration::from_millis(shared.config.finalize_budget_ms);
     let started = std::time::Instant::now();
-    // Defensive: a full body over the cap is a caller bug; store the sentinel rather than a row
-    // the cap promises never exists.
-    let cap = shared.config.body_bytes_max;
-    let write = match write {
-        Write::Success(
-            record @ SuccessRecord {
-                body: CachedBody::Full(data),
-                ..
-            },
-        ) if data.len() > cap => {
-            tracing::warn!(event = "idempotency.oversize_full_body", key = %key.key, bytes = data.len(), cap);
-            Write::Success(SuccessRecord {
-                body: CachedBody::TooLarge,
-                ..record
-            })
-        }
-        other => other,
-    };
+    let write = within_cap(write, key, shared.config.body_bytes_max);
     let mut last_error = None;
     let mut attempts = 0;
     for attempt in 1..=attempts_max {
@@ -1001,24 +1004,7 @@ async fn finalize<St: CacheStore>(
         }
         attempts = attempt;
         let now = shared.clock.now_millis();
-        //= specs/idempotency-middleware.md#M8
-        //# Every finalize is conditional on its claim's generation and on the row still processing.
-        let attempt_future = async {
-            match write {
-                Write::Success(record) => {
-                    shared
-                        .store
-                        .finalize_succeeded(key, generation, fencing, record, now)
-                        .await
-                }
-                Write::Failure(status) => {
-                    shared
-                        .store
-                        .finalize_failed(key, generation, fencing, status, now)
-                        .await
-                }
-            }
-        };
+        let attempt_future = finalize_once(shared, key, generation, fencing, write, now);
         // An attempt that hangs is cut at the budget: its outcome is unknown like an error's.
         let Some(result) =
             sync::within(budget.saturating_sub(started.elapsed()), attempt_future).await
@@ -1027,23 +1013,7 @@ async fn finalize<St: CacheStore>(
             break;
         };
         match result {
-            Ok(FinalizeOutcome::Applied) => {
-                shared.stats.finalize_applied.fetch_add(1, Ordering::SeqCst);
-                tracing::debug!(event = "idempotency.finalize_applied", key = %key.key, generation, attempt);
-                return Finalized::Applied;
-            }
-            Ok(FinalizeOutcome::Lost) => {
-                // After an unknown outcome a Lost may mean our own earlier attempt committed.
-                shared.stats.finalize_lost.fetch_add(1, Ordering::SeqCst);
-                tracing::warn!(
-                    event = "idempotency.finalize_lost",
-                    key = %key.key,
-                    generation,
-                    attempt,
-                    "the row expired, was deleted, or belongs to a newer claim; nothing was overwritten"
-                );
-                return Finalized::Lost;
-            }
+            Ok(outcome) => return finalize_answered(shared, key, generation, attempt, outcome),
             Err(error) => last_error = Some(error.to_string()),
         }
     }
@@ -1060,6 +1030,82 @@ async fn finalize<St: CacheStore>(
     Finalized::Unknown
 }
 
+/// A success's full body over the cap becomes the sentinel. Defensive: a full body over the cap
+/// is a caller bug; store the sentinel rather than a row the cap promises never exists.
+fn within_cap<'a>(write: Write<'a>, key: &CacheKey, cap: usize) -> Write<'a> {
+    match write {
+        Write::Success(
+            record @ SuccessRecord {
+                body: CachedBody::Full(data),
+                ..
+            },
+        ) if data.len() > cap => {
+            tracing::warn!(event = "idempotency.oversize_full_body", key = %key.key, bytes = data.len(), cap);
+            Write::Success(SuccessRecord {
+                body: CachedBody::TooLarge,
+                ..record
+            })
+        }
+        other => other,
+    }
+}
+
+/// One finalize statement.
+//= specs/idempotency-middleware.md#M8
+//# Every finalize is conditional on its claim's generation and on the row still processing.
+async fn finalize_once<St: CacheStore>(
+    shared: &Shared<St>,
+    key: &CacheKey,
+    generation: i64,
+    fencing: Fencing,
+    write: Write<'_>,
+    now: i64,
+) -> Result<FinalizeOutcome, crate::store::StoreError> {
+    match write {
+        Write::Success(record) => {
+            shared
+                .store
+                .finalize_succeeded(key, generation, fencing, record, now)
+                .await
+        }
+        Write::Failure(status) => {
+            shared
+                .store
+                .finalize_failed(key, generation, fencing, status, now)
+                .await
+        }
+    }
+}
+
+/// A finalize the database answered (at attempt `attempt`), counted and logged.
+fn finalize_answered<St>(
+    shared: &Shared<St>,
+    key: &CacheKey,
+    generation: i64,
+    attempt: u32,
+    outcome: FinalizeOutcome,
+) -> Finalized {
+    match outcome {
+        FinalizeOutcome::Applied => {
+            shared.stats.finalize_applied.fetch_add(1, Ordering::SeqCst);
+            tracing::debug!(event = "idempotency.finalize_applied", key = %key.key, generation, attempt);
+            Finalized::Applied
+        }
+        FinalizeOutcome::Lost => {
+            // After an unknown outcome a Lost may mean our own earlier attempt committed.
+            shared.stats.finalize_lost.fetch_add(1, Ordering::SeqCst);
+            tracing::warn!(
+                event = "idempotency.finalize_lost",
+                key = %key.key,
+                generation,
+                attempt,
+                "the row expired, was deleted, or belongs to a newer claim; nothing was overwritten"
+            );
+            Finalized::Lost
+        }
+    }
+}
+
 /// The request that owns a claim, from the handler's response to the terminal row.
 struct ClaimOwner<St> {
     shared: Arc<Shared<St>>,
@@ -1074,6 +1120,44 @@ impl<St: CacheStore> ClaimOwner<St> {
         let finalized = finalize(&self.shared, &self.key, self.generation, write).await;
         self.finalized.store(true, Ordering::SeqCst);
         finalized
+    }
+
+    /// Ends the claim with the handler's response: a non-2xx recorded failed, a 2xx captured
+    /// and finalized (in the handler's effect transaction when it took one).
+    async fn finish<ResBody>(
+        self,
+        response: Response<ResBody>,
+        scope: &EffectScope<St::Effect>,
+    ) -> Response<LiveBody>
+    where
+        ResBody: Body<Data = Bytes> + Send + 'static,
+        ResBody::Error: Into<BoxError>,
+    {
+        let (parts, body) = response.into_parts();
+        let body = boxed(body);
+        match parts.status.is_success() {
+            #[cfg(feature = "test-seams")]
+            success if self.shared.config.behaviour == Behaviour::PreFix => {
+                self.finish_pre_fix(parts, body, success).await
+            }
+            false => {
+                // A non-2xx commits nothing (D1): whatever the handler wrote in the effect
+                // transaction is rolled back.
+                self.abandon(scope.take()).await;
+                self.finish_non_success(parts, body).await
+            }
+            true => match scope.take() {
+                Taken::Unused => self.finish_success(parts, body).await,
+                Taken::Transaction(effect) => self.finish_success_atomic(parts, body, effect).await,
+                Taken::StillLent => {
+                    // The handler kept its transaction past its response: the layer cannot
+                    // commit it, so it rolls back when the handler drops it; nothing happened.
+                    tracing::error!(event = "idempotency.effect_held", key = %self.key.key);
+                    self.finalize(Write::Failure(500)).await;
+                    problem_response(effect_held_problem())
+                }
+            },
+        }
     }
 
     /// Rolls back what the handler left in its effect transaction, if anything.
@@ -1224,7 +1308,14 @@ impl<St: CacheStore> ClaimOwner<St> {
 //# A cached success holds the complete body, at most the cap, or the too-large sentinel.
 fn cached_body<'a>(capture: &'a Capture, key: &CacheKey, cap: usize) -> CachedBody<'a> {
     match capture {
-        Capture::Within { data, .. } => CachedBody::Full(data),
+        Capture::Within { data, .. } => {
+            assert!(
+                data.len() <= cap,
+                "M2: a body captured within the cap of {cap} bytes holds {} bytes",
+                data.len()
+            );
+            CachedBody::Full(data)
+        }
         Capture::Overflow { .. } => {
             tracing::info!(event = "idempotency.overflow", key = %key.key, cap);
             CachedBody::TooLarge

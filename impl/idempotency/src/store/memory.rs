@@ -174,11 +174,12 @@ impl CacheStore for MemoryStore {
         self.round_trips.fetch_add(1, Ordering::SeqCst);
         let mut rows = sync::lock(&self.rows);
         let now = request.now_millis;
+        let lease_expires_at = request.lease_expires_at();
         let fresh = |generation| MemoryRow {
             fingerprint: *request.fingerprint,
             status: "processing",
             generation,
-            lease_expires_at: now + request.lease_millis,
+            lease_expires_at,
             expires_at: now + request.row_ttl_millis,
             response: None,
         };

@@ -51,6 +51,20 @@ pub struct ClaimRequest<'a> {
     pub take_over_lapsed: bool,
 }
 
+impl ClaimRequest<'_> {
+    /// When the lease of a claim taken now ends.
+    pub(crate) fn lease_expires_at(&self) -> i64 {
+        //= specs/idempotency-middleware.md#M6
+        //# In flight. A request whose key is held by a live claim gets 409 and never runs the handler.
+        assert!(
+            self.lease_millis > 0,
+            "a claim's lease of {} ms would have lapsed when it is taken: a duplicate could run the handler at once",
+            self.lease_millis
+        );
+        self.now_millis + self.lease_millis
+    }
+}
+
 /// The answer to a claim.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClaimOutcome {

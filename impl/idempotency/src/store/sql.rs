@@ -150,6 +150,18 @@ WHERE scope = $1 AND method = $2 AND path = $3 AND idempotency_key = $4
 /// Deletes rows that expired before `now`; optional housekeeping (expiry never waits for it).
 const PURGE_SQL: &str = "DELETE FROM idempotency_keys WHERE expires_at <= $1";
 
+/// Whether a conditional write of one claim's row (a finalize, a resolution, a renewal) matched
+/// it. Each such statement names its row by the whole cache key, the table's primary key.
+fn matched_its_row(rows_affected: u64) -> bool {
+    // More than one would be a statement that lost part of its key condition and wrote rows
+    // of other keys (the fencing of M8 then fences nothing).
+    assert!(
+        rows_affected <= 1,
+        "a write conditional on one cache key changed {rows_affected} rows"
+    );
+    rows_affected == 1
+}
+
 macro_rules! sql_store {
     ($(#[$doc:meta])* $store:ident, $database:ty, $pool:ty, $migration:literal, claim_reads_row: $combined:expr, begin: $begin:expr) => {
         $(#[$doc])*
@@ -328,7 +340,7 @@ macro_rules! sql_store {
                     .bind(now_millis)
                     .execute(&mut *effect))
                     .await?;
-                if done.rows_affected() == 0 {
+                if !matched_its_row(done.rows_affected()) {
                     // The claim is no longer ours: its effects must not commit either.
                     let _ = self.answer(effect.rollback()).await;
                     return Ok(FinalizeOutcome::Lost);
@@ -386,7 +398,7 @@ macro_rules! sql_store {
                     .bind(now_millis)
                     .execute(&mut *connection))
                     .await?;
-                Ok(if done.rows_affected() == 0 { FinalizeOutcome::Lost } else { FinalizeOutcome::Applied })
+                Ok(if matched_its_row(done.rows_affected()) { FinalizeOutcome::Applied } else { FinalizeOutcome::Lost })
             }
 
             async fn abandon_effect(&self, effect: Self::Effect) {
@@ -408,7 +420,7 @@ macro_rules! sql_store {
                             .bind(&key.path)
                             .bind(&key.key)
                             .bind(&request.fingerprint.0[..])
-                            .bind(request.now_millis + request.lease_millis)
+                            .bind(request.lease_expires_at())
                             .bind(request.now_millis + request.row_ttl_millis)
                             .bind(request.now_millis)
                             .fetch_one(&mut *connection))
@@ -442,7 +454,7 @@ macro_rules! sql_store {
                         .bind(&key.path)
                         .bind(&key.key)
                         .bind(&request.fingerprint.0[..])
-                        .bind(request.now_millis + request.lease_millis)
+                        .bind(request.lease_expires_at())
                         .bind(request.now_millis + request.row_ttl_millis)
                         .bind(request.now_millis)
                         .fetch_optional(&mut *connection))
@@ -497,7 +509,7 @@ macro_rules! sql_store {
                     .bind(now_millis)
                     .execute(&mut *connection))
                     .await?;
-                Ok(if done.rows_affected() == 0 { FinalizeOutcome::Lost } else { FinalizeOutcome::Applied })
+                Ok(if matched_its_row(done.rows_affected()) { FinalizeOutcome::Applied } else { FinalizeOutcome::Lost })
             }
 
             async fn finalize_failed(
@@ -525,7 +537,7 @@ macro_rules! sql_store {
                     .bind(now_millis)
                     .execute(&mut *connection))
                     .await?;
-                Ok(if done.rows_affected() == 0 { FinalizeOutcome::Lost } else { FinalizeOutcome::Applied })
+                Ok(if matched_its_row(done.rows_affected()) { FinalizeOutcome::Applied } else { FinalizeOutcome::Lost })
             }
 
             async fn renew_lease(
@@ -547,7 +559,7 @@ macro_rules! sql_store {
                     .bind(now_millis)
                     .execute(&mut *connection))
                     .await?;
-                Ok(if done.rows_affected() == 0 { RenewOutcome::Lost } else { RenewOutcome::Renewed })
+                Ok(if matched_its_row(done.rows_affected()) { RenewOutcome::Renewed } else { RenewOutcome::Lost })
             }
 
             fn round_trips(&self) -> u64 {
