@@ -24,7 +24,8 @@ use aws_sdk_dynamodb::config::retry::RetryConfig;
 use aws_sdk_dynamodb::config::timeout::TimeoutConfig;
 use aws_sdk_dynamodb::error::{ProvideErrorMetadata, SdkError};
 use aws_sdk_dynamodb::types::{
-    AttributeValue, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, WriteRequest,
+    AttributeValue, Delete, Put, ReturnValuesOnConditionCheckFailure, TransactWriteItem, Update,
+    WriteRequest,
 };
 use aws_sdk_dynamodb::Client;
 use oncecheck_idempotency::{Clock, SystemClock};
@@ -553,23 +554,7 @@ impl ReliableWriter {
                 //= specs/tokened-writes.md#T6
                 //# Every client eventually learns its write's outcome within its retries, or gives up and reports what it knows: the outcome it reads back, or that the outcome is unknown.
                 if submitted_now >= self.limits.attempts_max {
-                    let outcome = match answers.last() {
-                        Some(Answer::InProgress) => Outcome::InProgress,
-                        _ if !open.maybe_sent => {
-                            let detail = match answers.last() {
-                                Some(Answer::NotSent(detail)) => detail.clone(),
-                                _ => "nothing sent".to_owned(),
-                            };
-                            self.finish(&open.token, "not-sent", &detail).await?;
-                            return Err(WriteError::Unreachable(detail));
-                        }
-                        _ => Outcome::Unresolved,
-                    };
-                    return Ok(WriteReport {
-                        token: open.token,
-                        outcome,
-                        answers,
-                    });
+                    return self.out_of_attempts(open, answers).await;
                 }
                 if !answers.is_empty() {
                     tokio::time::sleep(backoff(&self.limits, submitted_now)).await;
@@ -580,16 +565,16 @@ impl ReliableWriter {
                     // Past the window an identical request would execute as a new one.
                     return self.reconcile(open, answers).await;
                 }
-                open.attempts += 1;
-                self.journal
-                    .record_attempt(&open.token, open.attempts)
-                    .await
-                    .map_err(|source| WriteError::Journal {
-                        source,
-                        sent: open.maybe_sent,
-                    })?;
+                self.record_resend(&mut open).await?;
             }
             submitted_now += 1;
+            //= specs/tokened-writes.md#T6
+            //# Every client eventually learns its write's outcome within its retries, or gives up and reports what it knows: the outcome it reads back, or that the outcome is unknown.
+            assert!(
+                submitted_now <= self.limits.attempts_max,
+                "submission {submitted_now} of one call passes attempts_max {}",
+                self.limits.attempts_max
+            );
             let answer = self.submit(&open).await;
             answers.push(answer.clone());
             match answer {
@@ -616,17 +601,63 @@ impl ReliableWriter {
                         // the intent.
                         continue;
                     }
-                    self.finish(&open.token, "rejected", &detail).await?;
-                    let (code, message) = detail.split_once(": ").unwrap_or((detail.as_str(), ""));
-                    return Err(WriteError::Rejected {
-                        code: code.to_owned(),
-                        message: message.to_owned(),
-                    });
+                    return Err(self.end_rejected(&open.token, &detail).await);
                 }
                 Answer::Unknown(_) | Answer::InProgress => open.maybe_sent = true,
                 Answer::NotSent(_) | Answer::Conflict => {}
             }
         }
+    }
+
+    /// Journals the resend about to be made (the journal counts every submission of the intent).
+    async fn record_resend(&self, open: &mut Open) -> Result<(), WriteError> {
+        open.attempts += 1;
+        self.journal
+            .record_attempt(&open.token, open.attempts)
+            .await
+            .map_err(|source| WriteError::Journal {
+                source,
+                sent: open.maybe_sent,
+            })
+    }
+
+    /// Ends an intent none of whose submissions can have reached the service with the refusal
+    /// `detail` (`code: message`), as the error the caller gets.
+    async fn end_rejected(&self, token: &str, detail: &str) -> WriteError {
+        if let Err(error) = self.finish(token, "rejected", detail).await {
+            return error;
+        }
+        let (code, message) = detail.split_once(": ").unwrap_or((detail, ""));
+        WriteError::Rejected {
+            code: code.to_owned(),
+            message: message.to_owned(),
+        }
+    }
+
+    /// The attempts of this call are spent: the intent stays open (`InProgress`, `Unresolved`)
+    /// when a submission may have reached the service, or ends `not-sent` when none did.
+    async fn out_of_attempts(
+        &self,
+        open: Open,
+        answers: Vec<Answer>,
+    ) -> Result<WriteReport, WriteError> {
+        let outcome = match answers.last() {
+            Some(Answer::InProgress) => Outcome::InProgress,
+            _ if !open.maybe_sent => {
+                let detail = match answers.last() {
+                    Some(Answer::NotSent(detail)) => detail.clone(),
+                    _ => "nothing sent".to_owned(),
+                };
+                self.finish(&open.token, "not-sent", &detail).await?;
+                return Err(WriteError::Unreachable(detail));
+            }
+            _ => Outcome::Unresolved,
+        };
+        Ok(WriteReport {
+            token: open.token,
+            outcome,
+            answers,
+        })
     }
 
     async fn submit(&self, open: &Open) -> Answer {
@@ -843,61 +874,76 @@ impl ReliableWriter {
     }
 
     async fn send_single_once(&self, item: &TransactWriteItem) -> Result<(), SingleFailure> {
-        use aws_sdk_dynamodb::operation::{
-            delete_item::DeleteItemError, put_item::PutItemError, update_item::UpdateItemError,
-        };
         if let Some(put) = item.put() {
-            let sent = self
-                .client
-                .put_item()
-                .table_name(put.table_name())
-                .set_item(Some(put.item().clone()))
-                .set_condition_expression(put.condition_expression().map(str::to_owned))
-                .set_expression_attribute_names(put.expression_attribute_names().cloned())
-                .set_expression_attribute_values(put.expression_attribute_values().cloned())
-                .send()
-                .await;
-            return match sent {
-                Ok(_) => Ok(()),
-                Err(SdkError::ServiceError(service))
-                    if matches!(
-                        service.err(),
-                        PutItemError::ConditionalCheckFailedException(_)
-                    ) =>
-                {
-                    Err(SingleFailure::ConditionFailed)
-                }
-                Err(error) => Err(SingleFailure::Other(failure_of(&error))),
-            };
+            return self.send_put(put).await;
         }
         if let Some(update) = item.update() {
-            let sent = self
-                .client
-                .update_item()
-                .table_name(update.table_name())
-                .set_key(Some(update.key().clone()))
-                .update_expression(update.update_expression())
-                .set_condition_expression(update.condition_expression().map(str::to_owned))
-                .set_expression_attribute_names(update.expression_attribute_names().cloned())
-                .set_expression_attribute_values(update.expression_attribute_values().cloned())
-                .send()
-                .await;
-            return match sent {
-                Ok(_) => Ok(()),
-                Err(SdkError::ServiceError(service))
-                    if matches!(
-                        service.err(),
-                        UpdateItemError::ConditionalCheckFailedException(_)
-                    ) =>
-                {
-                    Err(SingleFailure::ConditionFailed)
-                }
-                Err(error) => Err(SingleFailure::Other(failure_of(&error))),
-            };
+            return self.send_update(update).await;
         }
         let delete = item
             .delete()
             .expect("classify_item admits Put, Update and Delete only");
+        self.send_delete(delete).await
+    }
+
+    /// A transaction's Put item sent alone, as PutItem.
+    async fn send_put(&self, put: &Put) -> Result<(), SingleFailure> {
+        use aws_sdk_dynamodb::operation::put_item::PutItemError;
+        let sent = self
+            .client
+            .put_item()
+            .table_name(put.table_name())
+            .set_item(Some(put.item().clone()))
+            .set_condition_expression(put.condition_expression().map(str::to_owned))
+            .set_expression_attribute_names(put.expression_attribute_names().cloned())
+            .set_expression_attribute_values(put.expression_attribute_values().cloned())
+            .send()
+            .await;
+        match sent {
+            Ok(_) => Ok(()),
+            Err(SdkError::ServiceError(service))
+                if matches!(
+                    service.err(),
+                    PutItemError::ConditionalCheckFailedException(_)
+                ) =>
+            {
+                Err(SingleFailure::ConditionFailed)
+            }
+            Err(error) => Err(SingleFailure::Other(failure_of(&error))),
+        }
+    }
+
+    /// A transaction's Update item sent alone, as UpdateItem.
+    async fn send_update(&self, update: &Update) -> Result<(), SingleFailure> {
+        use aws_sdk_dynamodb::operation::update_item::UpdateItemError;
+        let sent = self
+            .client
+            .update_item()
+            .table_name(update.table_name())
+            .set_key(Some(update.key().clone()))
+            .update_expression(update.update_expression())
+            .set_condition_expression(update.condition_expression().map(str::to_owned))
+            .set_expression_attribute_names(update.expression_attribute_names().cloned())
+            .set_expression_attribute_values(update.expression_attribute_values().cloned())
+            .send()
+            .await;
+        match sent {
+            Ok(_) => Ok(()),
+            Err(SdkError::ServiceError(service))
+                if matches!(
+                    service.err(),
+                    UpdateItemError::ConditionalCheckFailedException(_)
+                ) =>
+            {
+                Err(SingleFailure::ConditionFailed)
+            }
+            Err(error) => Err(SingleFailure::Other(failure_of(&error))),
+        }
+    }
+
+    /// A transaction's Delete item sent alone, as DeleteItem.
+    async fn send_delete(&self, delete: &Delete) -> Result<(), SingleFailure> {
+        use aws_sdk_dynamodb::operation::delete_item::DeleteItemError;
         let sent = self
             .client
             .delete_item()
