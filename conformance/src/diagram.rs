@@ -86,117 +86,32 @@ pub fn layout(
     breaking: Option<&str>,
     lasso_start: Option<usize>,
 ) -> Layout {
-    let mut actors: Vec<String> = Vec::new();
-    for step in steps {
-        if let Some(actor) = actor_of(&step.words) {
-            if !actors.contains(&actor) {
-                actors.push(actor);
-            }
-        }
-    }
-    // Clients and writers first, pullers last (they read what the writers wrote).
-    actors.sort_by_key(|actor| (actor.starts_with('P'), actor.clone()));
-    let mut names = actors.clone();
-    names.push("server".to_string());
-    let header_width = |name: &str| (text_width(name, FONT_PX) + 16.0).max(60.0);
-    let mut lanes = Vec::new();
-    let mut x = MARGIN_PX + header_width(&names[0]) / 2.0;
-    for (index, name) in names.iter().enumerate() {
-        if index > 0 {
-            x += header_width(&names[index - 1]) / 2.0
-                + LANE_GAP_PX.max(header_width(name) / 2.0 + 20.0);
-        }
-        lanes.push((name.clone(), x));
-    }
-    let server_x = lanes.last().expect("the server lane").1;
-    let label_x = server_x + 24.0;
-    let mut texts = Vec::new();
-    texts.push(PlacedText {
-        x: MARGIN_PX,
-        y: 26.0,
-        font_px: TITLE_FONT_PX,
-        text: title.to_string(),
-        inside: None,
-    });
-    for (name, lane_x) in &lanes {
-        let width = header_width(name);
-        texts.push(PlacedText {
-            x: lane_x - text_width(name, FONT_PX) / 2.0,
-            y: TOP_PX - 9.0,
-            font_px: FONT_PX,
-            text: name.clone(),
-            inside: Some((lane_x - width / 2.0, width)),
-        });
-    }
+    let actors = actors_of(steps);
+    let lanes = lanes_of(&actors);
+    let label_x = lanes.last().expect("the server lane").1 + 24.0;
+    let mut texts = heading_texts(title, &lanes);
     let mut rows = Vec::new();
     for (row, step) in steps.iter().enumerate() {
         let y = TOP_PX + 28.0 + row as f64 * ROW_HEIGHT_PX;
-        let lane =
-            actor_of(&step.words).and_then(|actor| actors.iter().position(|known| *known == actor));
-        let (dot_lane, arrow) = match lane {
-            Some(lane) => {
-                let actor_x = lanes[lane].1;
-                let inbound = step.words.contains(" receives ");
-                (
-                    lane,
-                    Some(if inbound {
-                        (server_x, actor_x)
-                    } else {
-                        (actor_x, server_x)
-                    }),
-                )
-            }
-            None => (lanes.len() - 1, None),
-        };
-        rows.push((y, dot_lane, arrow));
-        texts.push(PlacedText {
-            x: label_x,
-            y: y + 4.0,
-            font_px: FONT_PX,
-            text: format!("{}. {}", step.step, step.words),
-            inside: None,
-        });
+        rows.push(step_row(y, step, &actors, &lanes));
+        texts.push(label(
+            label_x,
+            y + 4.0,
+            format!("{}. {}", step.step, step.words),
+        ));
     }
-    let breaking = match (breaking, steps.len()) {
-        (Some(what), rows_count) if rows_count > 0 => {
-            let (y, _, _) = rows[rows_count - 1];
-            texts.push(PlacedText {
-                x: label_x,
-                y: y + 19.0,
-                font_px: FONT_PX,
-                text: format!("^ {what} here"),
-                inside: None,
-            });
-            Some((rows_count - 1, what.to_string()))
+    let breaking = match (breaking, rows.last()) {
+        (Some(what), Some(&(y, _, _))) => {
+            texts.push(label(label_x, y + 19.0, format!("^ {what} here")));
+            Some((rows.len() - 1, what.to_string()))
         }
         _ => None,
     };
     let cycle = match lasso_start {
         Some(start) if start < steps.len() => {
             let last = steps.len() - 1;
-            let (y, _, _) = rows[last];
-            let back_to = match start {
-                0 => "the initial state".to_string(),
-                after => format!("the state after step {after}"),
-            };
-            texts.push(PlacedText {
-                x: label_x,
-                y: y + 19.0,
-                font_px: FONT_PX,
-                text: if start + 1 == steps.len() {
-                    format!(
-                        "^ cycle: step {} repeats forever (back to {back_to})",
-                        steps.len()
-                    )
-                } else {
-                    format!(
-                        "^ cycle: steps {}-{} repeat forever (back to {back_to})",
-                        start + 1,
-                        steps.len()
-                    )
-                },
-                inside: None,
-            });
+            let words = cycle_words(start, steps.len());
+            texts.push(label(label_x, rows[last].0 + 19.0, words));
             Some((start, last))
         }
         _ => None,
@@ -223,6 +138,112 @@ pub fn layout(
     }
 }
 
+/// The actors of `steps` in lane order: clients and writers first, pullers last (they read
+/// what the writers wrote).
+fn actors_of(steps: &[TraceStep]) -> Vec<String> {
+    let mut actors: Vec<String> = Vec::new();
+    for step in steps {
+        if let Some(actor) = actor_of(&step.words) {
+            if !actors.contains(&actor) {
+                actors.push(actor);
+            }
+        }
+    }
+    actors.sort_by_key(|actor| (actor.starts_with('P'), actor.clone()));
+    actors
+}
+
+/// A lane header is as wide as its name, and never narrower than a short name's box.
+fn header_width(name: &str) -> f64 {
+    (text_width(name, FONT_PX) + 16.0).max(60.0)
+}
+
+/// The lanes (name, x of the lifeline): the actors', then the server's last; neighbouring
+/// lanes far enough apart that their headers never overlap.
+fn lanes_of(actors: &[String]) -> Vec<(String, f64)> {
+    let mut names = actors.to_vec();
+    names.push("server".to_string());
+    let mut lanes = Vec::new();
+    let mut x = MARGIN_PX + header_width(&names[0]) / 2.0;
+    for (index, name) in names.iter().enumerate() {
+        if index > 0 {
+            x += header_width(&names[index - 1]) / 2.0
+                + LANE_GAP_PX.max(header_width(name) / 2.0 + 20.0);
+        }
+        lanes.push((name.clone(), x));
+    }
+    lanes
+}
+
+/// The title, then every lane's name centred in its header box (which it must stay inside).
+fn heading_texts(title: &str, lanes: &[(String, f64)]) -> Vec<PlacedText> {
+    let mut texts = vec![PlacedText {
+        x: MARGIN_PX,
+        y: 26.0,
+        font_px: TITLE_FONT_PX,
+        text: title.to_string(),
+        inside: None,
+    }];
+    for (name, lane_x) in lanes {
+        let width = header_width(name);
+        texts.push(PlacedText {
+            x: lane_x - text_width(name, FONT_PX) / 2.0,
+            y: TOP_PX - 9.0,
+            font_px: FONT_PX,
+            text: name.clone(),
+            inside: Some((lane_x - width / 2.0, width)),
+        });
+    }
+    texts
+}
+
+/// A step's row at `y`: an actor's step is a dot on its lane with an arrow to the server (a
+/// request) or from it (`receives`, an answer); a step of no actor is the server's own.
+fn step_row(y: f64, step: &TraceStep, actors: &[String], lanes: &[(String, f64)]) -> Row {
+    let server_x = lanes.last().expect("the server lane").1;
+    let lane =
+        actor_of(&step.words).and_then(|actor| actors.iter().position(|known| *known == actor));
+    match lane {
+        Some(lane) => {
+            let actor_x = lanes[lane].1;
+            let arrow = if step.words.contains(" receives ") {
+                (server_x, actor_x)
+            } else {
+                (actor_x, server_x)
+            };
+            (y, lane, Some(arrow))
+        }
+        None => (y, lanes.len() - 1, None),
+    }
+}
+
+/// A text in the labels' column, right of the server's lane, where a row's words go.
+fn label(x: f64, y: f64, text: String) -> PlacedText {
+    PlacedText {
+        x,
+        y,
+        font_px: FONT_PX,
+        text,
+        inside: None,
+    }
+}
+
+/// The label under a lasso: which steps repeat forever and the state the last step returns to.
+fn cycle_words(start: usize, steps: usize) -> String {
+    let back_to = match start {
+        0 => "the initial state".to_string(),
+        after => format!("the state after step {after}"),
+    };
+    if start + 1 == steps {
+        format!("^ cycle: step {steps} repeats forever (back to {back_to})")
+    } else {
+        format!(
+            "^ cycle: steps {}-{steps} repeat forever (back to {back_to})",
+            start + 1
+        )
+    }
+}
+
 /// An SVG sequence diagram of `steps`, titled `title`, the breaking step marked when `breaking`
 /// names what breaks, a lasso's cycle marked (a band and a return arrow) when `lasso_start` is
 /// given.
@@ -242,6 +263,18 @@ pub fn sequence_svg(
     svg.push_str(&format!(
         "<rect width=\"{width}\" height=\"{height}\" fill=\"white\"/>\n"
     ));
+    push_bands(&mut svg, &layout);
+    push_lanes(&mut svg, &layout);
+    push_rows(&mut svg, &layout);
+    push_texts(&mut svg, &layout);
+    svg.push_str("</svg>\n");
+    svg
+}
+
+/// The bands behind the rows, drawn first so everything else shows on them: the breaking
+/// step's, and a lasso's cycle with its return arrow.
+fn push_bands(svg: &mut String, layout: &Layout) {
+    let width = layout.width;
     if let Some((row, _)) = &layout.breaking {
         let y = layout.rows[*row].0;
         svg.push_str(&format!(
@@ -265,9 +298,13 @@ pub fn sequence_svg(
             layout.rows[first].0 - 10.0
         ));
     }
-    let bottom = height - MARGIN_PX;
+}
+
+/// Each lane's header box and its dashed lifeline down to the bottom margin.
+fn push_lanes(svg: &mut String, layout: &Layout) {
+    let bottom = layout.height - MARGIN_PX;
     for (name, x) in &layout.lanes {
-        let header = (text_width(name, FONT_PX) + 16.0).max(60.0);
+        let header = header_width(name);
         svg.push_str(&format!(
             "<rect x=\"{}\" y=\"{}\" width=\"{header}\" height=\"24\" fill=\"#eef\" stroke=\"#335\"/>\n",
             x - header / 2.0,
@@ -275,6 +312,11 @@ pub fn sequence_svg(
         ));
         svg.push_str(&format!("<line x1=\"{x}\" y1=\"{}\" x2=\"{x}\" y2=\"{bottom}\" stroke=\"#99a\" stroke-dasharray=\"4 3\"/>\n", TOP_PX - 2.0));
     }
+}
+
+/// Each step's arrow and dot: the breaking step in red, the server's own steps in a darker red,
+/// the actors' requests and answers in ink.
+fn push_rows(svg: &mut String, layout: &Layout) {
     for (index, (y, lane, arrow)) in layout.rows.iter().enumerate() {
         let breaking = layout
             .breaking
@@ -297,6 +339,10 @@ pub fn sequence_svg(
             layout.lanes[*lane].1
         ));
     }
+}
+
+/// Every text, escaped: the title and the breaking mark bold, the marks in their band's colour.
+fn push_texts(svg: &mut String, layout: &Layout) {
     for text in &layout.texts {
         let weight = if text.font_px == TITLE_FONT_PX || text.text.ends_with(" here") {
             " font-weight=\"bold\""
@@ -318,8 +364,6 @@ pub fn sequence_svg(
             escape(&text.text)
         ));
     }
-    svg.push_str("</svg>\n");
-    svg
 }
 
 #[cfg(test)]

@@ -351,22 +351,10 @@ where
 {
     let variant = M::resolve_variant(field(value, "variant")?.as_str().unwrap_or_default())
         .map_err(|error| error.to_string())?;
-    let overrides: Vec<(String, u32)> = field(value, "bounds")?
-        .as_object()
-        .ok_or("`bounds` is not an object")?
-        .iter()
-        .map(|(key, number)| {
-            number
-                .as_u64()
-                .and_then(|number| u32::try_from(number).ok())
-                .map(|number| (key.clone(), number))
-                .ok_or_else(|| format!("bound {key} is not a number"))
-        })
-        .collect::<Result<_, _>>()?;
+    let overrides = bound_overrides(field(value, "bounds")?)?;
     let bounds: Bounds =
         M::resolve_bounds(variant, &overrides).map_err(|error| error.to_string())?;
     let model = M::build(variant, &bounds).map_err(|error| error.to_string())?;
-    let definitions = check::definitions(&model);
     let shard = field(value, "shard").map_err(|_| {
         format!(
             "{}/{variant}: a report that is not a shard (run check with --shard K/N)",
@@ -378,12 +366,59 @@ where
         count: natural(shard, "count")?,
         level: shard["level"].as_u64().map(|level| level as usize),
     };
+    let (properties, itfs) = read_properties(&model, variant, field(value, "properties")?)?;
+    let report = CheckReport {
+        model: M::NAME,
+        variant,
+        bounds,
+        search: search(field(value, "search")?)?,
+        states: natural(value, "states")?,
+        unique_states: natural(value, "unique_states")?,
+        max_depth: natural(value, "max_depth")?,
+        states_per_depth: states_per_depth(value)?,
+        action_coverage: action_coverage(value)?,
+        seconds: field(value, "seconds")?.as_f64().unwrap_or(0.0),
+        complete: field(value, "complete")?.as_bool().unwrap_or(false),
+        stopped: stop(field(value, "stopped")?)?,
+        shard: Some(shard),
+        liveness: liveness(value)?,
+        properties,
+    };
+    Ok((report, itfs))
+}
+
+/// The shard's `bounds`, every one a number a bound can take (a `u32`).
+fn bound_overrides(bounds: &Json) -> Result<Vec<(String, u32)>, String> {
+    bounds
+        .as_object()
+        .ok_or("`bounds` is not an object")?
+        .iter()
+        .map(|(key, number)| {
+            number
+                .as_u64()
+                .and_then(|number| u32::try_from(number).ok())
+                .map(|number| (key.clone(), number))
+                .ok_or_else(|| format!("bound {key} is not a number"))
+        })
+        .collect()
+}
+
+/// The reported properties, each resolved against this build's definitions (a name it does not
+/// define is another build's shard), and the ITF trace behind each trace reported.
+fn read_properties<M>(
+    model: &M,
+    variant: &str,
+    properties: &Json,
+) -> Result<(Vec<PropertyReport>, Itfs), String>
+where
+    M: ModelSpec,
+    M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + std::fmt::Debug + PartialEq + Send + Sync + 'static,
+{
+    let definitions = check::definitions(model);
     let mut itfs = Itfs::new();
-    let mut properties = Vec::new();
-    for property in field(value, "properties")?
-        .as_array()
-        .ok_or("`properties` is not a list")?
-    {
+    let mut reports = Vec::new();
+    for property in properties.as_array().ok_or("`properties` is not a list")? {
         let name = property["name"].as_str().unwrap_or_default();
         let def = definitions
             .iter()
@@ -394,27 +429,11 @@ where
                     M::NAME
                 )
             })?;
-        let trace = match &property["trace"] {
-            Json::Null => None,
-            steps => Some(
-                steps
-                    .as_array()
-                    .ok_or("a trace is not a list")?
-                    .iter()
-                    .map(|step| {
-                        Ok(TraceStep {
-                            step: natural(step, "step")?,
-                            action: step["action"].as_str().unwrap_or_default().to_string(),
-                            words: step["words"].as_str().unwrap_or_default().to_string(),
-                        })
-                    })
-                    .collect::<Result<Vec<_>, String>>()?,
-            ),
-        };
+        let trace = trace_steps(&property["trace"])?;
         if let Some(itf) = property.get("itf") {
             itfs.insert(name.to_string(), itf.clone());
         }
-        properties.push(PropertyReport {
+        reports.push(PropertyReport {
             id: def.id,
             name: def.name,
             kind: def.kind,
@@ -427,43 +446,60 @@ where
                 .map(|count| count as usize),
         });
     }
-    let report = CheckReport {
-        model: M::NAME,
-        variant,
-        bounds,
-        search: search(field(value, "search")?)?,
-        states: natural(value, "states")?,
-        unique_states: natural(value, "unique_states")?,
-        max_depth: natural(value, "max_depth")?,
-        states_per_depth: field(value, "states_per_depth")?
-            .as_array()
-            .ok_or("`states_per_depth` is not a list")?
-            .iter()
-            .map(|count| count.as_u64().map(|count| count as usize))
-            .collect::<Option<_>>()
-            .ok_or("`states_per_depth` holds a non-number")?,
-        action_coverage: field(value, "action_coverage")?
-            .as_object()
-            .ok_or("`action_coverage` is not an object")?
-            .iter()
-            .map(|(kind, count)| Some((kind.clone(), count.as_u64()? as usize)))
-            .collect::<Option<_>>()
-            .ok_or("`action_coverage` holds a non-number")?,
-        seconds: field(value, "seconds")?.as_f64().unwrap_or(0.0),
-        complete: field(value, "complete")?.as_bool().unwrap_or(false),
-        stopped: stop(field(value, "stopped")?)?,
-        shard: Some(shard),
-        liveness: match value.get("liveness") {
-            Some(run) if !run.is_null() => Some(check::LivenessRun {
-                unique_states: natural(run, "unique_states")?,
-                edges: natural(run, "edges")?,
-                seconds: field(run, "seconds")?.as_f64().unwrap_or(0.0),
-            }),
-            _ => None,
-        },
-        properties,
-    };
-    Ok((report, itfs))
+    Ok((reports, itfs))
+}
+
+/// A property's trace as the shard printed it (`null` when it has none); `merge_run` checks it
+/// against the re-executed ITF.
+fn trace_steps(trace: &Json) -> Result<Option<Vec<TraceStep>>, String> {
+    if trace.is_null() {
+        return Ok(None);
+    }
+    let steps = trace
+        .as_array()
+        .ok_or("a trace is not a list")?
+        .iter()
+        .map(|step| {
+            Ok(TraceStep {
+                step: natural(step, "step")?,
+                action: step["action"].as_str().unwrap_or_default().to_string(),
+                words: step["words"].as_str().unwrap_or_default().to_string(),
+            })
+        })
+        .collect::<Result<Vec<_>, String>>()?;
+    Ok(Some(steps))
+}
+
+fn states_per_depth(value: &Json) -> Result<Vec<usize>, String> {
+    field(value, "states_per_depth")?
+        .as_array()
+        .ok_or("`states_per_depth` is not a list")?
+        .iter()
+        .map(|count| count.as_u64().map(|count| count as usize))
+        .collect::<Option<_>>()
+        .ok_or_else(|| "`states_per_depth` holds a non-number".to_string())
+}
+
+fn action_coverage(value: &Json) -> Result<BTreeMap<String, usize>, String> {
+    field(value, "action_coverage")?
+        .as_object()
+        .ok_or("`action_coverage` is not an object")?
+        .iter()
+        .map(|(kind, count)| Some((kind.clone(), count.as_u64()? as usize)))
+        .collect::<Option<_>>()
+        .ok_or_else(|| "`action_coverage` holds a non-number".to_string())
+}
+
+/// The liveness pass of a run that had one (absent or `null` otherwise).
+fn liveness(value: &Json) -> Result<Option<check::LivenessRun>, String> {
+    match value.get("liveness") {
+        Some(run) if !run.is_null() => Ok(Some(check::LivenessRun {
+            unique_states: natural(run, "unique_states")?,
+            edges: natural(run, "edges")?,
+            seconds: field(run, "seconds")?.as_f64().unwrap_or(0.0),
+        })),
+        _ => Ok(None),
+    }
 }
 
 /// The HTML report of merged runs: a page per run and the index, as `check --html` writes.

@@ -239,124 +239,157 @@ pub fn page(report: &CheckReport, detail: &PageDetail) -> String {
     }
     html.push_str("</table>\n");
     for property in &report.properties {
-        let (Some(steps), Some(trace)) =
+        if let (Some(steps), Some(trace)) =
             (detail.traces.get(property.name), property.trace.as_ref())
-        else {
-            continue;
-        };
-        let (breaking, lasso_start) = breaking_of(property);
-        let shape = match lasso_start {
-            Some(start) => format!(
-                "The shortest lasso: {start} steps, then a cycle of {} steps repeated forever (marked), on which the goal never holds",
-                trace.len() - start
-            ),
-            None if property.kind.is_liveness() => format!(
-                "The shortest run that stops short of the goal, {} steps: after it no step of a family the property assumes fair is enabled",
-                trace.len()
-            ),
-            None => format!("The shortest trace, {} steps", trace.len()),
-        };
-        let _ = write!(
-            html,
-            "<section class=\"counterexample\" id=\"{}\"><h2>{} &mdash; {} (expected {})</h2>\n<p>{shape}; each step shows only the roles it changed.</p>\n<table class=\"steps\"><tr><th>#</th><th>step</th><th>changed</th></tr>\n",
-            anchor(property.name),
-            escape(property.name),
-            property.verdict,
-            property.expected,
-        );
-        for view in steps {
-            let last = view.step == trace.len() && view.step > 0 && breaking.is_some();
-            let in_cycle = lasso_start.is_some_and(|start| view.step > start);
-            if lasso_start.is_some_and(|start| view.step == start + 1) {
-                let back_to = match view.step - 1 {
-                    0 => "the initial state".to_string(),
-                    after => format!("the state after step {after}"),
-                };
-                let _ = writeln!(
-                    html,
-                    "<tr class=\"cycle-start\"><td></td><td colspan=\"2\"><b>cycle:</b> the steps below repeat forever; the last returns to {back_to}</td></tr>"
-                );
-            }
-            let words = if view.step == 0 {
-                "initial state".to_string()
-            } else {
-                escape(&view.words)
-            };
-            let mark = match &breaking {
-                Some(breaking) if last => {
-                    format!("<div class=\"fail\">{} here</div>", escape(breaking))
-                }
-                _ => String::new(),
-            };
-            let class = if last {
-                " class=\"breaking\""
-            } else if in_cycle {
-                " class=\"cycle\""
-            } else {
-                ""
-            };
-            let _ = writeln!(
-                html,
-                "<tr{class}><td>{}</td><td class=\"words\">{words}{mark}</td><td>{}</td></tr>",
-                view.step,
-                changes_html(&view.changes)
-            );
+        {
+            push_counterexample(&mut html, report, property, steps, trace);
         }
-        html.push_str("</table>\n<h3>Sequence diagram</h3>\n<div class=\"diagram\">\n");
-        let title = format!(
-            "{}/{}: {} ({})",
-            report.model, report.variant, property.name, property.verdict
-        );
-        html.push_str(&sequence_svg(
-            &title,
-            trace,
-            breaking.as_deref(),
-            lasso_start,
-        ));
-        html.push_str("</div></section>\n");
     }
-    html.push_str("<h2 id=\"coverage\">Coverage</h2>\n");
-    match &detail.coverage {
-        Some(coverage) => {
-            // Every action kind of the model, 0 for those that never fired.
-            let actions: Vec<(String, u64)> =
-                crate::action_names::with_zeros(report.model, &coverage.action_counts);
-            let depths: Vec<(String, u64)> = coverage
-                .states_per_depth
-                .iter()
-                .enumerate()
-                .map(|(depth, count)| (format!("depth {depth}"), *count))
-                .collect();
-            let never: Vec<&String> = actions
-                .iter()
-                .filter(|(_, count)| *count == 0)
-                .map(|(name, _)| name)
-                .collect();
-            if !never.is_empty() {
-                let names: Vec<String> = never.iter().map(|name| escape(name)).collect();
-                let _ = writeln!(
-                    html,
-                    "<p class=\"fail\">never fired: {}</p>",
-                    names.join(", ")
-                );
-            }
-            html.push_str("<div class=\"charts\">\n");
-            html.push_str(&bar_chart(
-                "transitions explored per action",
-                &actions,
-                "actions",
-            ));
-            html.push_str(&bar_chart(
-                "unique states first reached per BFS depth",
-                &depths,
-                "depths",
-            ));
-            html.push_str("</div>\n");
-        }
-        None => html.push_str("<p>No coverage recorded for this run.</p>\n"),
-    }
+    push_coverage(&mut html, report, detail.coverage.as_ref());
     html.push_str("</body></html>\n");
     html
+}
+
+/// One shown trace's section: its shape in words, its steps with only the roles each changed,
+/// and its sequence diagram, the breaking step or a lasso's cycle marked in both.
+fn push_counterexample(
+    html: &mut String,
+    report: &CheckReport,
+    property: &PropertyReport,
+    steps: &[StepView],
+    trace: &[oncecheck_model::check::TraceStep],
+) {
+    let (breaking, lasso_start) = breaking_of(property);
+    let _ = write!(
+        html,
+        "<section class=\"counterexample\" id=\"{}\"><h2>{} &mdash; {} (expected {})</h2>\n<p>{}; each step shows only the roles it changed.</p>\n<table class=\"steps\"><tr><th>#</th><th>step</th><th>changed</th></tr>\n",
+        anchor(property.name),
+        escape(property.name),
+        property.verdict,
+        property.expected,
+        trace_shape(property, trace.len(), lasso_start),
+    );
+    for view in steps {
+        push_step_row(html, view, trace.len(), breaking.as_deref(), lasso_start);
+    }
+    html.push_str("</table>\n<h3>Sequence diagram</h3>\n<div class=\"diagram\">\n");
+    let title = format!(
+        "{}/{}: {} ({})",
+        report.model, report.variant, property.name, property.verdict
+    );
+    html.push_str(&sequence_svg(
+        &title,
+        trace,
+        breaking.as_deref(),
+        lasso_start,
+    ));
+    html.push_str("</div></section>\n");
+}
+
+/// What kind of trace a section shows, in words: a lasso's cycle and a liveness run that stops
+/// read differently from a safety counterexample.
+fn trace_shape(property: &PropertyReport, steps: usize, lasso_start: Option<usize>) -> String {
+    match lasso_start {
+        Some(start) => format!(
+            "The shortest lasso: {start} steps, then a cycle of {} steps repeated forever (marked), on which the goal never holds",
+            steps - start
+        ),
+        None if property.kind.is_liveness() => format!(
+            "The shortest run that stops short of the goal, {steps} steps: after it no step of a family the property assumes fair is enabled"
+        ),
+        None => format!("The shortest trace, {steps} steps"),
+    }
+}
+
+/// One step's row of a trace table, preceded by the cycle's heading where a lasso's cycle
+/// begins; the breaking step's row says what breaks there.
+fn push_step_row(
+    html: &mut String,
+    view: &StepView,
+    steps: usize,
+    breaking: Option<&str>,
+    lasso_start: Option<usize>,
+) {
+    let last = view.step == steps && view.step > 0 && breaking.is_some();
+    let in_cycle = lasso_start.is_some_and(|start| view.step > start);
+    if lasso_start.is_some_and(|start| view.step == start + 1) {
+        let back_to = match view.step - 1 {
+            0 => "the initial state".to_string(),
+            after => format!("the state after step {after}"),
+        };
+        let _ = writeln!(
+            html,
+            "<tr class=\"cycle-start\"><td></td><td colspan=\"2\"><b>cycle:</b> the steps below repeat forever; the last returns to {back_to}</td></tr>"
+        );
+    }
+    let words = if view.step == 0 {
+        "initial state".to_string()
+    } else {
+        escape(&view.words)
+    };
+    let mark = match breaking {
+        Some(breaking) if last => {
+            format!("<div class=\"fail\">{} here</div>", escape(breaking))
+        }
+        _ => String::new(),
+    };
+    let class = if last {
+        " class=\"breaking\""
+    } else if in_cycle {
+        " class=\"cycle\""
+    } else {
+        ""
+    };
+    let _ = writeln!(
+        html,
+        "<tr{class}><td>{}</td><td class=\"words\">{words}{mark}</td><td>{}</td></tr>",
+        view.step,
+        changes_html(&view.changes)
+    );
+}
+
+/// The coverage section: what never fired named first (what a reviewer looks for), then the
+/// transitions per action and the states per depth as bar charts.
+fn push_coverage(html: &mut String, report: &CheckReport, coverage: Option<&Coverage>) {
+    html.push_str("<h2 id=\"coverage\">Coverage</h2>\n");
+    let Some(coverage) = coverage else {
+        html.push_str("<p>No coverage recorded for this run.</p>\n");
+        return;
+    };
+    // Every action kind of the model, 0 for those that never fired.
+    let actions: Vec<(String, u64)> =
+        crate::action_names::with_zeros(report.model, &coverage.action_counts);
+    let depths: Vec<(String, u64)> = coverage
+        .states_per_depth
+        .iter()
+        .enumerate()
+        .map(|(depth, count)| (format!("depth {depth}"), *count))
+        .collect();
+    let never: Vec<&String> = actions
+        .iter()
+        .filter(|(_, count)| *count == 0)
+        .map(|(name, _)| name)
+        .collect();
+    if !never.is_empty() {
+        let names: Vec<String> = never.iter().map(|name| escape(name)).collect();
+        let _ = writeln!(
+            html,
+            "<p class=\"fail\">never fired: {}</p>",
+            names.join(", ")
+        );
+    }
+    html.push_str("<div class=\"charts\">\n");
+    html.push_str(&bar_chart(
+        "transitions explored per action",
+        &actions,
+        "actions",
+    ));
+    html.push_str(&bar_chart(
+        "unique states first reached per BFS depth",
+        &depths,
+        "depths",
+    ));
+    html.push_str("</div>\n");
 }
 
 /// What a variant must show to be green, from its expectations: the requirements a bug variant

@@ -19,7 +19,8 @@
 //! transaction, which the layer commits with the cached response. Another kind plugs in as
 //! another implementation without changing the clients or the checks.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, VecDeque};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,13 +38,14 @@ use oncecheck_idempotency::{EffectScope, IdempotencyLayer, REPLAYED_HEADER};
 use oncecheck_model::trace::SplitMix64;
 use serde_json::{json, Value};
 use sqlx::postgres::{PgPool, PgPoolOptions};
+use tokio::task::JoinHandle;
 
 use super::args::LayerArgs;
 use super::http::HttpClient;
 use super::latency::{per_second, Latencies};
 use super::postgres::{PostgresServer, StopMode};
 use super::schedule::{self, Fault};
-use super::{progress_line, Outcome};
+use super::{progress_line, scratch_directory, Outcome};
 
 /// The claim's lease in the soak: short, so that a claim a restart orphaned is retaken within
 /// the run (the heartbeat renews it while its handler runs).
@@ -273,15 +275,29 @@ async fn client(shared: Arc<Shared>) -> ClientResult {
         } else {
             vec![send_until_answered(&shared, key, &mut one).await]
         };
-        for side in [one, other] {
-            result.saw_errors.extend(side.saw_errors);
-            result.request_latencies.extend(side.request_latencies);
-        }
+        // The senders of the key only recorded their requests' latencies and the 5xx they met.
+        result.absorb(one);
+        result.absorb(other);
         for answer in answers {
             record(&mut result, key, answer);
         }
         result.key_latencies.record(started.elapsed());
         shared.answered.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+impl ClientResult {
+    /// Adds what another client saw, or another sender of the same key.
+    fn absorb(&mut self, other: ClientResult) {
+        for (key, executions) in other.answers {
+            self.answers.entry(key).or_default().extend(executions);
+        }
+        self.saw_errors.extend(other.saw_errors);
+        self.replays += other.replays;
+        self.request_latencies.extend(other.request_latencies);
+        self.key_latencies.extend(other.key_latencies);
+        self.violations.extend(other.violations);
+        self.given_up += other.given_up;
     }
 }
 
@@ -383,192 +399,251 @@ pub async fn run(args: &LayerArgs) -> Result<Outcome, String> {
     if args.keys == 0 || args.clients == 0 {
         return Err("--keys and --clients must be at least 1".into());
     }
-    let seed = schedule::seed_or_clock(args.seed);
-    let handler = handler_named(&args.handler)?;
-    let scratch = std::env::temp_dir().join(format!(
-        "oncecheck-soak-layer-{}-{}",
-        std::process::id(),
-        schedule::seed_or_clock(None)
-    ));
-    std::fs::create_dir_all(&scratch)
-        .map_err(|error| format!("creating {}: {error}", scratch.display()))?;
-    let server = PostgresServer::start(args.postgres_bin.as_deref(), &scratch)?;
-    let url = server.url();
-    // The layer's cache and the handler's effect each have a pool of their own, as two parts of
-    // an application do; both on the one server the schedule restarts.
-    let handler_pool = pool_for(&url).await?;
-    handler.prepare(&handler_pool).await?;
-    let app = handler.app(&handler_pool).await?;
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|error| format!("the soak server cannot listen: {error}"))?;
-    let address = listener.local_addr().map_err(|error| error.to_string())?;
-    let serving = tokio::spawn(async move { axum::serve(listener, app).await });
-    let faults = schedule::draw(seed, args.keys, &[(Fault::Restart, args.restarts)]);
-    eprintln!(
-        "soak layer on PostgreSQL (seed {seed}): {} keys by {} clients (every {}th key sent by two \
-         at once), handler {}, {} restarts with {} ms down, lease {LEASE_SECS} s",
-        args.keys,
-        args.clients,
-        args.duplicate_every,
-        handler.name(),
-        args.restarts,
-        args.down_millis
-    );
-    let started = Instant::now();
-    let shared = Arc::new(Shared {
-        client: HttpClient::default(),
-        base_url: format!("http://{address}"),
-        keys: args.keys,
-        duplicate_every: args.duplicate_every,
-        next_key: AtomicU64::new(0),
-        answered: AtomicU64::new(0),
-        deadline: started + Duration::from_secs(args.seconds_max),
-        retries: AtomicU64::new(0),
-    });
+    let mut soak = Soak::set_up(args).await?;
     let clients: Vec<_> = (0..args.clients)
-        .map(|_| tokio::spawn(client(shared.clone())))
+        .map(|_| tokio::spawn(client(soak.shared.clone())))
         .collect();
-    let mut faults_left: std::collections::VecDeque<(u64, Fault)> = faults.into();
-    let mut random = SplitMix64::new(seed);
-    let mut restarts_done = 0u32;
-    let mut next_progress = 0u64;
-    while !clients.iter().all(|client| client.is_finished()) {
-        let answered = shared.answered.load(Ordering::SeqCst);
-        if answered * 10 >= next_progress * args.keys {
-            eprintln!(
-                "{}",
-                progress_line("keys answered", answered, args.keys, started)
-            );
-            next_progress = answered * 10 / args.keys + 1;
-        }
-        match faults_left.front() {
-            Some(&(point, _)) if answered >= point => {
-                faults_left.pop_front();
-                let mode = if random.below(2) == 0 {
-                    StopMode::Fast
-                } else {
-                    StopMode::Immediate
-                };
-                tokio::task::block_in_place(|| {
-                    server.restart(mode, Duration::from_millis(args.down_millis))
-                })?;
-                restarts_done += 1;
-            }
-            _ => tokio::time::sleep(Duration::from_millis(10)).await,
-        }
-    }
-    let mut outcome = Outcome::default();
-    let mut answers: BTreeMap<i64, Vec<i64>> = BTreeMap::new();
-    let mut saw_errors = std::collections::BTreeSet::new();
-    let (mut request_latencies, mut key_latencies) = (Latencies::default(), Latencies::default());
-    let (mut replays, mut given_up) = (0u64, 0u64);
+    soak.restart_on_schedule(&clients).await?;
+    let mut totals = ClientResult::default();
     for handle in clients {
         let result = handle
             .await
             .map_err(|error| format!("a client panicked: {error}"))?;
-        outcome.violations.extend(result.violations);
-        for (key, executions) in result.answers {
-            answers.entry(key).or_default().extend(executions);
-        }
-        saw_errors.extend(result.saw_errors);
-        request_latencies.extend(result.request_latencies);
-        key_latencies.extend(result.key_latencies);
-        replays += result.replays;
-        given_up += result.given_up;
+        totals.absorb(result);
     }
-    let took = started.elapsed();
-    serving.abort();
-    if given_up > 0 {
+    let took = soak.started.elapsed();
+    soak.serving.abort();
+    let mut outcome = Outcome {
+        violations: std::mem::take(&mut totals.violations),
+        ..Outcome::default()
+    };
+    if totals.given_up > 0 {
         outcome.violations.push(format!(
-            "{given_up} keys were given up unanswered: the run did not finish within {} s",
-            args.seconds_max
+            "{} keys were given up unanswered: the run did not finish within {} s",
+            totals.given_up, args.seconds_max
         ));
     }
-    if restarts_done < args.restarts {
+    if soak.restarts_done < args.restarts {
         outcome.violations.push(format!(
-            "the schedule's restarts did not all strike: {restarts_done} of {}",
-            args.restarts
+            "the schedule's restarts did not all strike: {} of {}",
+            soak.restarts_done, args.restarts
         ));
     }
     // The database is up again (the last restart waited for its start): count the effects.
-    let executions = handler.executions(&handler_pool).await?;
-    let mut counts: BTreeMap<&'static str, u64> = BTreeMap::new();
-    let mut report =
-        |counts: &mut BTreeMap<&'static str, u64>, kind: &'static str, what: String| {
-            *counts.entry(kind).or_default() += 1;
-            outcome.violations.push(what);
-        };
-    for key in 0..args.keys as i64 {
+    let executions = soak.handler.executions(&soak.handler_pool).await?;
+    check_keys(&mut outcome, args.keys, &executions, &totals);
+    let exactly_once = (0..args.keys as i64)
+        .filter(|key| executions.get(key) == Some(&1))
+        .count();
+    outcome.title = format!(
+        "soak layer on PostgreSQL, handler {} (seed {})",
+        soak.handler.name(),
+        soak.seed
+    );
+    outcome.lines = soak.summary_lines(&outcome, &totals, exactly_once, took);
+    soak.clean_up();
+    Ok(outcome)
+}
+
+/// The run as set up: the database the schedule restarts, the app serving in front of it and
+/// what its clients share.
+struct Soak<'a> {
+    args: &'a LayerArgs,
+    seed: u64,
+    handler: Box<dyn EffectHandler>,
+    scratch: PathBuf,
+    server: PostgresServer,
+    handler_pool: PgPool,
+    serving: JoinHandle<std::io::Result<()>>,
+    shared: Arc<Shared>,
+    started: Instant,
+    restarts_done: u32,
+}
+
+impl<'a> Soak<'a> {
+    /// Everything before the first key, in the order a failure should be met: the handler, the
+    /// database, the handler's table and the app serving on a port of its own; the run's
+    /// parameters announced before the clients start.
+    async fn set_up(args: &'a LayerArgs) -> Result<Soak<'a>, String> {
+        let seed = schedule::seed_or_clock(args.seed);
+        let handler = handler_named(&args.handler)?;
+        let scratch = scratch_directory("soak-layer")?;
+        let server = PostgresServer::start(args.postgres_bin.as_deref(), &scratch)?;
+        let url = server.url();
+        // The layer's cache and the handler's effect each have a pool of their own, as two parts
+        // of an application do; both on the one server the schedule restarts.
+        let handler_pool = pool_for(&url).await?;
+        handler.prepare(&handler_pool).await?;
+        let app = handler.app(&handler_pool).await?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0")
+            .await
+            .map_err(|error| format!("the soak server cannot listen: {error}"))?;
+        let address = listener.local_addr().map_err(|error| error.to_string())?;
+        let serving = tokio::spawn(async move { axum::serve(listener, app).await });
+        announce(args, seed, handler.name());
+        let started = Instant::now();
+        let shared = Arc::new(Shared {
+            client: HttpClient::default(),
+            base_url: format!("http://{address}"),
+            keys: args.keys,
+            duplicate_every: args.duplicate_every,
+            next_key: AtomicU64::new(0),
+            answered: AtomicU64::new(0),
+            deadline: started + Duration::from_secs(args.seconds_max),
+            retries: AtomicU64::new(0),
+        });
+        Ok(Soak {
+            args,
+            seed,
+            handler,
+            scratch,
+            server,
+            handler_pool,
+            serving,
+            shared,
+            started,
+            restarts_done: 0,
+        })
+    }
+
+    /// The fault schedule and the progress, until every client is done: PostgreSQL restarts at
+    /// the schedule's points, each a fast or an immediate shutdown drawn from the seed.
+    async fn restart_on_schedule(
+        &mut self,
+        clients: &[JoinHandle<ClientResult>],
+    ) -> Result<(), String> {
+        let args = self.args;
+        let faults = schedule::draw(self.seed, args.keys, &[(Fault::Restart, args.restarts)]);
+        let mut faults_left: VecDeque<(u64, Fault)> = faults.into();
+        let mut random = SplitMix64::new(self.seed);
+        let mut next_progress = 0u64;
+        while !clients.iter().all(|client| client.is_finished()) {
+            let answered = self.shared.answered.load(Ordering::SeqCst);
+            if answered * 10 >= next_progress * args.keys {
+                eprintln!(
+                    "{}",
+                    progress_line("keys answered", answered, args.keys, self.started)
+                );
+                next_progress = answered * 10 / args.keys + 1;
+            }
+            match faults_left.front() {
+                Some(&(point, _)) if answered >= point => {
+                    faults_left.pop_front();
+                    let mode = if random.below(2) == 0 {
+                        StopMode::Fast
+                    } else {
+                        StopMode::Immediate
+                    };
+                    tokio::task::block_in_place(|| {
+                        self.server
+                            .restart(mode, Duration::from_millis(args.down_millis))
+                    })?;
+                    self.restarts_done += 1;
+                }
+                _ => tokio::time::sleep(Duration::from_millis(10)).await,
+            }
+        }
+        Ok(())
+    }
+
+    /// The faults struck, the requests retried and replayed, the keys checked, throughput and
+    /// latencies.
+    fn summary_lines(
+        &self,
+        outcome: &Outcome,
+        totals: &ClientResult,
+        exactly_once: usize,
+        took: Duration,
+    ) -> Vec<String> {
+        let args = self.args;
+        vec![
+            format!(
+                "faults: {} restarts of PostgreSQL ({} ms down each, fast or immediate shutdown)",
+                self.restarts_done, args.down_millis
+            ),
+            format!(
+                "requests: {} retries (409 in flight, 5xx, lost connections), {} replays \
+                 answered from the cache",
+                self.shared.retries.load(Ordering::SeqCst),
+                totals.replays
+            ),
+            format!(
+                "checked: {} keys, {exactly_once} ran exactly once; ran twice {}, never ran {}, \
+                 answers differ {}",
+                args.keys,
+                outcome.count("ran twice"),
+                outcome.count("never ran"),
+                outcome.count("answers differ")
+            ),
+            format!(
+                "throughput: {:.0} keys/s ({} keys in {:.1} s, restarts included)",
+                per_second(args.keys, took),
+                args.keys,
+                took.as_secs_f64()
+            ),
+            format!(
+                "2xx request latency: {}",
+                totals.request_latencies.summary()
+            ),
+            format!(
+                "key latency (first send to 2xx, retries included): {}",
+                totals.key_latencies.summary()
+            ),
+        ]
+    }
+
+    /// The database stopped before its directory goes: nothing a run started outlives it.
+    fn clean_up(self) {
+        let Soak {
+            server, scratch, ..
+        } = self;
+        drop(server);
+        let _ = std::fs::remove_dir_all(&scratch);
+    }
+}
+
+/// The run's parameters on stderr before it starts, the seed first: what reproduces it.
+fn announce(args: &LayerArgs, seed: u64, handler: &str) {
+    eprintln!(
+        "soak layer on PostgreSQL (seed {seed}): {} keys by {} clients (every {}th key sent by two \
+         at once), handler {handler}, {} restarts with {} ms down, lease {LEASE_SECS} s",
+        args.keys, args.clients, args.duplicate_every, args.restarts, args.down_millis
+    );
+}
+
+/// Every key's effect against its 2xx answers: ran more than once, never ran though answered,
+/// or answered two different executions.
+fn check_keys(
+    outcome: &mut Outcome,
+    keys: u64,
+    executions: &BTreeMap<i64, i64>,
+    totals: &ClientResult,
+) {
+    for key in 0..keys as i64 {
         let ran = executions.get(&key).copied().unwrap_or(0);
-        let seen = answers.get(&key).cloned().unwrap_or_default();
+        let seen = totals.answers.get(&key).cloned().unwrap_or_default();
         if ran > 1 {
-            let cause = if saw_errors.contains(&key) {
+            let cause = if totals.saw_errors.contains(&key) {
                 "after a 5xx answer"
             } else {
                 "without a 5xx answer"
             };
-            report(
-                &mut counts,
+            outcome.report(
                 "ran twice",
                 format!("key {key}: its effect committed {ran} times ({cause})"),
             );
         }
         if ran == 0 && !seen.is_empty() {
-            report(
-                &mut counts,
+            outcome.report(
                 "never ran",
                 format!("key {key} was answered 2xx but its effect never committed"),
             );
         }
         if seen.windows(2).any(|pair| pair[0] != pair[1]) {
-            report(
-                &mut counts,
+            outcome.report(
                 "answers differ",
                 format!("key {key} was answered executions {seen:?}"),
             );
         }
     }
-    let exactly_once = (0..args.keys as i64)
-        .filter(|key| executions.get(key) == Some(&1))
-        .count();
-    outcome.merge_counts(&counts);
-    outcome.title = format!(
-        "soak layer on PostgreSQL, handler {} (seed {seed})",
-        handler.name()
-    );
-    outcome.lines = vec![
-        format!(
-            "faults: {restarts_done} restarts of PostgreSQL ({} ms down each, fast or immediate \
-             shutdown)",
-            args.down_millis
-        ),
-        format!(
-            "requests: {} retries (409 in flight, 5xx, lost connections), {replays} replays \
-             answered from the cache",
-            shared.retries.load(Ordering::SeqCst)
-        ),
-        format!(
-            "checked: {} keys, {exactly_once} ran exactly once; ran twice {}, never ran {}, \
-             answers differ {}",
-            args.keys,
-            outcome.count("ran twice"),
-            outcome.count("never ran"),
-            outcome.count("answers differ")
-        ),
-        format!(
-            "throughput: {:.0} keys/s ({} keys in {:.1} s, restarts included)",
-            per_second(args.keys, took),
-            args.keys,
-            took.as_secs_f64()
-        ),
-        format!("2xx request latency: {}", request_latencies.summary()),
-        format!(
-            "key latency (first send to 2xx, retries included): {}",
-            key_latencies.summary()
-        ),
-    ];
-    drop(server);
-    let _ = std::fs::remove_dir_all(&scratch);
-    Ok(outcome)
 }

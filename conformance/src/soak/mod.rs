@@ -57,6 +57,12 @@ impl Outcome {
         self.counts.get(name).copied().unwrap_or(0)
     }
 
+    /// A violation is both counted by kind (the report's summary line) and kept in words.
+    pub fn report(&mut self, kind: &'static str, what: String) {
+        *self.counts.entry(kind).or_default() += 1;
+        self.violations.push(what);
+    }
+
     pub fn merge_counts(&mut self, counts: &std::collections::BTreeMap<&'static str, u64>) {
         for (name, count) in counts {
             *self.counts.entry(name).or_default() += count;
@@ -94,6 +100,20 @@ fn progress_line(what: &str, done: u64, total: u64, started: std::time::Instant)
         done * 100 / total.max(1),
         started.elapsed().as_secs_f64()
     )
+}
+
+/// A fresh directory for a run's files (database, log): `oncecheck-NAME-PID-CLOCK`, so runs at
+/// once never share one.
+#[cfg(feature = "replay")]
+fn scratch_directory(name: &str) -> Result<std::path::PathBuf, String> {
+    let path = std::env::temp_dir().join(format!(
+        "oncecheck-{name}-{}-{}",
+        std::process::id(),
+        schedule::seed_or_clock(None)
+    ));
+    std::fs::create_dir_all(&path)
+        .map_err(|error| format!("creating {}: {error}", path.display()))?;
+    Ok(path)
 }
 
 /// Runs `oncecheck soak ...`: prints the report, answers the exit code (0 ok, 1 violations, 2 the

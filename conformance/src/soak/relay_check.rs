@@ -38,51 +38,68 @@ pub struct TableRun<'a> {
     pub cut_by_time: bool,
 }
 
+#[derive(Default)]
 pub struct TableCheck {
     pub counts: BTreeMap<&'static str, u64>,
     pub violations: Vec<String>,
 }
 
+/// Where the final read holds each op_id: (stream, seq).
+type StoredAt<'a> = BTreeMap<&'a str, (&'a str, i64)>;
+
 /// Compares the final read with the answers and the views.
 pub fn check(run: &TableRun) -> TableCheck {
-    let mut counts: BTreeMap<&'static str, u64> = BTreeMap::new();
-    let mut violations = Vec::new();
-    let mut report =
-        |counts: &mut BTreeMap<&'static str, u64>, kind: &'static str, what: String| {
-            *counts.entry(kind).or_default() += 1;
-            violations.push(what);
-        };
-    counts.insert("answered", run.answered.len() as u64);
-    counts.insert("given up", run.given_up.len() as u64);
-    let mut stored_at: BTreeMap<&str, (&str, i64)> = BTreeMap::new();
+    let mut checked = TableCheck::default();
+    checked.counts.insert("answered", run.answered.len() as u64);
+    checked.counts.insert("given up", run.given_up.len() as u64);
+    let mut stored_at = StoredAt::new();
     for (stream, ops) in run.stored {
-        *counts.entry("stored").or_default() += ops.len() as u64;
+        checked.check_stream(stream, ops, &mut stored_at);
+        checked.check_views(run, stream, ops);
+    }
+    checked.check_answers(run, &stored_at);
+    checked.check_unanswered(run, &stored_at);
+    checked
+}
+
+impl TableCheck {
+    /// A violation is both counted by kind (the report's summary line) and kept in words.
+    fn report(&mut self, kind: &'static str, what: String) {
+        *self.counts.entry(kind).or_default() += 1;
+        self.violations.push(what);
+    }
+
+    /// One stream on its own: dense seqs from 1, no op twice, every payload its op_id's.
+    /// Records where each op is held, which the answers are compared with afterwards.
+    fn check_stream<'a>(
+        &mut self,
+        stream: &'a str,
+        ops: &'a [(i64, String, String)],
+        stored_at: &mut StoredAt<'a>,
+    ) {
+        *self.counts.entry("stored").or_default() += ops.len() as u64;
         for (position, (seq, op_id, payload)) in ops.iter().enumerate() {
             if *seq != position as i64 + 1 {
-                report(
-                    &mut counts,
+                self.report(
                     "gaps",
                     format!("{stream} holds seq {seq} at position {}", position + 1),
                 );
             }
-            if stored_at
-                .insert(op_id.as_str(), (stream.as_str(), *seq))
-                .is_some()
-            {
-                report(
-                    &mut counts,
-                    "duplicated",
-                    format!("{op_id} is stored twice"),
-                );
+            if stored_at.insert(op_id.as_str(), (stream, *seq)).is_some() {
+                self.report("duplicated", format!("{op_id} is stored twice"));
             }
             if *payload != payload_of(op_id) {
-                report(
-                    &mut counts,
+                self.report(
                     "answers differ",
                     format!("{op_id} is stored with another payload"),
                 );
             }
         }
+    }
+
+    /// Every puller's view of `stream` against its final read: equal, or a prefix of it when
+    /// the time cut the pullers short.
+    fn check_views(&mut self, run: &TableRun, stream: &str, ops: &[(i64, String, String)]) {
         let final_view: Vec<(i64, String)> = ops
             .iter()
             .map(|(seq, op_id, _)| (*seq, op_id.clone()))
@@ -95,8 +112,7 @@ pub fn check(run: &TableRun) -> TableCheck {
                 final_view == seen
             };
             if !agrees {
-                report(
-                    &mut counts,
+                self.report(
                     "views differ",
                     format!(
                         "a puller followed {stream} to {} ops, the final read holds {}{}",
@@ -112,38 +128,45 @@ pub fn check(run: &TableRun) -> TableCheck {
             }
         }
     }
-    for (op_id, (stream, seq, _)) in run.answered {
-        match stored_at.get(op_id.as_str()) {
-            None => report(
-                &mut counts,
-                "lost",
-                format!("{op_id} was answered seq {seq} on {stream} but is not stored"),
-            ),
-            Some(&(at_stream, at_seq)) if (at_stream, at_seq) != (stream.as_str(), *seq) => report(
-                &mut counts,
-                "answers differ",
-                format!(
-                    "{op_id} was answered {stream}/{seq} but is stored at {at_stream}/{at_seq}"
+
+    /// Every answered op is held where its answer said, however the run ended.
+    fn check_answers(&mut self, run: &TableRun, stored_at: &StoredAt) {
+        for (op_id, (stream, seq, _)) in run.answered {
+            match stored_at.get(op_id.as_str()) {
+                None => self.report(
+                    "lost",
+                    format!("{op_id} was answered seq {seq} on {stream} but is not stored"),
                 ),
-            ),
-            Some(_) => {}
+                Some(&(at_stream, at_seq)) if (at_stream, at_seq) != (stream.as_str(), *seq) => {
+                    self.report(
+                        "answers differ",
+                        format!(
+                            "{op_id} was answered {stream}/{seq} but is stored at {at_stream}/{at_seq}"
+                        ),
+                    )
+                }
+                Some(_) => {}
+            }
         }
     }
-    for op_id in stored_at.keys() {
-        if run.answered.contains_key(*op_id) {
-            continue;
-        }
-        if run.given_up.contains(*op_id) {
-            *counts.entry("given up but stored").or_default() += 1;
-        } else {
-            report(
-                &mut counts,
-                "unanswered but stored",
-                format!("{op_id} is stored but no push was answered for it"),
-            );
+
+    /// Every op held that no push was answered for: only a batch given up when the time was
+    /// up excuses it.
+    fn check_unanswered(&mut self, run: &TableRun, stored_at: &StoredAt) {
+        for op_id in stored_at.keys() {
+            if run.answered.contains_key(*op_id) {
+                continue;
+            }
+            if run.given_up.contains(*op_id) {
+                *self.counts.entry("given up but stored").or_default() += 1;
+            } else {
+                self.report(
+                    "unanswered but stored",
+                    format!("{op_id} is stored but no push was answered for it"),
+                );
+            }
         }
     }
-    TableCheck { counts, violations }
 }
 
 #[cfg(test)]
