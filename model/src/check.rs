@@ -25,6 +25,7 @@ mod merge;
 mod scale;
 mod search;
 mod simulation;
+mod visited;
 
 pub use codec::CodecError;
 pub use frontier::{MemorySpill, SpillStore, StateCodec};
