@@ -1180,6 +1180,8 @@ where
 }
 
 #[cfg(test)]
+mod liveness_symmetry_tests;
+#[cfg(test)]
 mod reduction_tests;
 #[cfg(test)]
 mod tests;
