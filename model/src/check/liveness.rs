@@ -411,32 +411,7 @@ where
     let threads = options.threads.max(1);
     let interval = Duration::from_millis(options.progress_interval_millis.max(10));
     let mut last_progress = Instant::now();
-    let mut graph = Graph {
-        fingerprints: Vec::new(),
-        row_start: vec![0],
-        targets: Vec::new(),
-        families: Vec::new(),
-        enabled: Vec::new(),
-        cut: Vec::new(),
-        marks: Vec::new(),
-        initial: 0,
-        family_names: Vec::new(),
-    };
-    let mut index_of: FingerprintMap<u32> = FingerprintMap::default();
-    let mut level: VecDeque<M::State> = VecDeque::new();
-    for state in model.init_states() {
-        if !model.within_boundary(&state) {
-            continue;
-        }
-        let state_fingerprint = key_of(representative, model, &state);
-        if let std::collections::hash_map::Entry::Vacant(entry) = index_of.entry(state_fingerprint)
-        {
-            entry.insert(graph.fingerprints.len() as u32);
-            graph.fingerprints.push(state_fingerprint);
-            level.push_back(state);
-        }
-    }
-    graph.initial = graph.fingerprints.len();
+    let (mut graph, mut index_of, mut level) = initial_graph(model, representative);
     let mut expansions: Vec<Expansion<M>> = (0..threads)
         .map(|_| Expansion::new(representative))
         .collect();
@@ -469,16 +444,7 @@ where
                     elapsed: now.duration_since(started),
                 });
             }
-            // Count the doubling of the map and the vectors before it happens, as the safety
-            // search does.
-            let headroom = CHUNK_STATES_PER_THREAD * threads * 16;
-            let mut growth_bytes = 0;
-            if index_of.len() + headroom > index_of.capacity() {
-                growth_bytes += index_of.capacity() * 2 * STATE_BYTES;
-            }
-            if graph.targets.len() + headroom * 8 > graph.targets.capacity() {
-                growth_bytes += graph.targets.capacity() * 2 * EDGE_BYTES;
-            }
+            let growth_bytes = growth_bytes(&graph, &index_of, threads);
             if let Some(stop) = limit_reached(options, graph.states(), growth_bytes as u64, started)
             {
                 return Err((stop, graph.states(), graph.targets.len()));
@@ -488,6 +454,60 @@ where
         std::mem::swap(&mut level, &mut next_level);
     }
     Ok(graph)
+}
+
+/// The graph holding the initial states within the boundary (each distinct one once, as
+/// indices `0..initial`), the map from their fingerprints to indices, and the first level.
+fn initial_graph<M>(
+    model: &M,
+    representative: Option<Representative<M>>,
+) -> (Graph, FingerprintMap<u32>, VecDeque<M::State>)
+where
+    M: ModelSpec,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let mut graph = Graph {
+        fingerprints: Vec::new(),
+        row_start: vec![0],
+        targets: Vec::new(),
+        families: Vec::new(),
+        enabled: Vec::new(),
+        cut: Vec::new(),
+        marks: Vec::new(),
+        initial: 0,
+        family_names: Vec::new(),
+    };
+    let mut index_of: FingerprintMap<u32> = FingerprintMap::default();
+    let mut level: VecDeque<M::State> = VecDeque::new();
+    for state in model.init_states() {
+        if !model.within_boundary(&state) {
+            continue;
+        }
+        let state_fingerprint = key_of(representative, model, &state);
+        if let std::collections::hash_map::Entry::Vacant(entry) = index_of.entry(state_fingerprint)
+        {
+            entry.insert(graph.fingerprints.len() as u32);
+            graph.fingerprints.push(state_fingerprint);
+            level.push_back(state);
+        }
+    }
+    graph.initial = graph.fingerprints.len();
+    (graph, index_of, level)
+}
+
+/// What the next chunk may allocate at once: the doubling of the fingerprint map and of the
+/// edge vectors, counted before it happens, as the safety search counts its own.
+fn growth_bytes(graph: &Graph, index_of: &FingerprintMap<u32>, threads: usize) -> usize {
+    let headroom = CHUNK_STATES_PER_THREAD * threads * 16;
+    let mut growth_bytes = 0;
+    if index_of.len() + headroom > index_of.capacity() {
+        growth_bytes += index_of.capacity() * 2 * STATE_BYTES;
+    }
+    if graph.targets.len() + headroom * 8 > graph.targets.capacity() {
+        growth_bytes += graph.targets.capacity() * 2 * EDGE_BYTES;
+    }
+    growth_bytes
 }
 
 const UNSET: u32 = u32::MAX;
@@ -1043,35 +1063,7 @@ where
     let properties = definitions
         .iter()
         .enumerate()
-        .map(|(index, def)| {
-            let fair = graph
-                .family_names
-                .iter()
-                .enumerate()
-                .filter(|(_, name)| def.assumes_fair(name))
-                .fold(0u32, |set, (family, _)| set | 1 << family);
-            let analysis = analyse(&graph, index, fair);
-            let violation = shortest_violation(&graph, &analysis, index, def.trigger.is_none())
-                .map(|prefix| {
-                    let entry = *prefix.states.last().expect("a path has a state");
-                    if analysis.stop[entry as usize] {
-                        return (rebuild(model, &graph, representative, &prefix), None);
-                    }
-                    let cycle = fair_cycle(&graph, &analysis, entry, fair);
-                    let lasso_start = prefix.families.len();
-                    let mut whole = prefix;
-                    whole.states.extend(&cycle.states[1..]);
-                    whole.families.extend(cycle.families);
-                    let path = rebuild(model, &graph, representative, &whole);
-                    let (path, lasso_start) =
-                        lift(model, &graph, representative, &whole, path, lasso_start);
-                    (path, Some(lasso_start))
-                });
-            Some(Decided {
-                violation,
-                bound_cut_states: analysis.bound_cut_states,
-            })
-        })
+        .map(|(index, def)| Some(decide(model, &graph, representative, index, def)))
         .collect();
     Checked {
         properties,
@@ -1079,6 +1071,49 @@ where
         edges: graph.targets.len(),
         stopped: None,
         seconds: own_start.elapsed().as_secs_f64(),
+    }
+}
+
+/// Decides property `index` over the explored graph: its goal-avoiding components, then the
+/// shortest counterexample — a run that stops, or a lasso (lifted to the model's own states when
+/// the graph is a symmetry's quotient).
+fn decide<M>(
+    model: &M,
+    graph: &Graph,
+    representative: Option<Representative<M>>,
+    index: usize,
+    def: &LivenessDef<M>,
+) -> Decided<M>
+where
+    M: ModelSpec,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let fair = graph
+        .family_names
+        .iter()
+        .enumerate()
+        .filter(|(_, name)| def.assumes_fair(name))
+        .fold(0u32, |set, (family, _)| set | 1 << family);
+    let analysis = analyse(graph, index, fair);
+    let violation =
+        shortest_violation(graph, &analysis, index, def.trigger.is_none()).map(|prefix| {
+            let entry = *prefix.states.last().expect("a path has a state");
+            if analysis.stop[entry as usize] {
+                return (rebuild(model, graph, representative, &prefix), None);
+            }
+            let cycle = fair_cycle(graph, &analysis, entry, fair);
+            let lasso_start = prefix.families.len();
+            let mut whole = prefix;
+            whole.states.extend(&cycle.states[1..]);
+            whole.families.extend(cycle.families);
+            let path = rebuild(model, graph, representative, &whole);
+            let (path, lasso_start) = lift(model, graph, representative, &whole, path, lasso_start);
+            (path, Some(lasso_start))
+        });
+    Decided {
+        violation,
+        bound_cut_states: analysis.bound_cut_states,
     }
 }
 
