@@ -15,8 +15,9 @@
 //! - `ONCECHECK_BENCH=unreduced cargo bench ...` — `fixed-no-loss` without reductions;
 //! - `ONCECHECK_BENCH=growth-table cargo bench ...` — the growth table of docs/scale-out.md:
 //!   `fixed` with 2, 3 and 4 new-build writers x 2 ops (one re-push, one puller x 3 pulls,
-//!   the legacy-gap table, no lost response, no deadline), with and without the relay's own
-//!   reductions and the symmetry, 2 threads, the frontier spilling past 1 GiB: each row in a
+//!   the legacy-gap table, no lost response, no deadline), with and without each reduction —
+//!   the relay's own (a)+(b), the symmetry, and the generic partial-order reduction in place of
+//!   (a)+(b) — 2 threads, the frontier spilling past 1 GiB: each row in a
 //!   process of its own (peak memory is per process), exhaustive up to
 //!   `ONCECHECK_ROW_SECS` seconds (default 600) and 8 GiB, then a seeded simulation of the
 //!   same bounds where the exhaustive run did not finish.
@@ -147,11 +148,16 @@ fn resident_bytes() -> Option<u64> {
     Some(kib * 1024)
 }
 
-/// One row of the growth table, in this process: `writers,reductions,symmetry,mode`.
+/// One row of the growth table, in this process: `writers,reductions,symmetry,partial_order,mode`.
 fn growth_row(row: &str) {
     let fields: Vec<&str> = row.split(',').collect();
     let writers: u32 = fields[0].parse().expect("writers");
-    let (reductions, symmetry, simulate) = (fields[1] == "1", fields[2] == "1", fields[3] == "sim");
+    let (reductions, symmetry, partial_order, simulate) = (
+        fields[1] == "1",
+        fields[2] == "1",
+        fields[3] == "1",
+        fields[4] == "sim",
+    );
     let seconds_max: u64 = std::env::var("ONCECHECK_ROW_SECS")
         .ok()
         .and_then(|text| text.parse().ok())
@@ -177,6 +183,7 @@ fn growth_row(row: &str) {
         frontier_bytes_max: Some(1 << 30),
         spill: Some(std::sync::Arc::new(DirectorySpill(spill.clone()))),
         symmetry,
+        partial_order,
         ..CheckOptions::default()
     };
     let report = if simulate {
@@ -201,9 +208,10 @@ fn growth_row(row: &str) {
         "not as expected"
     };
     println!(
-        "| {writers} | {} | {} | {} | {:.1} s | {:.0} MiB | {outcome}, {verdicts} |",
+        "| {writers} | {} | {} | {} | {} | {:.1} s | {:.0} MiB | {outcome}, {verdicts} |",
         if reductions { "on" } else { "off" },
         if symmetry { "on" } else { "off" },
+        if partial_order { "on" } else { "off" },
         report.unique_states,
         report.seconds,
         peak_memory_mib().unwrap_or(f64::NAN),
@@ -239,18 +247,29 @@ fn growth_table() {
         .filter_map(|text| text.parse().ok())
         .collect();
     println!(
-        "| writers | reductions (a)+(b) | symmetry | unique states | time | peak memory | run |"
+        "| writers | reductions (a)+(b) | symmetry | partial order | unique states | time | peak memory | run |"
     );
-    println!("| --- | --- | --- | --- | --- | --- | --- |");
+    println!("| --- | --- | --- | --- | --- | --- | --- | --- |");
     let executable = std::env::current_exe().expect("the bench knows its executable");
     for count in writers {
-        for (reductions, symmetry) in [(1, 0), (1, 1), (0, 0), (0, 1)] {
+        // Each reduction on and off: the relay's own, the symmetry on top of it, none, the
+        // symmetry alone, and the generic partial-order reduction in place of the relay's own
+        // (with and without the symmetry).
+        let rows = [
+            (1, 0, 0),
+            (1, 1, 0),
+            (0, 0, 0),
+            (0, 1, 0),
+            (0, 0, 1),
+            (0, 1, 1),
+        ];
+        for (reductions, symmetry, partial_order) in rows {
             let row = |mode: &str| {
                 let output = std::process::Command::new(&executable)
                     .env("ONCECHECK_BENCH", "growth-row")
                     .env(
                         "ONCECHECK_ROW",
-                        format!("{count},{reductions},{symmetry},{mode}"),
+                        format!("{count},{reductions},{symmetry},{partial_order},{mode}"),
                     )
                     .output()
                     .expect("a row runs");

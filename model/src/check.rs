@@ -25,6 +25,7 @@ mod merge;
 mod scale;
 mod search;
 mod simulation;
+mod visited;
 
 pub use codec::CodecError;
 pub use frontier::{MemorySpill, SpillStore, StateCodec};
@@ -1178,6 +1179,8 @@ where
     )
 }
 
+#[cfg(test)]
+mod liveness_symmetry_tests;
 #[cfg(test)]
 mod reduction_tests;
 #[cfg(test)]

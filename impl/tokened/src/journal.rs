@@ -29,6 +29,10 @@ pub enum JournalError {
     Unknown { token: String },
     #[error("journal: intent {token} already ended ({outcome}); nothing was changed")]
     AlreadyFinished { token: String, outcome: String },
+    /// The row is not as this client writes it (edited or damaged on disk): resending it could
+    /// apply a write under a token it was never journaled with.
+    #[error("journal: intent {token} is not as it was written: {detail}; nothing was sent")]
+    Inconsistent { token: String, detail: String },
 }
 
 /// One intent as the journal holds it.

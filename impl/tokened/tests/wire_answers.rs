@@ -10,7 +10,8 @@ use std::sync::Arc;
 
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use oncecheck_tokened::{
-    Answer, BatchOutcome, Intent, Journal, Outcome, ReconcileCheck, ReliableWriter, WriteError,
+    Answer, BatchOutcome, Intent, Journal, JournalError, Outcome, ReconcileCheck, ReliableWriter,
+    WriteError,
 };
 use serde_json::json;
 use support::fake_endpoint::{FakeEndpoint, Scripted};
@@ -230,6 +231,48 @@ async fn an_unreachable_endpoint_is_a_typed_error_and_the_intent_ends_not_sent()
     );
     let entry = writer.journal().entry(&token).await.unwrap().unwrap();
     assert_eq!(entry.outcome.as_deref(), Some("not-sent"));
+}
+
+/// A journal row whose request carries another token (edited or damaged on disk) is refused with
+/// an error naming both tokens, before anything is sent: resending it would apply the write
+/// under a token it was never journaled with.
+#[tokio::test]
+async fn a_journal_row_whose_request_names_another_token_is_refused_before_sending() {
+    let attempts_max = test_limits().attempts_max as usize;
+    let script = vec![Scripted::error(500, "InternalServerError", "outcome unknown"); attempts_max];
+    let fake = FakeEndpoint::start(script).await;
+    let directory = tempfile::tempdir().unwrap();
+    let journal = Journal::open(&directory.path().join("journal.sqlite"))
+        .await
+        .unwrap();
+    let writer = ReliableWriter::connect(Some(&fake.url), journal, test_limits()).await;
+    let report = writer
+        .write(Intent::with_receipt(transfer(), receipt(TABLE, "r")))
+        .await
+        .unwrap();
+    assert_eq!(report.outcome, Outcome::Unresolved);
+    let written = writer.journal().open_entries().await.unwrap().remove(0);
+    let other = "b".repeat(32);
+    writer
+        .journal()
+        .record_intent(&other, &written.request, written.receipt.as_deref(), 0)
+        .await
+        .unwrap();
+    let sent_before = fake.requests().len();
+
+    let refused = writer.resume(&other, None).await.unwrap_err();
+
+    match &refused {
+        WriteError::Journal {
+            source: JournalError::Inconsistent { token, detail },
+            sent: false,
+        } => {
+            assert_eq!(token, &other);
+            assert!(detail.contains(&written.token), "{detail}");
+        }
+        other => panic!("expected the journal's inconsistency, got {other:?}"),
+    }
+    assert_eq!(fake.requests().len(), sent_before, "nothing was sent");
 }
 
 /// A process that restarts finds its open intent in the journal and resends the journaled bytes:

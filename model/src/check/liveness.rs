@@ -46,7 +46,8 @@
 //! most [`FAMILIES_MAX`] families per model, [`PROPERTIES_MAX`] liveness properties per model
 //! and `u32::MAX - 1` states.
 
-use super::search::{fingerprint, limit_reached, FingerprintMap};
+use super::scale::Representative;
+use super::search::{fingerprint, key_of, limit_reached, FingerprintMap};
 use super::{CheckOptions, LivenessDef, ModelPath, ModelSpec, Progress, Stop};
 use stateright::Model;
 use std::collections::VecDeque;
@@ -149,6 +150,9 @@ struct Expansion<M: Model> {
     actions: Vec<M::Action>,
     unreduced: Vec<M::Action>,
     cut_names: Vec<&'static str>,
+    /// The symmetry the graph is a quotient of, if any: states are known by their
+    /// representative's fingerprint.
+    representative: Option<Representative<M>>,
 }
 
 impl<M: ModelSpec> Expansion<M>
@@ -156,7 +160,7 @@ where
     M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
     M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
 {
-    fn new() -> Self {
+    fn new(representative: Option<Representative<M>>) -> Self {
         Expansion {
             part: Vec::new(),
             out: Vec::new(),
@@ -164,6 +168,7 @@ where
             actions: Vec::new(),
             unreduced: Vec::new(),
             cut_names: Vec::new(),
+            representative,
         }
     }
 
@@ -203,7 +208,7 @@ where
                     }
                     continue;
                 }
-                let next_fingerprint = fingerprint(&next);
+                let next_fingerprint = key_of(self.representative, model, &next);
                 successors.push((next, next_fingerprint, family));
             }
             self.unreduced.clear();
@@ -215,6 +220,13 @@ where
                     }
                 }
             }
+            assert_fairness_symmetric(
+                self.representative,
+                &mut self.families,
+                model,
+                &state,
+                enabled,
+            );
             self.out.push(Expanded {
                 marks,
                 enabled,
@@ -223,6 +235,63 @@ where
             });
         }
     }
+}
+
+/// The quotient is sound for liveness only when every permutation maps each fairness family
+/// onto itself (`Scale::liveness_symmetry`): a state and its representative must then enable
+/// the same families. A model that declares it wrongly fails here, at the first state that
+/// shows it, instead of deciding a property on a graph that is not its own.
+fn assert_fairness_symmetric<M>(
+    representative: Option<Representative<M>>,
+    families: &mut LocalFamilies,
+    model: &M,
+    state: &M::State,
+    enabled: u32,
+) where
+    M: ModelSpec,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let Some(other) = representative.and_then(|representative| representative(model, state)) else {
+        return;
+    };
+    let other_enabled = enabled_families(families, model, &other);
+    assert_eq!(
+            enabled, other_enabled,
+            "the liveness search under symmetry: a state and its representative enable different fairness families, so the model's families are not invariant under its symmetry (Scale::liveness_symmetry is declared wrongly)"
+        );
+}
+
+/// The families `state` enables, as `expand` counts them: from its unreduced actions when the
+/// model prunes interleavings there, else from the actions that take a step.
+fn enabled_families<M>(families: &mut LocalFamilies, model: &M, state: &M::State) -> u32
+where
+    M: ModelSpec,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let mut enabled = 0u32;
+    let mut actions = Vec::new();
+    if model.unreduced_actions(state, &mut actions) {
+        for action in &actions {
+            if let Some(name) = model.fairness(action) {
+                enabled |= 1 << families.index(name);
+            }
+        }
+        return enabled;
+    }
+    actions.clear();
+    model.actions(state, &mut actions);
+    for action in actions {
+        let Some(name) = model.fairness(&action) else {
+            continue;
+        };
+        let family = families.index(name);
+        if model.next_state(state, action).is_some() {
+            enabled |= 1 << family;
+        }
+    }
+    enabled
 }
 
 /// Maps a thread's family set onto the global indices.
@@ -329,6 +398,7 @@ fn absorb<M: Model>(
 fn explore<M>(
     model: &M,
     definitions: &[LivenessDef<M>],
+    representative: Option<Representative<M>>,
     options: &CheckOptions,
     started: Instant,
     progress: &mut dyn FnMut(Progress),
@@ -341,33 +411,10 @@ where
     let threads = options.threads.max(1);
     let interval = Duration::from_millis(options.progress_interval_millis.max(10));
     let mut last_progress = Instant::now();
-    let mut graph = Graph {
-        fingerprints: Vec::new(),
-        row_start: vec![0],
-        targets: Vec::new(),
-        families: Vec::new(),
-        enabled: Vec::new(),
-        cut: Vec::new(),
-        marks: Vec::new(),
-        initial: 0,
-        family_names: Vec::new(),
-    };
-    let mut index_of: FingerprintMap<u32> = FingerprintMap::default();
-    let mut level: VecDeque<M::State> = VecDeque::new();
-    for state in model.init_states() {
-        if !model.within_boundary(&state) {
-            continue;
-        }
-        let state_fingerprint = fingerprint(&state);
-        if let std::collections::hash_map::Entry::Vacant(entry) = index_of.entry(state_fingerprint)
-        {
-            entry.insert(graph.fingerprints.len() as u32);
-            graph.fingerprints.push(state_fingerprint);
-            level.push_back(state);
-        }
-    }
-    graph.initial = graph.fingerprints.len();
-    let mut expansions: Vec<Expansion<M>> = (0..threads).map(|_| Expansion::new()).collect();
+    let (mut graph, mut index_of, mut level) = initial_graph(model, representative);
+    let mut expansions: Vec<Expansion<M>> = (0..threads)
+        .map(|_| Expansion::new(representative))
+        .collect();
     let mut depth = 0;
     let mut next_level: VecDeque<M::State> = VecDeque::new();
     while !level.is_empty() {
@@ -397,16 +444,7 @@ where
                     elapsed: now.duration_since(started),
                 });
             }
-            // Count the doubling of the map and the vectors before it happens, as the safety
-            // search does.
-            let headroom = CHUNK_STATES_PER_THREAD * threads * 16;
-            let mut growth_bytes = 0;
-            if index_of.len() + headroom > index_of.capacity() {
-                growth_bytes += index_of.capacity() * 2 * STATE_BYTES;
-            }
-            if graph.targets.len() + headroom * 8 > graph.targets.capacity() {
-                growth_bytes += graph.targets.capacity() * 2 * EDGE_BYTES;
-            }
+            let growth_bytes = growth_bytes(&graph, &index_of, threads);
             if let Some(stop) = limit_reached(options, graph.states(), growth_bytes as u64, started)
             {
                 return Err((stop, graph.states(), graph.targets.len()));
@@ -416,6 +454,60 @@ where
         std::mem::swap(&mut level, &mut next_level);
     }
     Ok(graph)
+}
+
+/// The graph holding the initial states within the boundary (each distinct one once, as
+/// indices `0..initial`), the map from their fingerprints to indices, and the first level.
+fn initial_graph<M>(
+    model: &M,
+    representative: Option<Representative<M>>,
+) -> (Graph, FingerprintMap<u32>, VecDeque<M::State>)
+where
+    M: ModelSpec,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let mut graph = Graph {
+        fingerprints: Vec::new(),
+        row_start: vec![0],
+        targets: Vec::new(),
+        families: Vec::new(),
+        enabled: Vec::new(),
+        cut: Vec::new(),
+        marks: Vec::new(),
+        initial: 0,
+        family_names: Vec::new(),
+    };
+    let mut index_of: FingerprintMap<u32> = FingerprintMap::default();
+    let mut level: VecDeque<M::State> = VecDeque::new();
+    for state in model.init_states() {
+        if !model.within_boundary(&state) {
+            continue;
+        }
+        let state_fingerprint = key_of(representative, model, &state);
+        if let std::collections::hash_map::Entry::Vacant(entry) = index_of.entry(state_fingerprint)
+        {
+            entry.insert(graph.fingerprints.len() as u32);
+            graph.fingerprints.push(state_fingerprint);
+            level.push_back(state);
+        }
+    }
+    graph.initial = graph.fingerprints.len();
+    (graph, index_of, level)
+}
+
+/// What the next chunk may allocate at once: the doubling of the fingerprint map and of the
+/// edge vectors, counted before it happens, as the safety search counts its own.
+fn growth_bytes(graph: &Graph, index_of: &FingerprintMap<u32>, threads: usize) -> usize {
+    let headroom = CHUNK_STATES_PER_THREAD * threads * 16;
+    let mut growth_bytes = 0;
+    if index_of.len() + headroom > index_of.capacity() {
+        growth_bytes += index_of.capacity() * 2 * STATE_BYTES;
+    }
+    if graph.targets.len() + headroom * 8 > graph.targets.capacity() {
+        growth_bytes += graph.targets.capacity() * 2 * EDGE_BYTES;
+    }
+    growth_bytes
 }
 
 const UNSET: u32 = u32::MAX;
@@ -791,22 +883,58 @@ fn fair_cycle(graph: &Graph, analysis: &Analysis, entry: u32, fair: u32) -> Inde
 
 /// Re-executes an index path from its initial state: at each step the first action of the
 /// given family whose successor has the recorded fingerprint.
-fn rebuild<M>(model: &M, graph: &Graph, path: &IndexPath) -> ModelPath<M>
+fn rebuild<M>(
+    model: &M,
+    graph: &Graph,
+    representative: Option<Representative<M>>,
+    path: &IndexPath,
+) -> ModelPath<M>
 where
     M: ModelSpec,
     M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
     M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
 {
     let first = graph.fingerprints[path.states[0] as usize];
-    let mut state = model
+    let state = model
         .init_states()
         .into_iter()
-        .find(|state| fingerprint(state) == first)
+        .find(|state| key_of(representative, model, state) == first)
         .expect("a lasso starts at an initial state");
     let mut pairs = Vec::with_capacity(path.states.len());
+    let end = replay_steps(
+        model,
+        graph,
+        representative,
+        state,
+        &path.families,
+        &path.states[1..],
+        &mut pairs,
+    );
+    pairs.push((end, None));
+    pairs
+}
+
+/// Re-executes the steps named by (family, target state) from `state`, appending each (state,
+/// action) to `pairs`; answers the state reached. A step is the first enabled action of the
+/// family whose successor is known by the target's fingerprint (under symmetry: whose
+/// representative's is).
+fn replay_steps<M>(
+    model: &M,
+    graph: &Graph,
+    representative: Option<Representative<M>>,
+    mut state: M::State,
+    families: &[u8],
+    targets: &[u32],
+    pairs: &mut ModelPath<M>,
+) -> M::State
+where
+    M: ModelSpec,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
     let mut actions = Vec::new();
-    for (step, family) in path.families.iter().enumerate() {
-        let wanted = graph.fingerprints[path.states[step + 1] as usize];
+    for (family, target) in families.iter().zip(targets) {
+        let wanted = graph.fingerprints[*target as usize];
         actions.clear();
         model.actions(&state, &mut actions);
         let (action, next) = actions
@@ -822,7 +950,7 @@ where
             })
             .find_map(|action| {
                 let next = model.next_state(&state, action.clone())?;
-                (fingerprint(&next) == wanted).then_some((action, next))
+                (key_of(representative, model, &next) == wanted).then_some((action, next))
             })
             .expect(
                 "re-executing a lasso reached another state: the model is nondeterministic or two states share a fingerprint",
@@ -830,8 +958,65 @@ where
         pairs.push((state, Some(action)));
         state = next;
     }
-    pairs.push((state, None));
-    pairs
+    state
+}
+
+/// Rounds of a quotient cycle a lifted lasso may take before it returns to a state it left: the
+/// order of a permutation of up to 8 interchangeable actors is at most 840, and a round lands on
+/// another member of the same orbit each time, so a lasso that needs more is a bug.
+const LIFT_ROUNDS_MAX: usize = 840;
+
+/// Under symmetry the rebuilt cycle ends in the orbit of its first state, not always at that
+/// state: it returned to a permutation g of it. Lifting repeats the cycle's steps from where it
+/// ended until the concrete state is one a round already ended at; the lasso then loops from
+/// that round. Each round takes the same families and passes the same enabled sets (the
+/// families are invariant under the symmetry), so the lifted cycle is as fair as the quotient's.
+/// Without symmetry the rebuilt path is already a lasso and comes back as it is.
+fn lift<M>(
+    model: &M,
+    graph: &Graph,
+    representative: Option<Representative<M>>,
+    whole: &IndexPath,
+    mut path: ModelPath<M>,
+    lasso_start: usize,
+) -> (ModelPath<M>, usize)
+where
+    M: ModelSpec,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let round_families = &whole.families[lasso_start..];
+    let round_targets = &whole.states[lasso_start + 1..];
+    // The fingerprints of the concrete states each round started at, by round.
+    let mut round_starts = vec![fingerprint(&path[lasso_start].0)];
+    for round in 1..=LIFT_ROUNDS_MAX {
+        let (end, _) = path.pop().expect("a path has a last state");
+        let end_fingerprint = fingerprint(&end);
+        if let Some(earlier) = round_starts
+            .iter()
+            .position(|start| *start == end_fingerprint)
+        {
+            path.push((end, None));
+            let start = lasso_start + earlier * round_families.len();
+            assert!(
+                representative.is_some() || round == 1,
+                "an unreduced lasso ends where it started"
+            );
+            return (path, start);
+        }
+        round_starts.push(end_fingerprint);
+        let next = replay_steps(
+            model,
+            graph,
+            representative,
+            end,
+            round_families,
+            round_targets,
+            &mut path,
+        );
+        path.push((next, None));
+    }
+    panic!("a lifted lasso did not return to a state it left within {LIFT_ROUNDS_MAX} rounds");
 }
 
 /// Decides every liveness property of `definitions` over one exploration of the graph.
@@ -852,7 +1037,18 @@ where
         "a model declares more than {PROPERTIES_MAX} liveness properties"
     );
     let own_start = Instant::now();
-    let graph = match explore(model, definitions, options, started, progress) {
+    let scale = model.scale();
+    let representative = scale
+        .symmetry
+        .filter(|_| options.symmetry && scale.liveness_symmetry);
+    let graph = match explore(
+        model,
+        definitions,
+        representative,
+        options,
+        started,
+        progress,
+    ) {
         Ok(graph) => graph,
         Err((stop, unique_states, edges)) => {
             return Checked {
@@ -867,32 +1063,7 @@ where
     let properties = definitions
         .iter()
         .enumerate()
-        .map(|(index, def)| {
-            let fair = graph
-                .family_names
-                .iter()
-                .enumerate()
-                .filter(|(_, name)| def.assumes_fair(name))
-                .fold(0u32, |set, (family, _)| set | 1 << family);
-            let analysis = analyse(&graph, index, fair);
-            let violation = shortest_violation(&graph, &analysis, index, def.trigger.is_none())
-                .map(|prefix| {
-                    let entry = *prefix.states.last().expect("a path has a state");
-                    if analysis.stop[entry as usize] {
-                        return (rebuild(model, &graph, &prefix), None);
-                    }
-                    let cycle = fair_cycle(&graph, &analysis, entry, fair);
-                    let lasso_start = prefix.families.len();
-                    let mut whole = prefix;
-                    whole.states.extend(&cycle.states[1..]);
-                    whole.families.extend(cycle.families);
-                    (rebuild(model, &graph, &whole), Some(lasso_start))
-                });
-            Some(Decided {
-                violation,
-                bound_cut_states: analysis.bound_cut_states,
-            })
-        })
+        .map(|(index, def)| Some(decide(model, &graph, representative, index, def)))
         .collect();
     Checked {
         properties,
@@ -900,6 +1071,49 @@ where
         edges: graph.targets.len(),
         stopped: None,
         seconds: own_start.elapsed().as_secs_f64(),
+    }
+}
+
+/// Decides property `index` over the explored graph: its goal-avoiding components, then the
+/// shortest counterexample — a run that stops, or a lasso (lifted to the model's own states when
+/// the graph is a symmetry's quotient).
+fn decide<M>(
+    model: &M,
+    graph: &Graph,
+    representative: Option<Representative<M>>,
+    index: usize,
+    def: &LivenessDef<M>,
+) -> Decided<M>
+where
+    M: ModelSpec,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let fair = graph
+        .family_names
+        .iter()
+        .enumerate()
+        .filter(|(_, name)| def.assumes_fair(name))
+        .fold(0u32, |set, (family, _)| set | 1 << family);
+    let analysis = analyse(graph, index, fair);
+    let violation =
+        shortest_violation(graph, &analysis, index, def.trigger.is_none()).map(|prefix| {
+            let entry = *prefix.states.last().expect("a path has a state");
+            if analysis.stop[entry as usize] {
+                return (rebuild(model, graph, representative, &prefix), None);
+            }
+            let cycle = fair_cycle(graph, &analysis, entry, fair);
+            let lasso_start = prefix.families.len();
+            let mut whole = prefix;
+            whole.states.extend(&cycle.states[1..]);
+            whole.families.extend(cycle.families);
+            let path = rebuild(model, graph, representative, &whole);
+            let (path, lasso_start) = lift(model, graph, representative, &whole, path, lasso_start);
+            (path, Some(lasso_start))
+        });
+    Decided {
+        violation,
+        bound_cut_states: analysis.bound_cut_states,
     }
 }
 

@@ -39,6 +39,12 @@ pub struct Scale<M: Model> {
     /// property and the initial states are invariant under those permutations (the model's
     /// spec argues it).
     pub symmetry: Option<Representative<M>>,
+    /// The liveness search may use the symmetry too: every fairness family is named per role,
+    /// never per actor the symmetry permutes, so each permutation maps every family onto itself
+    /// and a fair cycle of the quotient lifts to a fair cycle of the model (check/liveness.rs).
+    /// With families per actor (a writer's, a client's) the quotient could hide a fair cycle;
+    /// there the liveness search runs unreduced.
+    pub liveness_symmetry: bool,
     pub independence: Option<Independence<M>>,
 }
 
@@ -48,6 +54,7 @@ impl<M: Model> Scale<M> {
         Scale {
             codec: None,
             symmetry: None,
+            liveness_symmetry: false,
             independence: None,
         }
     }

@@ -19,6 +19,7 @@
 use super::codec::CodecError;
 use super::frontier::{put_record, Frontier, Part, Spill, SpillFailure, StateCodec};
 use super::scale::{Independence, Representative};
+use super::visited::{Parent, Visited};
 use super::{CheckOptions, Progress, Shard, Stop, SHARD_LEVEL_STATES_MIN};
 use stateright::Model;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -65,7 +66,11 @@ where
     }
 }
 
-fn key_of<M: Model>(representative: Option<Representative<M>>, model: &M, state: &M::State) -> u64
+pub(crate) fn key_of<M: Model>(
+    representative: Option<Representative<M>>,
+    model: &M,
+    state: &M::State,
+) -> u64
 where
     M::State: Hash,
 {
@@ -77,10 +82,6 @@ where
         None => fingerprint(state),
     }
 }
-
-/// Bytes a visited-map entry takes: fingerprint, parent fingerprint and action index (padded to
-/// 24), plus the hash table's control byte.
-const VISITED_ENTRY_BYTES: usize = 25;
 
 /// A 64-bit fingerprint of a state. A collision would make two states one (as in stateright);
 /// for n states its probability is about n² / 2^65 (under 10^-5 at 20 million states). Fixed
@@ -116,18 +117,6 @@ impl Hasher for FingerprintHasher {
 }
 
 pub(crate) type FingerprintMap<V> = HashMap<u64, V, BuildHasherDefault<FingerprintHasher>>;
-
-/// How a visited state was first reached. `action == ROOT` marks an initial state; `from` is
-/// then its index among the initial states.
-#[derive(Debug, Clone, Copy)]
-struct Parent {
-    from: u64,
-    action: u32,
-    /// Steps from an initial state: the partial-order reduction's cycle proviso reads it.
-    depth: u32,
-}
-
-const ROOT: u32 = u32::MAX;
 
 /// What the search looks for: the first state where `condition` evaluates to `matching`.
 pub(crate) struct Target<M: Model> {
@@ -211,7 +200,7 @@ pub(crate) struct Searched<M: Model> {
     pub shard_level: Option<usize>,
     pub stopped: Option<Stop>,
     initial: Vec<M::State>,
-    visited: FingerprintMap<Parent>,
+    visited: Visited,
     /// The symmetry the search ran with: a path is checked against representatives' fingerprints.
     representative: Option<Representative<M>>,
 }
@@ -247,7 +236,7 @@ where
 fn rebuild_path<M>(
     model: &M,
     initial: &[M::State],
-    visited: &FingerprintMap<Parent>,
+    visited: &Visited,
     representative: Option<Representative<M>>,
     last: u64,
 ) -> Vec<(M::State, Option<M::Action>)>
@@ -259,12 +248,14 @@ where
     let mut steps = Vec::new();
     let mut cursor = last;
     let root = loop {
-        let parent = visited[&cursor];
-        if parent.action == ROOT {
-            break parent.from as usize;
-        }
-        steps.push((parent.action as usize, cursor));
-        cursor = parent.from;
+        let parent = visited
+            .get(cursor)
+            .expect("every state on a recorded path is visited");
+        let Some((from, action_index)) = parent.step_from() else {
+            break parent.root_index();
+        };
+        steps.push((action_index, cursor));
+        cursor = from;
     };
     steps.reverse();
     let mut state = initial[root].clone();
@@ -297,7 +288,7 @@ where
 /// as roots, and the first level (each distinct initial state once, in the model's order).
 type FirstLevel<M> = (
     Vec<<M as Model>::State>,
-    FingerprintMap<Parent>,
+    Visited,
     VecDeque<(<M as Model>::State, u64)>,
 );
 
@@ -311,16 +302,11 @@ where
         .into_iter()
         .filter(|state| model.within_boundary(state))
         .collect();
-    let mut visited: FingerprintMap<Parent> = FingerprintMap::default();
+    let mut visited = Visited::default();
     let mut level: VecDeque<(M::State, u64)> = VecDeque::new();
     for (index, state) in initial.iter().enumerate() {
         let state_fingerprint = hooks.key(model, state);
-        if let std::collections::hash_map::Entry::Vacant(entry) = visited.entry(state_fingerprint) {
-            entry.insert(Parent {
-                from: index as u64,
-                action: ROOT,
-                depth: 0,
-            });
+        if visited.insert_if_absent(state_fingerprint, Parent::root(index)) {
             level.push_back((state.clone(), state_fingerprint));
         }
     }
@@ -364,14 +350,9 @@ where
                 firsts.push((step_key, state_fingerprint, action_index));
             }
             let next_fingerprint = fingerprint(&next);
-            if let std::collections::hash_map::Entry::Vacant(entry) =
-                visited.entry(next_fingerprint)
-            {
-                entry.insert(Parent {
-                    from: state_fingerprint,
-                    action: action_index as u32,
-                    depth: 0,
-                });
+            // Depth 0: these paths are only rebuilt, never read by a cycle proviso.
+            let parent = Parent::step(state_fingerprint, action_index, 0);
+            if visited.insert_if_absent(next_fingerprint, parent) {
                 level.push_back((next, next_fingerprint));
             }
         }
@@ -444,7 +425,7 @@ fn expand<M>(
     model: &M,
     targets: &[Target<M>],
     open: &[bool],
-    visited: &FingerprintMap<Parent>,
+    visited: &Visited,
     hooks: &Hooks<M>,
     depth: u32,
     expansion: &mut Expansion<M>,
@@ -505,7 +486,7 @@ fn expand<M>(
             coverage.fired(slot);
             *generated += 1;
             let next_fingerprint = hooks.key(model, &next);
-            if visited.contains_key(&next_fingerprint) {
+            if visited.contains(next_fingerprint) {
                 continue;
             }
             match &hooks.codec {
@@ -543,7 +524,7 @@ fn ample_set<M>(
     state: &M::State,
     actions: &[M::Action],
     independence: &Independence<M>,
-    visited: &FingerprintMap<Parent>,
+    visited: &Visited,
     depth: u32,
     hooks: &Hooks<M>,
 ) -> Option<Vec<usize>>
@@ -579,8 +560,8 @@ where
                 .filter(|next| model.within_boundary(next))
                 .is_some_and(|next| {
                     visited
-                        .get(&hooks.key(model, &next))
-                        .is_some_and(|parent| parent.depth <= depth)
+                        .get(hooks.key(model, &next))
+                        .is_some_and(|parent| parent.depth() <= depth as usize)
                 })
         });
         return (!closes_a_cycle).then_some(mine);
@@ -660,7 +641,7 @@ struct Levels<'a, M: Model> {
     next_level: Frontier<M::State>,
     states_per_depth: Vec<usize>,
     found: Vec<Option<u64>>,
-    visited: FingerprintMap<Parent>,
+    visited: Visited,
     generated: usize,
     stopped: Option<Stop>,
     all_found: bool,
@@ -879,7 +860,7 @@ fn expand_parts<M>(
     model: &M,
     targets: &[Target<M>],
     open: &[bool],
-    visited: &FingerprintMap<Parent>,
+    visited: &Visited,
     hooks: &Hooks<M>,
     depth: u32,
     expansions: &mut [Expansion<M>],
@@ -923,7 +904,7 @@ fn expand_parts<M>(
 fn absorb<M: Model>(
     expansion: &mut Expansion<M>,
     found: &mut [Option<u64>],
-    visited: &mut FingerprintMap<Parent>,
+    visited: &mut Visited,
     next_level: &mut Frontier<M::State>,
     next_depth: u32,
     encoded: bool,
@@ -940,12 +921,8 @@ fn absorb<M: Model>(
     let mut start = 0;
     for &(state_fingerprint, parent, action, end) in &expansion.successors {
         let state = if encoded { None } else { states.next() };
-        if let std::collections::hash_map::Entry::Vacant(entry) = visited.entry(state_fingerprint) {
-            entry.insert(Parent {
-                from: parent,
-                action,
-                depth: next_depth,
-            });
+        let first = Parent::step(parent, action as usize, next_depth as usize);
+        if visited.insert_if_absent(state_fingerprint, first) {
             match state {
                 Some(state) => next_level.push_state(state, state_fingerprint),
                 None => next_level.push_record(&expansion.records[start..end]),
@@ -1004,17 +981,16 @@ fn take_parts<M: Model>(
 /// vector, and that allocation is counted before it happens, so the limit is not overshot by a
 /// doubling.
 fn growth_bytes<S>(
-    visited: &FingerprintMap<Parent>,
+    visited: &Visited,
     threads: usize,
     encoded: bool,
     block_bytes: usize,
     next_level: &Frontier<S>,
 ) -> usize {
-    let headroom = CHUNK_STATES_PER_THREAD * threads * 8;
-    let mut growth_bytes = 0;
-    if visited.len() + headroom > visited.capacity() {
-        growth_bytes += visited.capacity() * 2 * VISITED_ENTRY_BYTES;
-    }
+    // The states a chunk may add, as the search has always counted them: 8 new successors per
+    // expanded state (more than the models enable on average).
+    let new_states_max = CHUNK_STATES_PER_THREAD * threads * 8;
+    let mut growth_bytes = visited.growth_bytes(new_states_max);
     growth_bytes += if encoded {
         block_bytes
     } else {

@@ -17,6 +17,9 @@ pub(super) fn hooks(_model: &RelayModel) -> Scale<RelayModel> {
     Scale {
         codec: Some(StateCodec::<RelayState>::serde()),
         symmetry: Some(representative),
+        // Each writer and each puller is a fairness family of its own (relay/liveness.rs): a
+        // permutation of writers maps W1's family onto W2's, so liveness runs unreduced.
+        liveness_symmetry: false,
         independence: Some(Independence {
             actor,
             safe: response_cannot_be_lost,

@@ -13,6 +13,8 @@ use crate::check::Scale;
 pub(super) fn hooks(model: &TokenModel) -> Scale<TokenModel> {
     Scale {
         symmetry: (!model.limits.shared_token).then_some(representative as _),
+        // Each client is a fairness family of its own (C1, C2: token/liveness.rs): a permutation
+        // maps one client's family onto another's, so liveness runs unreduced.
         ..Scale::none()
     }
 }
