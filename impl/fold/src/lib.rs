@@ -78,7 +78,7 @@ impl Watermark {
     pub fn with_held_records_max(through: Seq, held_records_max: usize) -> Watermark {
         assert!(through >= 0, "a watermark starts at 0 or above");
         Watermark {
-            through: through.max(0),
+            through,
             held: BTreeSet::new(),
             held_records_max,
         }
