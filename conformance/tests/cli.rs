@@ -669,11 +669,11 @@ fn idempotency_traces_cover_every_outcome_fault_and_await_point_and_load_back() 
         );
     }
     for name in &names {
-        let loaded = oncecheck_conformance::traces::load(&out.join(name))
+        let loaded = oncecheck_conformance::check::traces::load(&out.join(name))
             .unwrap_or_else(|error| panic!("{error}"));
         assert!(matches!(
             loaded,
-            oncecheck_conformance::traces::Loaded::Idempotency(_)
+            oncecheck_conformance::check::traces::Loaded::Idempotency(_)
         ));
     }
     // Strict loading: an edited outcome is rejected naming file, step and field.
@@ -691,7 +691,7 @@ fn idempotency_traces_cover_every_outcome_fault_and_await_point_and_load_back() 
         serde_json::json!({"tag": "Some", "value": "OkTwice"});
     let edited = scratch("edited-idempotency.itf.json");
     std::fs::write(&edited, document.to_string()).unwrap();
-    let error = oncecheck_conformance::traces::load(&edited)
+    let error = oncecheck_conformance::check::traces::load(&edited)
         .err()
         .unwrap()
         .to_string();

@@ -9,9 +9,9 @@
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use oncecheck_conformance::replay::{drive, load_for, ReplayError, Target};
-use oncecheck_conformance::replay_session::{Session, SessionTrace};
-use oncecheck_conformance::replay_token::{TokenContext, TokenTarget};
+use oncecheck_conformance::replay::driver::{drive, load_for, ReplayError, Target};
+use oncecheck_conformance::replay::session::{Session, SessionTrace};
+use oncecheck_conformance::replay::token::{TokenContext, TokenTarget};
 use oncecheck_model::token::TokenModel;
 
 mod support {

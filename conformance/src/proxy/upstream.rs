@@ -38,6 +38,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Map, Value};
 
+use super::error_chain::error_chain;
 use super::signing::{Signer, SigningMode, SIGNATURE_HEADERS};
 use super::wire::{page_items, Answer, Item, ItemKey, PreImage, JSON_CONTENT_TYPE, TARGET_PREFIX};
 use super::{ProxyError, ProxyLimits};
@@ -580,18 +581,6 @@ fn http_client(
     http.set_connect_timeout(Some(wait));
     let connector = tls.https_or_http().enable_http1().wrap_connector(http);
     Ok(Client::builder(TokioExecutor::new()).build(connector))
-}
-
-/// An error and its causes on one line (`connection refused` is two levels down in the client).
-pub(super) fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// Signing headers for the proxy's own requests before any client has sent one: the region and

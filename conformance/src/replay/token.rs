@@ -60,7 +60,7 @@ use oncecheck_tokened::{
 use tokio::task::JoinHandle;
 
 use crate::proxy::{Answer, HeldRequest, Proxy, TOKEN_WINDOW_MILLIS};
-use crate::replay::{Fault, ReplayTarget, Step};
+use crate::replay::driver::{Fault, ReplayTarget, Step};
 
 /// How long a step waits for a client's request to reach the proxy.
 const REQUEST_WAIT_MILLIS_MAX: u64 = 4_000;

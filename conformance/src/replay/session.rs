@@ -9,17 +9,38 @@
 //! answered.
 
 use crate::proxy::Proxy;
-use crate::replay::{drive, fresh_stream, load_for, ReplayError, ReplayStats, Target};
-use crate::replay_command::ReplaySession;
-use crate::replay_dynamodb::{DynamoContext, DynamoTarget, StoreConfig};
-use crate::replay_log::LogTarget;
-use crate::replay_token::{TokenContext, TokenTarget};
+use crate::replay::driver::{drive, fresh_stream, load_for, ReplayError, ReplayStats, Target};
+use crate::replay::dynamodb::{DynamoContext, DynamoTarget, StoreConfig};
+use crate::replay::log::LogTarget;
+use crate::replay::token::{TokenContext, TokenTarget};
 use oncecheck_model::relay::RelayModel;
 use oncecheck_model::token::TokenModel;
 use oncecheck_model::trace::LoadedTrace;
 use oncecheck_store::{DynamoDbStore, MemoryStore, OpStore, SqliteStore};
+use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
+
+/// What a run keeps across its traces, for one model's targets: how a file is loaded as a trace
+/// of the target's model, and how one trace is replayed on a database (table, stream) of its own.
+pub trait ReplaySession: Send + Sync + 'static {
+    type Trace: Send + Sync + 'static + crate::replay::transitions::Covered;
+    /// Reads a trace of the model this session's target serves.
+    fn load(&self, file: &Path) -> Result<Self::Trace, ReplayError>;
+    /// Replays one loaded trace.
+    fn replay(
+        &self,
+        file: &Path,
+        trace: &Self::Trace,
+    ) -> impl Future<Output = Result<ReplayStats, ReplayError>> + Send;
+    /// Releases what the session holds (files, pools).
+    fn close(self) -> impl Future<Output = ()> + Send;
+    /// What a successful replay of `trace` shows beyond "no divergence" (a counterexample
+    /// reproduced on the real system), printed on its `ok` line.
+    fn reproduction(&self, _trace: &Self::Trace) -> Option<String> {
+        None
+    }
+}
 
 /// A trace loaded for this session's target: a relay trace, or a token trace for
 /// `tokened-dynamodb`.
@@ -34,13 +55,13 @@ impl SessionTrace {
     pub fn reproduction(&self) -> Option<String> {
         match self {
             SessionTrace::Relay(_) => None,
-            SessionTrace::Token(trace) => crate::replay_token::reproduces(trace),
+            SessionTrace::Token(trace) => crate::replay::token::reproduces(trace),
         }
     }
 }
 
-impl crate::transitions::Covered for SessionTrace {
-    fn group(&self) -> crate::transitions::Group {
+impl crate::replay::transitions::Covered for SessionTrace {
+    fn group(&self) -> crate::replay::transitions::Group {
         match self {
             SessionTrace::Relay(trace) => trace.group(),
             SessionTrace::Token(trace) => trace.group(),
@@ -116,7 +137,7 @@ impl Session {
                 })))
             }
             Target::MiddlewareSqlite | Target::MiddlewarePostgres(_) => Err(format!(
-                "target `{target}` replays idempotency traces (crate::replay_middleware::target)"
+                "target `{target}` replays idempotency traces (crate::replay::middleware::target)"
             )),
             Target::Dynamodb(url) => {
                 let upstream = endpoint_of("dynamodb", url)?;
@@ -204,7 +225,7 @@ fn endpoint_of(kind: &str, url: &Option<String>) -> Result<String, String> {
             format!("no endpoint: pass --target {kind}=URL or set ONCECHECK_DDB_ENDPOINT")
         })?,
     };
-    crate::replay::check_endpoint(&upstream)?;
+    crate::replay::driver::check_endpoint(&upstream)?;
     Ok(upstream)
 }
 

@@ -144,13 +144,13 @@ mod tests {
     #[test]
     fn every_variant_has_one_note_whose_role_agrees_with_its_expectations() {
         let mut registered = 0;
-        for model in crate::models::MODEL_NAMES {
+        for model in crate::check::models::MODEL_NAMES {
             let designs = NOTES
                 .iter()
                 .filter(|note| note.model == *model && note.role == Role::Design)
                 .count();
             assert_eq!(designs, 1, "{model} has one design variant");
-            for variant in crate::model_facts::variants(model) {
+            for variant in crate::check::model_facts::variants(model) {
                 registered += 1;
                 let notes = NOTES
                     .iter()
@@ -159,7 +159,7 @@ mod tests {
                 assert_eq!(notes, 1, "{model}/{variant} has exactly one note");
                 let note = note(model, variant).unwrap();
                 assert!(note.means.len() > 40, "{model}/{variant} says what it is");
-                let violated = crate::model_facts::expectations(model, variant)
+                let violated = crate::check::model_facts::expectations(model, variant)
                     .unwrap()
                     .iter()
                     .filter(|expectation| {

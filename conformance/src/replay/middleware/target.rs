@@ -1,5 +1,5 @@
 //! The `middleware-sqlite` and `middleware-postgres` targets: idempotency traces replayed
-//! against the layer from impl/idempotency, unchanged, on the driver of `crate::replay`.
+//! against the layer from impl/idempotency, unchanged, on the driver of `crate::replay::driver`.
 //!
 //! Each trace gets its own database (SQLite: an in-memory database; PostgreSQL: a schema of its
 //! own, dropped at the end), its own axum server on a loopback port, and one TCP connection per
@@ -23,8 +23,10 @@ use super::server::{self, Server};
 use super::{
     applicable, expected_views, BodyKind, Database, LayerBehaviour, MiddlewareView, RowView,
 };
-use crate::replay::{drive, load_for, Fault, ReplayError, ReplayStats, ReplayTarget, Step, Target};
-use crate::replay_command::ReplaySession;
+use crate::replay::driver::{
+    drive, load_for, Fault, ReplayError, ReplayStats, ReplayTarget, Step, Target,
+};
+use crate::replay::session::ReplaySession;
 use oncecheck_idempotency::fingerprint::Fingerprint as RealFingerprint;
 use oncecheck_idempotency::store::{PostgresStore, SqliteStore};
 use oncecheck_idempotency::{Behaviour, CacheStore, IdempotencyLayer, ManualClock};

@@ -3,98 +3,87 @@
 //! traces, `jobs` at a time, prints one line per trace in the order given and a summary (traces,
 //! steps, requests, lost responses, seconds), then per (model, variant, bounds) the transitions
 //! the conforming traces drove through the real code of those reachable in the model
-//! (`crate::transitions`; with `--summary-json FILE` all of it as JSON), and answers the exit
+//! (`crate::replay::transitions`; with `--summary-json FILE` all of it as JSON), and answers the exit
 //! code: 0 all replayed without divergence, 1 a divergence or an environment failure mid-run, 2
 //! bad input (a file, a target that cannot be reached, a trace the target cannot show without
 //! `--only-replayable`).
 
-use crate::replay::{ReplayError, ReplayStats, Target};
-use crate::replay_dynamodb::StoreConfig;
-use crate::replay_middleware::target::{LayerConfig, MiddlewareSession};
-use crate::replay_session::Session;
-use oncecheck_store::dynamodb::Mutation;
+use super::args::ReplayArgs;
+use super::bad_input;
+use crate::replay::driver::{ReplayError, ReplayStats, Target};
+use crate::replay::flags::{store_config, ReplayFlags, TargetConfig};
+use crate::replay::middleware::target::{LayerConfig, MiddlewareSession};
+use crate::replay::runner::{check_jobs, replay_all, Outcomes};
+use crate::replay::session::{ReplaySession, Session};
 use std::collections::BTreeMap;
-use std::future::Future;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
 
-/// Concurrent replays at most: each holds a proxy with a listener per actor and a table.
-pub const JOBS_MAX: usize = 64;
-
-/// Parses `--store-variant`, `--store-mutation` and `--lose-by`, naming the valid choices on
-/// error.
-pub fn store_config(
-    store_variant: Option<String>,
-    mutations: &[String],
-    lose_by: Option<&str>,
-) -> Result<StoreConfig, String> {
-    let lose_by = lose_by.map(str::parse).transpose()?.unwrap_or_default();
-    if let Some(variant) = &store_variant {
-        if !["add-era", "counter-only", "fixed", "mixed"].contains(&variant.as_str()) {
-            return Err(format!(
-                "unknown store variant `{variant}`; valid: add-era, counter-only, fixed, mixed"
+/// `oncecheck replay`: the target and its flags checked, then the run.
+pub fn replay(args: ReplayArgs) -> ExitCode {
+    let ReplayArgs {
+        traces,
+        target,
+        store_variant,
+        store_mutations,
+        only_replayable,
+        jobs,
+        lose_by,
+        summary_json,
+        junit,
+    } = args;
+    let flags = ReplayFlags {
+        store_variant,
+        store_mutations,
+        lose_by,
+        junit,
+        summary_json,
+    };
+    let traces = &traces;
+    let target: Target = match target.parse() {
+        Ok(target) => target,
+        Err(message) => return bad_input(message),
+    };
+    if let Err(message) = crate::replay::flags::usable_on(
+        &target,
+        flags.store_variant.is_some(),
+        !flags.store_mutations.is_empty(),
+        flags.lose_by.is_some(),
+    ) {
+        return bad_input(message);
+    }
+    if let Some(file) = &flags.junit {
+        if let Err(error) = crate::report::junit::prepare_file(file) {
+            return bad_input(format!(
+                "cannot write the JUnit report to {}: {error}",
+                file.display()
             ));
         }
     }
-    let mutations = mutations
-        .iter()
-        .map(|name| match name.as_str() {
-            "no-predecessor-check" => Ok(Mutation::NoPredecessorCheck),
-            "unconditional-counter-set" => Ok(Mutation::UnconditionalCounterSet),
-            "read-counter-every-op" => Ok(Mutation::ReadCounterEveryOp),
-            other => Err(format!(
-                "unknown store mutation `{other}`; valid: no-predecessor-check, unconditional-counter-set, read-counter-every-op"
-            )),
-        })
-        .collect::<Result<Vec<_>, _>>()?;
-    Ok(StoreConfig {
-        store_variant,
-        mutations,
-        lose_by,
-    })
+    let config = match target {
+        Target::MiddlewareSqlite | Target::MiddlewarePostgres(_) => {
+            LayerConfig::parse(flags.store_variant.as_deref(), &flags.store_mutations)
+                .map(TargetConfig::Layer)
+        }
+        _ => store_config(
+            flags.store_variant,
+            &flags.store_mutations,
+            flags.lose_by.as_deref(),
+        )
+        .map(TargetConfig::Store),
+    };
+    let config = match config {
+        Ok(config) => config,
+        Err(message) => return bad_input(message),
+    };
+    let outputs = Outputs {
+        summary_json: flags.summary_json,
+        junit: flags.junit,
+    };
+    run(traces, &target, config, only_replayable, jobs, &outputs)
 }
-
-/// How the real side of a target is configured: the relay store's build, or the idempotency
-/// layer's behaviour and mutations.
-#[derive(Debug, Clone)]
-pub enum TargetConfig {
-    Store(StoreConfig),
-    Layer(LayerConfig),
-}
-
-/// What a run keeps across its traces, for one model's targets: how a file is loaded as a trace
-/// of the target's model, and how one trace is replayed on a database (table, stream) of its own.
-pub trait ReplaySession: Send + Sync + 'static {
-    type Trace: Send + Sync + 'static + crate::transitions::Covered;
-    /// Reads a trace of the model this session's target serves.
-    fn load(&self, file: &Path) -> Result<Self::Trace, ReplayError>;
-    /// Replays one loaded trace.
-    fn replay(
-        &self,
-        file: &Path,
-        trace: &Self::Trace,
-    ) -> impl Future<Output = Result<ReplayStats, ReplayError>> + Send;
-    /// Releases what the session holds (files, pools).
-    fn close(self) -> impl Future<Output = ()> + Send;
-    /// What a successful replay of `trace` shows beyond "no divergence" (a counterexample
-    /// reproduced on the real system), printed on its `ok` line.
-    fn reproduction(&self, _trace: &Self::Trace) -> Option<String> {
-        None
-    }
-}
-
-/// Checks `--jobs`: 1..=JOBS_MAX.
-pub fn check_jobs(jobs: usize) -> Result<usize, String> {
-    if (1..=JOBS_MAX).contains(&jobs) {
-        Ok(jobs)
-    } else {
-        Err(format!("--jobs {jobs}: valid range 1..={JOBS_MAX}"))
-    }
-}
-
 /// What a run prints besides its lines: where its JSON summary goes.
 #[derive(Debug, Clone, Default)]
 pub struct Outputs {
@@ -137,57 +126,6 @@ pub fn run(
         jobs,
         outputs,
     ))
-}
-
-/// The result of every trace, in the order of `files`.
-pub type Outcomes = Vec<(PathBuf, Result<ReplayStats, ReplayError>)>;
-
-/// Replays loaded traces `jobs` at a time; `report` sees each outcome in the order given, as
-/// soon as it and every earlier one are done.
-pub async fn replay_all<S: ReplaySession>(
-    session: Arc<S>,
-    traces: Vec<(PathBuf, S::Trace)>,
-    jobs: usize,
-    mut report: impl FnMut(&PathBuf, &Result<ReplayStats, ReplayError>),
-) -> Outcomes {
-    let count = traces.len();
-    let traces = Arc::new(traces);
-    let next = Arc::new(AtomicUsize::new(0));
-    let (sender, mut receiver) = tokio::sync::mpsc::unbounded_channel();
-    let mut workers = tokio::task::JoinSet::new();
-    for _ in 0..jobs.min(count.max(1)) {
-        let (session, traces, next, sender) = (
-            session.clone(),
-            traces.clone(),
-            next.clone(),
-            sender.clone(),
-        );
-        workers.spawn(async move {
-            loop {
-                let index = next.fetch_add(1, Ordering::Relaxed);
-                let Some((file, trace)) = traces.get(index) else {
-                    break;
-                };
-                let result = session.replay(file, trace).await;
-                if sender.send((index, result)).is_err() {
-                    break;
-                }
-            }
-        });
-    }
-    drop(sender);
-    let mut done: BTreeMap<usize, Result<ReplayStats, ReplayError>> = BTreeMap::new();
-    let mut outcomes: Outcomes = Vec::with_capacity(count);
-    while let Some((index, result)) = receiver.recv().await {
-        done.insert(index, result);
-        while let Some(result) = done.remove(&outcomes.len()) {
-            let file = traces[outcomes.len()].0.clone();
-            report(&file, &result);
-            outcomes.push((file, result));
-        }
-    }
-    while workers.join_next().await.is_some() {}
-    outcomes
 }
 
 async fn run_all(
@@ -270,12 +208,12 @@ async fn run_session<S: ReplaySession>(
     // The reachable transitions of every (model, variant, bounds) first: one search each.
     for group in traces
         .iter()
-        .map(|(_, trace)| crate::transitions::Covered::group(trace))
+        .map(|(_, trace)| crate::replay::transitions::Covered::group(trace))
         .collect::<std::collections::BTreeSet<_>>()
     {
         eprintln!("oncecheck: searching the transitions reachable in {group}");
     }
-    let plan = crate::transitions::Plan::of(traces.iter().map(|(_, trace)| trace));
+    let plan = crate::replay::transitions::Plan::of(traces.iter().map(|(_, trace)| trace));
     let reproductions: BTreeMap<PathBuf, String> = traces
         .iter()
         .filter_map(|(file, trace)| Some((file.clone(), session.reproduction(trace)?)))
@@ -340,7 +278,10 @@ async fn run_session<S: ReplaySession>(
             println!("coverage {} on {target}: no conforming trace", group.group);
             continue;
         }
-        println!("{}", crate::transitions::line(group, &target.to_string()));
+        println!(
+            "{}",
+            crate::replay::transitions::line(group, &target.to_string())
+        );
         // The summary JSON lists all of them; a long list of another variant's is cut here.
         const LISTED_MAX: usize = 8;
         for label in group.missing.iter().take(LISTED_MAX) {
@@ -358,7 +299,7 @@ async fn run_session<S: ReplaySession>(
     }
     if let Some(file) = &outputs.summary_json {
         let document = serde_json::json!({
-            "schema": crate::transitions::SUMMARY_JSON_SCHEMA,
+            "schema": crate::replay::transitions::SUMMARY_JSON_SCHEMA,
             "target": target.to_string(),
             "target_kind": target.kind(),
             "ok": diverged == 0 && environment == 0 && refused == 0,
@@ -401,7 +342,7 @@ fn write_junit(
     outcomes: &Outcomes,
     seconds: f64,
 ) -> Result<(), ExitCode> {
-    let document = crate::replay_junit::replay_document(
+    let document = crate::report::replay_junit::replay_document(
         &target.to_string(),
         only_replayable,
         outcomes,

@@ -5,7 +5,21 @@
 //! Invariant: every (target, option) pair is decided here, and each refusal names the targets
 //! that take the option.
 
-use crate::replay::Target;
+use crate::replay::driver::Target;
+use crate::replay::dynamodb::StoreConfig;
+use crate::replay::middleware::target::LayerConfig;
+use oncecheck_store::dynamodb::Mutation;
+use std::path::PathBuf;
+
+/// `oncecheck replay`'s options about the real side and the outputs, checked against the
+/// target before anything runs.
+pub struct ReplayFlags {
+    pub store_variant: Option<String>,
+    pub store_mutations: Vec<String>,
+    pub lose_by: Option<String>,
+    pub junit: Option<PathBuf>,
+    pub summary_json: Option<PathBuf>,
+}
 
 /// Checks `--store-variant`, `--store-mutation` and `--lose-by` (given or not) against `target`.
 pub fn usable_on(
@@ -40,6 +54,47 @@ pub fn usable_on(
         return refuse("--lose-by", "dynamodb, whose proxy loses the responses");
     }
     Ok(())
+}
+
+/// Parses `--store-variant`, `--store-mutation` and `--lose-by`, naming the valid choices on
+/// error.
+pub fn store_config(
+    store_variant: Option<String>,
+    mutations: &[String],
+    lose_by: Option<&str>,
+) -> Result<StoreConfig, String> {
+    let lose_by = lose_by.map(str::parse).transpose()?.unwrap_or_default();
+    if let Some(variant) = &store_variant {
+        if !["add-era", "counter-only", "fixed", "mixed"].contains(&variant.as_str()) {
+            return Err(format!(
+                "unknown store variant `{variant}`; valid: add-era, counter-only, fixed, mixed"
+            ));
+        }
+    }
+    let mutations = mutations
+        .iter()
+        .map(|name| match name.as_str() {
+            "no-predecessor-check" => Ok(Mutation::NoPredecessorCheck),
+            "unconditional-counter-set" => Ok(Mutation::UnconditionalCounterSet),
+            "read-counter-every-op" => Ok(Mutation::ReadCounterEveryOp),
+            other => Err(format!(
+                "unknown store mutation `{other}`; valid: no-predecessor-check, unconditional-counter-set, read-counter-every-op"
+            )),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(StoreConfig {
+        store_variant,
+        mutations,
+        lose_by,
+    })
+}
+
+/// How the real side of a target is configured: the relay store's build, or the idempotency
+/// layer's behaviour and mutations.
+#[derive(Debug, Clone)]
+pub enum TargetConfig {
+    Store(StoreConfig),
+    Layer(LayerConfig),
 }
 
 #[cfg(test)]

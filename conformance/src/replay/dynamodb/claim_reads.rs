@@ -12,7 +12,7 @@
 
 use super::{attribute_string, claim_names, environment, take};
 use crate::proxy::Proxy;
-use crate::replay::{real_op_id, Fault};
+use crate::replay::driver::{real_op_id, Fault};
 use oncecheck_model::ddb::{Key, OpId, Value};
 use oncecheck_model::relay::RelayModel;
 use oncecheck_model::relay::RelayState;

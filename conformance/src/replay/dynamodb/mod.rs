@@ -18,7 +18,7 @@
 //! transaction).
 
 use crate::proxy::{Answer, HeldRequest, ItemKey, Proxy, ReasonCode};
-use crate::replay::{fresh_stream, payload_of, real_op_id, Fault, ReplayTarget, Step};
+use crate::replay::driver::{fresh_stream, payload_of, real_op_id, Fault, ReplayTarget, Step};
 use oncecheck_model::ddb::{Condition, Key, OpId, Reason, TransactOutcome, Value};
 use oncecheck_model::relay::{Action, Build, Counter, Phase, RelayModel, RelayState, Round};
 use oncecheck_model::trace::LoadedTrace;
