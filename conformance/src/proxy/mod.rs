@@ -306,6 +306,14 @@ impl Proxy {
         }
     }
 
+    /// Upstream exchanges so far whose operation may write (every operation but GetItem,
+    /// BatchGetItem, Query, Scan, TransactGetItems, DescribeTable, ListTables), whoever sent
+    /// them: an actor's forwarded request, the set-up listener's, the proxy's own. Two equal
+    /// counts bracket a stretch in which nothing was written through this proxy.
+    pub fn writes_sent(&self) -> u64 {
+        self.upstream.writes_sent()
+    }
+
     /// Whether `actor` has a request waiting to be taken, now.
     pub fn has_request(&self, actor: usize) -> bool {
         self.port(actor)

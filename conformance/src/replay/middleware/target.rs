@@ -31,7 +31,8 @@ use oncecheck_idempotency::fingerprint::Fingerprint as RealFingerprint;
 use oncecheck_idempotency::store::{PostgresStore, SqliteStore};
 use oncecheck_idempotency::{Behaviour, CacheStore, IdempotencyLayer, ManualClock};
 use oncecheck_model::idempotency::{
-    Action, Answer, AwaitPoint, DbResult, Fingerprint, IdempotencyModel, Outcome, Stage, Stored,
+    Action, Answer, AwaitPoint, DbResult, Fingerprint, IdempotencyModel, IdempotencyState, Outcome,
+    Stage, Stored,
 };
 use oncecheck_model::trace::LoadedTrace;
 use std::collections::BTreeMap;
@@ -876,150 +877,189 @@ impl MiddlewareTarget {
         })
     }
 
-    /// Makes the real code take one step and waits for its effect.
+    /// Makes the real code take one step and waits for its effect: one method per model action;
+    /// after a client's step, until the real side shows the stage the model's client reaches.
     async fn perform_step(&mut self, step: Step<'_, IdempotencyModel>) -> Result<(), Fault> {
-        let pre_fix = self.behaviour == LayerBehaviour::PreFix;
         let client = match *step.action {
             Action::ClientSends {
                 client,
                 fingerprint,
-            } => {
-                self.hub.update(|state| state.claimant = Some(client));
-                let address = self.server.as_ref().map(|server| server.address);
-                let address = address.ok_or_else(|| Fault::Environment("no server".into()))?;
-                self.connections.insert(
-                    client,
-                    server::send(address, self.hub.clone(), client, fingerprint),
-                );
-                Some(client)
-            }
+            } => self.client_sends(client, fingerprint).map(|()| client)?,
             Action::MiddlewareClaims { client } => {
                 // SQLite's claim call also reads the row it did not take: released at the read.
                 if !matches!(step.after.clients[client].stage, Stage::Reading { .. }) {
                     self.release(client, CallKind::Claim, Release::Run)?;
                 }
-                Some(client)
+                client
             }
-            Action::MiddlewareReadsRow { client } => {
-                self.release(client, CallKind::Claim, Release::Run)?;
-                Some(client)
-            }
-            Action::MiddlewareClaimFails { client, committed } => {
-                let id = self.release(client, CallKind::Claim, Release::Fail { committed })?;
-                if committed {
-                    self.answered(client, id, None).await?;
-                }
-                Some(client)
-            }
+            Action::MiddlewareReadsRow { client } => self
+                .release(client, CallKind::Claim, Release::Run)
+                .map(|_| client)?,
+            Action::MiddlewareClaimFails { client, committed } => self
+                .middleware_claim_fails(client, committed)
+                .await
+                .map(|()| client)?,
             Action::HandlerResponds { client, outcome } => {
-                self.outcomes.insert(client, outcome);
-                if !self.hub.respond(client, outcome) {
-                    return Err(Fault::diverged(
-                        format!("client {}'s handler waits for its outcome", client + 1),
-                        self.hub.read(|state| state.describe(client)),
-                    ));
-                }
-                Some(client)
+                self.handler_responds(client, outcome).map(|()| client)?
             }
             Action::MiddlewareCaptures { client } => {
-                let outcome = self
-                    .outcomes
-                    .get(&client)
-                    .copied()
-                    .unwrap_or(Outcome::OkUnder);
-                let released = if outcome.is_success() {
-                    let (capture, tail) = server::body_of(outcome);
-                    let server = self
-                        .server
-                        .as_ref()
-                        .ok_or_else(|| Fault::Environment("no server".into()))?;
-                    // The fixed capture stops at the frame crossing the cap: the rest is the
-                    // tail, released by its own step. The pre-fix capture reads to the end.
-                    let streams_tail = !pre_fix && outcome.overflows();
-                    if streams_tail {
-                        server.send_frames(client, capture, false)
-                    } else {
-                        server.send_frames(client, capture.into_iter().chain(tail).collect(), true)
-                    }
-                } else {
-                    self.hub.open_capture_gate(client)
-                };
-                if !released {
-                    return Err(Fault::diverged(
-                        format!("client {}'s response is being captured", client + 1),
-                        self.hub.read(|state| state.describe(client)),
-                    ));
-                }
-                Some(client)
+                self.middleware_captures(client).map(|()| client)?
             }
             Action::MiddlewareFinalizes { client, result }
             | Action::DropGuardFinalizes { client, result } => {
-                self.finalize(client, result).await?;
-                Some(client)
+                self.finalize(client, result).await.map(|()| client)?
             }
-            Action::TailStreams { client } => {
-                let outcome = self
-                    .outcomes
-                    .get(&client)
-                    .copied()
-                    .unwrap_or(Outcome::OkUnder);
-                let (_, tail) = server::body_of(outcome);
-                let server = self
-                    .server
-                    .as_ref()
-                    .ok_or_else(|| Fault::Environment("no server".into()))?;
-                if !server.send_frames(client, tail, true) {
-                    return Err(Fault::diverged(
-                        format!("client {}'s tail is streaming", client + 1),
-                        self.hub.read(|state| state.describe(client)),
-                    ));
-                }
-                Some(client)
-            }
+            Action::TailStreams { client } => self.tail_streams(client).map(|()| client)?,
             Action::ClientCancels {
                 client,
                 at,
                 in_flight_commits,
-            } => {
-                let success = match step.before.clients[client].stage {
-                    Stage::Capturing { outcome, .. } | Stage::Finalizing { outcome, .. } => {
-                        outcome.is_success()
-                    }
-                    _ => true,
-                };
-                self.cancel(client, at, in_flight_commits, success).await?;
-                Some(client)
-            }
-            Action::ClockTicks => {
-                self.clock.advance_secs(LEASE_SECS as i64);
-                self.renewals(step.before, step.after).await?;
-                None
-            }
-            Action::CleanupPurges => {
-                let now = oncecheck_idempotency::Clock::now_millis(&self.clock);
-                let purged = match &self.database {
-                    Some(TraceDatabase::Sqlite(store)) => store.purge_expired(now).await,
-                    Some(TraceDatabase::Postgres { store, .. }) => store.purge_expired(now).await,
-                    None => return Err(Fault::Environment("no database".into())),
-                };
-                purged.map_err(|error| Fault::Environment(format!("cleanup: {error}")))?;
-                None
-            }
-            Action::ReconcilerResolves { applied } => {
-                self.reconcile(applied).await?;
-                None
-            }
+            } => self
+                .client_cancels(step.before, client, at, in_flight_commits)
+                .await
+                .map(|()| client)?,
+            Action::ClockTicks => return self.clock_ticks(step.before, step.after).await,
+            Action::CleanupPurges => return self.cleanup_purges().await,
+            Action::ReconcilerResolves { applied } => return self.reconcile(applied).await,
             Action::ProcessStalls { .. } | Action::ProcessDies { .. } => {
                 return Err(Fault::Environment(
                     "a process fault: not applicable to this target".into(),
                 ))
             }
         };
-        if let Some(client) = client {
-            let stage = step.after.clients[client].stage;
-            self.settle(client, stage, step.after).await?;
+        let stage = step.after.clients[client].stage;
+        self.settle(client, stage, step.after).await
+    }
+
+    /// The client opens its connection and sends its request with the key.
+    fn client_sends(&mut self, client: usize, fingerprint: Fingerprint) -> Result<(), Fault> {
+        self.hub.update(|state| state.claimant = Some(client));
+        let address = self.server.as_ref().map(|server| server.address);
+        let address = address.ok_or_else(|| Fault::Environment("no server".into()))?;
+        self.connections.insert(
+            client,
+            server::send(address, self.hub.clone(), client, fingerprint),
+        );
+        Ok(())
+    }
+
+    async fn middleware_claim_fails(
+        &mut self,
+        client: usize,
+        committed: bool,
+    ) -> Result<(), Fault> {
+        let id = self.release(client, CallKind::Claim, Release::Fail { committed })?;
+        if committed {
+            self.answered(client, id, None).await?;
         }
         Ok(())
+    }
+
+    /// The scripted handler answers the outcome the trace names.
+    fn handler_responds(&mut self, client: usize, outcome: Outcome) -> Result<(), Fault> {
+        self.outcomes.insert(client, outcome);
+        if !self.hub.respond(client, outcome) {
+            return Err(Fault::diverged(
+                format!("client {}'s handler waits for its outcome", client + 1),
+                self.hub.read(|state| state.describe(client)),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The handler's body frames up to what the layer captures are released (a failure's
+    /// capture gate opened instead).
+    fn middleware_captures(&mut self, client: usize) -> Result<(), Fault> {
+        let pre_fix = self.behaviour == LayerBehaviour::PreFix;
+        let outcome = self
+            .outcomes
+            .get(&client)
+            .copied()
+            .unwrap_or(Outcome::OkUnder);
+        let released = if outcome.is_success() {
+            let (capture, tail) = server::body_of(outcome);
+            let server = self
+                .server
+                .as_ref()
+                .ok_or_else(|| Fault::Environment("no server".into()))?;
+            // The fixed capture stops at the frame crossing the cap: the rest is the tail,
+            // released by its own step. The pre-fix capture reads to the end.
+            let streams_tail = !pre_fix && outcome.overflows();
+            if streams_tail {
+                server.send_frames(client, capture, false)
+            } else {
+                server.send_frames(client, capture.into_iter().chain(tail).collect(), true)
+            }
+        } else {
+            self.hub.open_capture_gate(client)
+        };
+        if !released {
+            return Err(Fault::diverged(
+                format!("client {}'s response is being captured", client + 1),
+                self.hub.read(|state| state.describe(client)),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The body's frames past the cap, released after the finalize.
+    fn tail_streams(&mut self, client: usize) -> Result<(), Fault> {
+        let outcome = self
+            .outcomes
+            .get(&client)
+            .copied()
+            .unwrap_or(Outcome::OkUnder);
+        let (_, tail) = server::body_of(outcome);
+        let server = self
+            .server
+            .as_ref()
+            .ok_or_else(|| Fault::Environment("no server".into()))?;
+        if !server.send_frames(client, tail, true) {
+            return Err(Fault::diverged(
+                format!("client {}'s tail is streaming", client + 1),
+                self.hub.read(|state| state.describe(client)),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn client_cancels(
+        &mut self,
+        before: &IdempotencyState,
+        client: usize,
+        at: AwaitPoint,
+        in_flight_commits: bool,
+    ) -> Result<(), Fault> {
+        let success = match before.clients[client].stage {
+            Stage::Capturing { outcome, .. } | Stage::Finalizing { outcome, .. } => {
+                outcome.is_success()
+            }
+            _ => true,
+        };
+        self.cancel(client, at, in_flight_commits, success).await
+    }
+
+    /// The layer's clock moves a lease; the heartbeat's renewals the model makes are waited for.
+    async fn clock_ticks(
+        &mut self,
+        before: &IdempotencyState,
+        after: &IdempotencyState,
+    ) -> Result<(), Fault> {
+        self.clock.advance_secs(LEASE_SECS as i64);
+        self.renewals(before, after).await
+    }
+
+    /// The cleanup job purges the expired rows at the layer's clock.
+    async fn cleanup_purges(&mut self) -> Result<(), Fault> {
+        let now = oncecheck_idempotency::Clock::now_millis(&self.clock);
+        let purged = match &self.database {
+            Some(TraceDatabase::Sqlite(store)) => store.purge_expired(now).await,
+            Some(TraceDatabase::Postgres { store, .. }) => store.purge_expired(now).await,
+            None => return Err(Fault::Environment("no database".into())),
+        };
+        purged
+            .map(|_| ())
+            .map_err(|error| Fault::Environment(format!("cleanup: {error}")))
     }
 
     /// Waits for the heartbeat renewal a tick makes in the model: the row's claim renewed to its
