@@ -6,8 +6,9 @@
 //! traces/s: a trace a target cannot show is refused before it runs and is counted apart.
 
 use oncecheck_conformance::replay::driver::{ReplayError, Target};
+use oncecheck_conformance::replay::dynamodb::StoreConfig;
 use oncecheck_conformance::replay::runner::replay_all;
-use oncecheck_conformance::replay::session::Session;
+use oncecheck_conformance::replay::session::{RelaySession, ReplaySession};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -33,7 +34,7 @@ fn corpus(walks: &Path) -> Vec<PathBuf> {
 }
 
 async fn measure(target: Target, files: &[PathBuf], jobs: usize) {
-    let session = match Session::open(&target).await {
+    let session = match RelaySession::open(&target, StoreConfig::default()).await {
         Ok(session) => Arc::new(session),
         Err(error) => {
             println!("{target}: not measured ({error})");

@@ -11,10 +11,9 @@
 use super::args::ReplayArgs;
 use super::bad_input;
 use crate::replay::driver::{ReplayError, ReplayStats, Target};
-use crate::replay::flags::{store_config, ReplayFlags, TargetConfig};
-use crate::replay::middleware::target::{LayerConfig, MiddlewareSession};
+use crate::replay::flags::{ReplayFlags, TargetConfig};
 use crate::replay::runner::{check_jobs, replay_all, Outcomes};
-use crate::replay::session::{ReplaySession, Session};
+use crate::replay::session::{self, ReplaySession, Session};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -34,27 +33,20 @@ pub fn replay(args: ReplayArgs) -> ExitCode {
         summary_json,
         junit,
     } = args;
-    let flags = ReplayFlags {
-        store_variant,
-        store_mutations,
-        lose_by,
-        junit,
-        summary_json,
-    };
-    let traces = &traces;
     let target: Target = match target.parse() {
         Ok(target) => target,
         Err(message) => return bad_input(message),
     };
-    if let Err(message) = crate::replay::flags::usable_on(
-        &target,
-        flags.store_variant.is_some(),
-        !flags.store_mutations.is_empty(),
-        flags.lose_by.is_some(),
-    ) {
-        return bad_input(message);
-    }
-    if let Some(file) = &flags.junit {
+    let flags = ReplayFlags {
+        store_variant,
+        store_mutations,
+        lose_by,
+    };
+    let usable = match flags.usable_on(&target) {
+        Ok(usable) => usable,
+        Err(message) => return bad_input(message),
+    };
+    if let Some(file) = &junit {
         if let Err(error) = crate::report::junit::prepare_file(file) {
             return bad_input(format!(
                 "cannot write the JUnit report to {}: {error}",
@@ -62,28 +54,17 @@ pub fn replay(args: ReplayArgs) -> ExitCode {
             ));
         }
     }
-    let config = match target {
-        Target::MiddlewareSqlite | Target::MiddlewarePostgres(_) => {
-            LayerConfig::parse(flags.store_variant.as_deref(), &flags.store_mutations)
-                .map(TargetConfig::Layer)
-        }
-        _ => store_config(
-            flags.store_variant,
-            &flags.store_mutations,
-            flags.lose_by.as_deref(),
-        )
-        .map(TargetConfig::Store),
-    };
-    let config = match config {
+    let config = match usable.configure() {
         Ok(config) => config,
         Err(message) => return bad_input(message),
     };
     let outputs = Outputs {
-        summary_json: flags.summary_json,
-        junit: flags.junit,
+        summary_json,
+        junit,
     };
-    run(traces, &target, config, only_replayable, jobs, &outputs)
+    run(&traces, &target, config, only_replayable, jobs, &outputs)
 }
+
 /// What a run prints besides its lines: where its JSON summary goes.
 #[derive(Debug, Clone, Default)]
 pub struct Outputs {
@@ -137,41 +118,50 @@ async fn run_all(
     outputs: &Outputs,
 ) -> ExitCode {
     let started = Instant::now();
-    let unreachable = |detail: String| {
-        eprintln!("oncecheck: cannot reach the {target} target: {detail}");
-        ExitCode::from(2)
+    let session = match session::open(target, config).await {
+        Ok(session) => session,
+        Err(detail) => {
+            eprintln!("oncecheck: cannot reach the {target} target: {detail}");
+            return ExitCode::from(2);
+        }
     };
-    match config {
-        TargetConfig::Layer(config) => match MiddlewareSession::open(target, config).await {
-            Ok(session) => {
-                run_session(
-                    Arc::new(session),
-                    files,
-                    target,
-                    only_replayable,
-                    jobs,
-                    started,
-                    outputs,
-                )
-                .await
-            }
-            Err(detail) => unreachable(detail),
-        },
-        TargetConfig::Store(config) => match Session::open_with(target, config).await {
-            Ok(session) => {
-                run_session(
-                    Arc::new(session),
-                    files,
-                    target,
-                    only_replayable,
-                    jobs,
-                    started,
-                    outputs,
-                )
-                .await
-            }
-            Err(detail) => unreachable(detail),
-        },
+    match session {
+        Session::Relay(session) => {
+            run_session(
+                Arc::new(session),
+                files,
+                target,
+                only_replayable,
+                jobs,
+                started,
+                outputs,
+            )
+            .await
+        }
+        Session::Token(session) => {
+            run_session(
+                Arc::new(session),
+                files,
+                target,
+                only_replayable,
+                jobs,
+                started,
+                outputs,
+            )
+            .await
+        }
+        Session::Middleware(session) => {
+            run_session(
+                Arc::new(session),
+                files,
+                target,
+                only_replayable,
+                jobs,
+                started,
+                outputs,
+            )
+            .await
+        }
     }
 }
 

@@ -1,28 +1,84 @@
-//! Which of `oncecheck replay`'s options about the real side a target can use. An option a
-//! target would silently ignore is refused instead (exit 2), so a run never looks as if it
-//! tested a store build, a mutation or a way of losing responses that it did not.
+//! `oncecheck replay`'s options about the real side — `--store-variant`, `--store-mutation`,
+//! `--lose-by` — parsed once into the configuration of the target's family. An option a target
+//! would silently ignore is refused instead (exit 2), so a run never looks as if it tested a
+//! store build, a mutation or a way of losing responses that it did not.
 //!
-//! Invariant: every (target, option) pair is decided here, and each refusal names the targets
-//! that take the option.
+//! Invariants: every (target, option) pair is decided here, and each refusal names the targets
+//! that take the option; the family of a target (relay, token, middleware) is decided here and
+//! nowhere else ([`TargetConfig`]); a configuration is only made from flags the target can use
+//! ([`UsableFlags`]).
 
 use crate::replay::driver::Target;
 use crate::replay::dynamodb::StoreConfig;
 use crate::replay::middleware::target::LayerConfig;
 use oncecheck_store::dynamodb::Mutation;
-use std::path::PathBuf;
 
-/// `oncecheck replay`'s options about the real side and the outputs, checked against the
-/// target before anything runs.
+/// `oncecheck replay`'s options about the real side, as typed.
+#[derive(Debug, Clone, Default)]
 pub struct ReplayFlags {
     pub store_variant: Option<String>,
     pub store_mutations: Vec<String>,
     pub lose_by: Option<String>,
-    pub junit: Option<PathBuf>,
-    pub summary_json: Option<PathBuf>,
+}
+
+/// How the real side of a target is configured, one variant per target family: the relay
+/// store's build, nothing (the token target), or the idempotency layer's behaviour and
+/// mutations.
+#[derive(Debug, Clone)]
+pub enum TargetConfig {
+    Relay(StoreConfig),
+    Token,
+    Middleware(LayerConfig),
+}
+
+/// Flags `target` can use, checked before anything else of the run (a file is written or a
+/// server contacted); the only way to a [`TargetConfig`].
+pub struct UsableFlags<'a> {
+    flags: ReplayFlags,
+    target: &'a Target,
+}
+
+impl ReplayFlags {
+    /// Refuses a flag `target` cannot use, naming the targets that take it.
+    pub fn usable_on(self, target: &Target) -> Result<UsableFlags<'_>, String> {
+        usable_on(
+            target,
+            self.store_variant.is_some(),
+            !self.store_mutations.is_empty(),
+            self.lose_by.is_some(),
+        )?;
+        Ok(UsableFlags {
+            flags: self,
+            target,
+        })
+    }
+}
+
+impl UsableFlags<'_> {
+    /// Parses the flags' values into the configuration of the target's family, naming the valid
+    /// choices on error.
+    pub fn configure(self) -> Result<TargetConfig, String> {
+        let ReplayFlags {
+            store_variant,
+            store_mutations,
+            lose_by,
+        } = self.flags;
+        match self.target {
+            Target::Memory | Target::Sqlite | Target::Dynamodb(_) => {
+                store_config(store_variant, &store_mutations, lose_by.as_deref())
+                    .map(TargetConfig::Relay)
+            }
+            Target::TokenedDynamodb(_) => Ok(TargetConfig::Token),
+            Target::MiddlewareSqlite | Target::MiddlewarePostgres(_) => {
+                LayerConfig::parse(store_variant.as_deref(), &store_mutations)
+                    .map(TargetConfig::Middleware)
+            }
+        }
+    }
 }
 
 /// Checks `--store-variant`, `--store-mutation` and `--lose-by` (given or not) against `target`.
-pub fn usable_on(
+fn usable_on(
     target: &Target,
     store_variant: bool,
     store_mutations: bool,
@@ -58,7 +114,7 @@ pub fn usable_on(
 
 /// Parses `--store-variant`, `--store-mutation` and `--lose-by`, naming the valid choices on
 /// error.
-pub fn store_config(
+fn store_config(
     store_variant: Option<String>,
     mutations: &[String],
     lose_by: Option<&str>,
@@ -89,14 +145,6 @@ pub fn store_config(
     })
 }
 
-/// How the real side of a target is configured: the relay store's build, or the idempotency
-/// layer's behaviour and mutations.
-#[derive(Debug, Clone)]
-pub enum TargetConfig {
-    Store(StoreConfig),
-    Layer(LayerConfig),
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -119,6 +167,28 @@ mod tests {
             assert!(usable_on(&target, false, true, false).is_err());
             assert!(usable_on(&target, false, false, true).is_err());
             assert!(usable_on(&target, false, false, false).is_ok());
+        }
+    }
+
+    #[test]
+    fn the_flags_decide_the_family_of_the_target() {
+        let configure = |target: &Target| {
+            ReplayFlags::default()
+                .usable_on(target)
+                .and_then(|usable| usable.configure())
+        };
+        for target in [Target::Memory, Target::Sqlite, Target::Dynamodb(None)] {
+            assert!(matches!(configure(&target), Ok(TargetConfig::Relay(_))));
+        }
+        assert!(matches!(
+            configure(&Target::TokenedDynamodb(None)),
+            Ok(TargetConfig::Token)
+        ));
+        for target in [Target::MiddlewareSqlite, Target::MiddlewarePostgres(None)] {
+            assert!(matches!(
+                configure(&target),
+                Ok(TargetConfig::Middleware(_))
+            ));
         }
     }
 }

@@ -1,17 +1,22 @@
-//! What one `oncecheck replay` run keeps across its traces, and which target replays a trace:
-//! the store of a logical target (memory, SQLite), the DynamoDB server and the store
-//! configuration, or (token-model traces) the DynamoDB server the reliable-write client writes
-//! to through the proxy's token table.
+//! What one `oncecheck replay` run keeps across its traces, one session type per target family:
+//! `RelaySession` (the store of a logical target — memory, SQLite — or the DynamoDB server and
+//! the store configuration), `TokenSession` (the DynamoDB server the reliable-write client
+//! writes to through the proxy's token table), and the middleware's `MiddlewareSession`
+//! (`replay/middleware/target.rs`). [`open`] is the one front door: it opens the family the
+//! run's configuration names (`flags::ReplayFlags::configure` decided it from `--target`).
 //!
-//! Invariants: every trace replays on a stream of its own (`replay::fresh_stream`), and on
+//! Invariants: every trace replays on a stream of its own (`driver::fresh_stream`), and on
 //! DynamoDB on a table and a proxy of its own, so traces never see each other's items and can
 //! run concurrently whichever target they share; a session is opened only against a server that
-//! answered.
+//! answered; a session loads only traces of its family's model, so it replays every trace it
+//! loaded.
 
 use crate::proxy::Proxy;
 use crate::replay::driver::{drive, fresh_stream, load_for, ReplayError, ReplayStats, Target};
 use crate::replay::dynamodb::{DynamoContext, DynamoTarget, StoreConfig};
+use crate::replay::flags::TargetConfig;
 use crate::replay::log::LogTarget;
+use crate::replay::middleware::target::MiddlewareSession;
 use crate::replay::token::{TokenContext, TokenTarget};
 use oncecheck_model::relay::RelayModel;
 use oncecheck_model::token::TokenModel;
@@ -42,48 +47,27 @@ pub trait ReplaySession: Send + Sync + 'static {
     }
 }
 
-/// A trace loaded for this session's target: a relay trace, or a token trace for
-/// `tokened-dynamodb`.
-pub enum SessionTrace {
-    Relay(LoadedTrace<RelayModel>),
-    Token(LoadedTrace<TokenModel>),
-}
-
-impl SessionTrace {
-    /// What a successful replay of this trace shows beyond "no divergence": a counterexample of
-    /// the token model reproduced on the real table.
-    pub fn reproduction(&self) -> Option<String> {
-        match self {
-            SessionTrace::Relay(_) => None,
-            SessionTrace::Token(trace) => crate::replay::token::reproduces(trace),
-        }
-    }
-}
-
-impl crate::replay::transitions::Covered for SessionTrace {
-    fn group(&self) -> crate::replay::transitions::Group {
-        match self {
-            SessionTrace::Relay(trace) => trace.group(),
-            SessionTrace::Token(trace) => trace.group(),
-        }
-    }
-
-    fn transitions(&self) -> std::collections::BTreeSet<String> {
-        match self {
-            SessionTrace::Relay(trace) => trace.transitions(),
-            SessionTrace::Token(trace) => trace.transitions(),
-        }
-    }
-
-    fn reachable(&self) -> std::collections::BTreeSet<String> {
-        match self {
-            SessionTrace::Relay(trace) => trace.reachable(),
-            SessionTrace::Token(trace) => trace.reachable(),
-        }
-    }
-}
-
+/// The session of a run, of the family its target belongs to.
 pub enum Session {
+    Relay(RelaySession),
+    Token(TokenSession),
+    Middleware(MiddlewareSession),
+}
+
+/// Opens the run's target, of the family its configuration names; an error is one line naming
+/// what is missing or unreachable.
+pub async fn open(target: &Target, config: TargetConfig) -> Result<Session, String> {
+    match config {
+        TargetConfig::Relay(config) => RelaySession::open(target, config).await.map(Session::Relay),
+        TargetConfig::Token => TokenSession::open(target).await.map(Session::Token),
+        TargetConfig::Middleware(config) => MiddlewareSession::open(target, config)
+            .await
+            .map(Session::Middleware),
+    }
+}
+
+/// The relay family: `memory`, `sqlite`, `dynamodb[=URL]`.
+pub enum RelaySession {
     /// A locked log shared by every trace of the run: `memory` or `sqlite`.
     Log {
         store: Arc<dyn OpStore>,
@@ -91,18 +75,14 @@ pub enum Session {
         sqlite_file: Option<PathBuf>,
     },
     Dynamodb(Arc<DynamoContext>),
-    Token(Arc<TokenContext>),
 }
 
-impl Session {
-    pub async fn open(target: &Target) -> Result<Session, String> {
-        Self::open_with(target, StoreConfig::default()).await
-    }
-
-    /// Opens the target; an error is one line naming what is missing or unreachable.
-    pub async fn open_with(target: &Target, config: StoreConfig) -> Result<Session, String> {
+impl RelaySession {
+    /// Opens a relay target with the store configuration of `--store-variant`,
+    /// `--store-mutation` and `--lose-by`.
+    pub async fn open(target: &Target, config: StoreConfig) -> Result<RelaySession, String> {
         match target {
-            Target::Memory => Ok(Session::Log {
+            Target::Memory => Ok(RelaySession::Log {
                 store: Arc::new(MemoryStore::new()),
                 name: "memory",
                 sqlite_file: None,
@@ -120,64 +100,45 @@ impl Session {
                     .map_err(|error| {
                         format!("cannot open SQLite at {}: {error}", file.display())
                     })?;
-                Ok(Session::Log {
+                Ok(RelaySession::Log {
                     store: Arc::new(store),
                     name: "sqlite",
                     sqlite_file: Some(file),
                 })
             }
-            Target::TokenedDynamodb(url) => {
-                let upstream = endpoint_of("tokened-dynamodb", url)?;
-                let template = checked_template(&upstream).await?;
-                Ok(Session::Token(Arc::new(TokenContext {
-                    upstream,
-                    target: target.to_string(),
-                    token_table: true,
-                    template,
-                })))
-            }
-            Target::MiddlewareSqlite | Target::MiddlewarePostgres(_) => Err(format!(
-                "target `{target}` replays idempotency traces (crate::replay::middleware::target)"
-            )),
             Target::Dynamodb(url) => {
                 let upstream = endpoint_of("dynamodb", url)?;
                 let template = checked_template(&upstream).await?;
-                Ok(Session::Dynamodb(Arc::new(DynamoContext {
+                Ok(RelaySession::Dynamodb(Arc::new(DynamoContext {
                     upstream,
                     template,
                     target: target.to_string(),
                     config,
                 })))
             }
+            other => Err(format!("target `{other}` does not replay relay traces")),
         }
     }
 
     fn target_name(&self) -> &str {
         match self {
-            Session::Log { name, .. } => name,
-            Session::Dynamodb(context) => &context.target,
-            Session::Token(context) => &context.target,
+            RelaySession::Log { name, .. } => name,
+            RelaySession::Dynamodb(context) => &context.target,
         }
     }
+}
 
-    /// Reads a trace of the model this session's target serves.
-    pub fn load(&self, file: &Path) -> Result<SessionTrace, ReplayError> {
+impl ReplaySession for RelaySession {
+    type Trace = LoadedTrace<RelayModel>;
+
+    fn load(&self, file: &Path) -> Result<Self::Trace, ReplayError> {
+        load_for::<RelayModel>(file, self.target_name())
+    }
+
+    /// Replays one trace on a stream (and, on DynamoDB, a table and proxy) of its own.
+    async fn replay(&self, file: &Path, trace: &Self::Trace) -> Result<ReplayStats, ReplayError> {
         match self {
-            Session::Token(_) => {
-                load_for::<TokenModel>(file, self.target_name()).map(SessionTrace::Token)
-            }
-            _ => load_for::<RelayModel>(file, self.target_name()).map(SessionTrace::Relay),
-        }
-    }
-
-    /// Replays one loaded trace on a stream (and, on DynamoDB, a table and proxy) of its own.
-    pub async fn replay(
-        &self,
-        file: &Path,
-        trace: &SessionTrace,
-    ) -> Result<ReplayStats, ReplayError> {
-        match (self, trace) {
-            (Session::Log { store, name, .. }, SessionTrace::Relay(trace)) => {
+            RelaySession::Log { store, name, .. } => {
                 drive(
                     file,
                     trace,
@@ -185,25 +146,14 @@ impl Session {
                 )
                 .await
             }
-            (Session::Dynamodb(context), SessionTrace::Relay(trace)) => {
+            RelaySession::Dynamodb(context) => {
                 drive(file, trace, DynamoTarget::new(context.clone(), file)).await
             }
-            (Session::Token(context), SessionTrace::Token(trace)) => {
-                drive(file, trace, TokenTarget::new(context.clone())).await
-            }
-            // `load` answers the trace of the session's own model.
-            _ => unreachable!("a trace loaded by another session"),
         }
     }
 
-    /// Loads and replays one file.
-    pub async fn replay_file(&self, file: &Path) -> Result<ReplayStats, ReplayError> {
-        let trace = self.load(file)?;
-        self.replay(file, &trace).await
-    }
-
-    pub async fn close(self) {
-        if let Session::Log {
+    async fn close(self) {
+        if let RelaySession::Log {
             store,
             sqlite_file: Some(file),
             ..
@@ -214,6 +164,45 @@ impl Session {
                 let _ = std::fs::remove_file(format!("{}{suffix}", file.display()));
             }
         }
+    }
+}
+
+/// The token family: `tokened-dynamodb[=URL]`, token-model traces on the reliable-write client
+/// through the proxy's token table.
+pub struct TokenSession(pub Arc<TokenContext>);
+
+impl TokenSession {
+    pub async fn open(target: &Target) -> Result<TokenSession, String> {
+        let Target::TokenedDynamodb(url) = target else {
+            return Err(format!("target `{target}` does not replay token traces"));
+        };
+        let upstream = endpoint_of("tokened-dynamodb", url)?;
+        let template = checked_template(&upstream).await?;
+        Ok(TokenSession(Arc::new(TokenContext {
+            upstream,
+            target: target.to_string(),
+            token_table: true,
+            template,
+        })))
+    }
+}
+
+impl ReplaySession for TokenSession {
+    type Trace = LoadedTrace<TokenModel>;
+
+    fn load(&self, file: &Path) -> Result<Self::Trace, ReplayError> {
+        load_for::<TokenModel>(file, &self.0.target)
+    }
+
+    async fn replay(&self, file: &Path, trace: &Self::Trace) -> Result<ReplayStats, ReplayError> {
+        drive(file, trace, TokenTarget::new(self.0.clone())).await
+    }
+
+    async fn close(self) {}
+
+    /// A counterexample of the token model reproduced on the real table.
+    fn reproduction(&self, trace: &Self::Trace) -> Option<String> {
+        crate::replay::token::reproduces(trace)
     }
 }
 
@@ -246,24 +235,4 @@ async fn checked_template(upstream: &str) -> Result<aws_sdk_dynamodb::Client, St
             .client()
             .clone(),
     )
-}
-
-impl ReplaySession for Session {
-    type Trace = SessionTrace;
-
-    fn load(&self, file: &Path) -> Result<SessionTrace, ReplayError> {
-        Session::load(self, file)
-    }
-
-    async fn replay(&self, file: &Path, trace: &SessionTrace) -> Result<ReplayStats, ReplayError> {
-        Session::replay(self, file, trace).await
-    }
-
-    async fn close(self) {
-        Session::close(self).await
-    }
-
-    fn reproduction(&self, trace: &SessionTrace) -> Option<String> {
-        trace.reproduction()
-    }
 }

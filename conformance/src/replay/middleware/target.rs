@@ -21,7 +21,8 @@ use super::held_store::HeldStore;
 use super::hub::{CallKind, Hub, HubState, Received, Release};
 use super::server::{self, Server};
 use super::{
-    applicable, expected_views, BodyKind, Database, LayerBehaviour, MiddlewareView, RowView,
+    applicable, expected_view, generation_offsets, BodyKind, Database, LayerBehaviour,
+    MiddlewareView, RowView,
 };
 use crate::replay::driver::{
     drive, load_for, Fault, ReplayError, ReplayStats, ReplayTarget, Step, Target,
@@ -181,8 +182,7 @@ impl MiddlewareSession {
             Target::MiddlewarePostgres(url) => (Database::Postgres, url.clone()),
             other => return Err(format!("target `{other}` replays relay traces")),
         };
-        let flags = format!("{target}{}", config.flags());
-        let context = MiddlewareContext::open(database, url, config, flags).await?;
+        let context = MiddlewareContext::open(database, url, config, target.to_string()).await?;
         Ok(MiddlewareSession(Arc::new(context)))
     }
 }
@@ -191,14 +191,7 @@ impl ReplaySession for MiddlewareSession {
     type Trace = LoadedTrace<IdempotencyModel>;
 
     fn load(&self, file: &std::path::Path) -> Result<Self::Trace, ReplayError> {
-        let target = self
-            .0
-            .flags
-            .split(' ')
-            .next()
-            .unwrap_or_default()
-            .to_string();
-        load_for::<IdempotencyModel>(file, &target)
+        load_for::<IdempotencyModel>(file, &self.0.target)
     }
 
     async fn replay(
@@ -223,8 +216,8 @@ pub struct MiddlewareContext {
     pub postgres: Option<(String, sqlx::PgPool)>,
     /// The layer behaviour to replay against instead of the trace's variant's, and defects.
     pub config: LayerConfig,
-    /// `--target` and further flags that reproduce a replay.
-    pub flags: String,
+    /// The `--target` value, as given.
+    pub target: String,
 }
 
 impl MiddlewareContext {
@@ -233,7 +226,7 @@ impl MiddlewareContext {
         database: Database,
         url: Option<String>,
         config: LayerConfig,
-        flags: String,
+        target: String,
     ) -> Result<MiddlewareContext, String> {
         let postgres = match database {
             Database::Sqlite => None,
@@ -258,7 +251,7 @@ impl MiddlewareContext {
             database,
             postgres,
             config,
-            flags,
+            target,
         })
     }
 
@@ -286,7 +279,11 @@ pub struct MiddlewareTarget {
     database: Option<TraceDatabase>,
     server: Option<Server>,
     connections: BTreeMap<usize, tokio::task::JoinHandle<()>>,
-    views: Vec<MiddlewareView>,
+    /// Per state of the trace, what the database's generations lag the model's
+    /// (`generation_offsets`): the one part of a view the state alone does not say.
+    generation_offsets: Vec<i64>,
+    /// The variant commits its effects with the row (`atomic`): the view counts them.
+    effects: bool,
     /// The state the driver compares next (0: the initial state).
     index: usize,
     behaviour: LayerBehaviour,
@@ -315,7 +312,8 @@ impl MiddlewareTarget {
             database: None,
             server: None,
             connections: BTreeMap::new(),
-            views: Vec::new(),
+            generation_offsets: Vec::new(),
+            effects: false,
             index: 0,
             behaviour: LayerBehaviour::Fenced,
             clients: 0,
@@ -365,6 +363,11 @@ impl MiddlewareTarget {
             .clock(self.clock.clone())
             .behaviour(behaviour)
             .build()
+    }
+
+    /// The model's `state` as the database shows it, at the step the driver compares next.
+    fn view_of(&self, state: &IdempotencyState) -> MiddlewareView {
+        expected_view(state, self.generation_offsets[self.index], self.effects)
     }
 
     fn atomic(&self) -> bool {
@@ -1075,7 +1078,7 @@ impl MiddlewareTarget {
         if new.lease_expires_at == old.lease_expires_at {
             return Ok(());
         }
-        let real_generation = self.views[self.index].row.map_or(0, |row| row.generation);
+        let real_generation = self.view_of(after).row.map_or(0, |row| row.generation);
         let lease_millis = LEASE_SECS as i64 * 1000;
         let lease_ends = CLOCK_START_MILLIS + i64::from(new.lease_expires_at) * lease_millis;
         self.hub
@@ -1213,16 +1216,14 @@ impl ReplayTarget for MiddlewareTarget {
     fn expected_view(
         &self,
         _trace: &LoadedTrace<IdempotencyModel>,
-        _state: &oncecheck_model::idempotency::IdempotencyState,
+        state: &IdempotencyState,
     ) -> MiddlewareView {
-        self.views[self.index].clone()
+        self.view_of(state)
     }
 
     async fn set_up(&mut self, trace: &LoadedTrace<IdempotencyModel>) -> Result<(), Fault> {
-        self.views = expected_views(
-            &trace.path,
-            oncecheck_model::check::ModelSpec::variant(&trace.model) == "atomic",
-        );
+        self.generation_offsets = generation_offsets(&trace.path);
+        self.effects = oncecheck_model::check::ModelSpec::variant(&trace.model) == "atomic";
         self.clients = trace.path[0].0.clients.len();
         let variant = applicable(&trace.model, &trace.path, self.context.database)
             .map_err(Fault::Environment)?;
@@ -1262,6 +1263,7 @@ impl ReplayTarget for MiddlewareTarget {
         step: Step<'_, IdempotencyModel>,
     ) -> Result<(), Fault> {
         self.index = step.index + 1;
+        let after = step.after;
         match self.perform_step(step).await {
             // What the client received differs: show the state beside it, where the cause
             // usually is (the row the finalize wrote).
@@ -1276,7 +1278,7 @@ impl ReplayTarget for MiddlewareTarget {
                 };
                 Err(Fault::Diverged {
                     action,
-                    expected: format!("{expected}; state {:?}", self.views[self.index]),
+                    expected: format!("{expected}; state {:?}", self.view_of(after)),
                     actual: format!("{actual}; state {observed}"),
                 })
             }
@@ -1331,7 +1333,7 @@ impl ReplayTarget for MiddlewareTarget {
     }
 
     fn command_flags(&self) -> String {
-        self.context.flags.clone()
+        format!("{}{}", self.context.target, self.context.config.flags())
     }
 
     fn counts(&self) -> (usize, usize) {
