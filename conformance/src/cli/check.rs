@@ -6,10 +6,11 @@
 
 use super::args::CheckArgs;
 use super::bad_input;
+use crate::check::merge::Itfs;
 use crate::check::models::{self, Job};
 use crate::report::terminal::note;
 use indicatif::{ProgressBar, ProgressStyle};
-use oncecheck_model::check::{CheckOptions, SimulationOptions};
+use oncecheck_model::check::{CheckOptions, CheckReport, SimulationOptions, SpecError};
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -183,59 +184,30 @@ struct Outputs<'a> {
     junit: Option<&'a std::path::Path>,
 }
 
+/// What the checks of a run found and wrote so far.
+#[derive(Default)]
+struct Checked {
+    reports: Vec<CheckReport>,
+    /// Per report of a sharded run, the ITF trace behind each of its traces.
+    shard_itfs: Vec<Itfs>,
+    /// The reports with an HTML page, for the index.
+    html_reports: Vec<CheckReport>,
+    diagrams_written: usize,
+}
+
+/// Checks every job, writing each one's outputs as it ends, then what spans the run (the
+/// reach over every run, the JUnit report, the JSON document or the summary line).
 fn run_checks(
     jobs: &[Job],
     options: &CheckOptions,
     simulation: Option<&SimulationOptions>,
     outputs: &Outputs,
 ) -> ExitCode {
-    let (json, diagrams, html) = (outputs.json, outputs.diagrams, outputs.html);
     let run = crate::report::run_info::RunInfo::now();
     let mut all_match = true;
-    let mut reports = Vec::new();
-    let mut shard_itfs = Vec::new();
-    let mut html_reports = Vec::new();
-    let mut diagrams_written = 0usize;
-    let stdout = std::io::stdout();
+    let mut checked = Checked::default();
     for job in jobs {
-        let bar = ProgressBar::new_spinner();
-        bar.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("a valid template"));
-        bar.enable_steady_tick(Duration::from_millis(120));
-        let label = match job.bound_set {
-            Some(set) => format!("{}/{} (bound set `{set}`)", job.model, job.variant),
-            None => format!("{}/{}", job.model, job.variant),
-        };
-        let mut last = (0usize, Duration::ZERO);
-        let mut on_progress = |progress: oncecheck_model::check::Progress| {
-            // The liveness exploration, which follows the safety search, counts from zero again.
-            let rate = progress.states.saturating_sub(last.0) as f64
-                / progress
-                    .elapsed
-                    .saturating_sub(last.1)
-                    .as_secs_f64()
-                    .max(1e-3);
-            last = (progress.states, progress.elapsed);
-            bar.set_message(format!(
-                "{label}: {} states, {} unique, {:.0} states/s, depth {}",
-                progress.states, progress.unique_states, rate, progress.max_depth
-            ));
-        };
-        let report = match (simulation, options.shard) {
-            (_, Some(_)) => {
-                crate::check::merge::run_shard(job, options, simulation, &mut on_progress).map(
-                    |(report, itfs)| {
-                        shard_itfs.push(itfs);
-                        report
-                    },
-                )
-            }
-            (Some(simulation), None) => {
-                models::simulate_job(job, options, simulation, &mut on_progress)
-            }
-            (None, None) => models::run_job(job, options, &mut on_progress),
-        };
-        bar.finish_and_clear();
-        let report = match report {
+        let report = match check_job(job, options, simulation, &mut checked.shard_itfs) {
             Ok(report) => report,
             Err(error) => return bad_input(error),
         };
@@ -245,71 +217,144 @@ fn run_checks(
         if let Some(line) = models::stop_line(&report) {
             note(line);
         }
-        // Pages and diagrams are one per (model, variant): the CI bounds' run.
-        let diagrams = diagrams.filter(|_| job.bound_set.is_none());
-        let html = html.filter(|_| job.bound_set.is_none());
-        if let Some(directory) = diagrams {
-            match models::write_diagrams(&report, directory) {
-                Ok(files) => diagrams_written += files.len(),
-                Err(error) => {
-                    return bad_input(format!(
-                        "cannot write diagrams to {}: {error}",
-                        directory.display()
-                    ))
-                }
-            }
+        if let Err(message) = write_job_outputs(job, &report, outputs, &run, &mut checked) {
+            return bad_input(message);
         }
-        if let Some(directory) = html {
-            let written = models::page_detail(job, &report).map(|detail| {
-                html_reports.push(report.clone());
-                crate::report::html::write_page(directory, &report, &detail).and_then(|_| {
-                    crate::report::html::write_index(
-                        directory,
-                        &html_reports.iter().collect::<Vec<_>>(),
-                        &run,
-                    )
-                })
-            });
-            match written {
-                Ok(Ok(_)) => {}
-                Ok(Err(error)) => {
-                    return bad_input(format!(
-                        "cannot write the HTML report to {}: {error}",
-                        directory.display()
-                    ))
-                }
-                Err(error) => return bad_input(error),
-            }
-        }
-        if !json {
-            let mut out = stdout.lock();
-            let written = match models::bound_set_of(job) {
-                Some(set) => writeln!(
-                    out,
-                    "bound set `{}` of {}/{} (for the reach of {}):",
-                    set.name,
-                    job.model,
-                    job.variant,
-                    set.reaches.join(", ")
-                ),
-                None => Ok(()),
-            }
-            .and_then(|_| models::write_human(&report, &mut out))
-            .and_then(|_| {
-                crate::check::reach::run_lines(&report)
-                    .iter()
-                    .try_for_each(|line| writeln!(out, "{line}"))
-            });
-            if let Err(error) = written {
+        if !outputs.json {
+            if let Err(error) = write_text_report(job, &report) {
                 return bad_input(format!("cannot write the report: {error}"));
             }
         }
-        reports.push(report);
+        checked.reports.push(report);
     }
-    let runs: Vec<_> = jobs.iter().zip(&reports).collect();
-    if !json && simulation.is_none() {
+    if let Err(message) = finish_run(jobs, checked, options, simulation, outputs) {
+        return bad_input(message);
+    }
+    if all_match {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    }
+}
+
+/// One job's check (exhaustive, simulated, or a shard), with a spinner naming its progress; a
+/// shard's traces as ITF go to `shard_itfs`.
+fn check_job(
+    job: &Job,
+    options: &CheckOptions,
+    simulation: Option<&SimulationOptions>,
+    shard_itfs: &mut Vec<Itfs>,
+) -> Result<CheckReport, SpecError> {
+    let bar = ProgressBar::new_spinner();
+    bar.set_style(ProgressStyle::with_template("{spinner} {msg}").expect("a valid template"));
+    bar.enable_steady_tick(Duration::from_millis(120));
+    let label = match job.bound_set {
+        Some(set) => format!("{}/{} (bound set `{set}`)", job.model, job.variant),
+        None => format!("{}/{}", job.model, job.variant),
+    };
+    let mut last = (0usize, Duration::ZERO);
+    let mut on_progress = |progress: oncecheck_model::check::Progress| {
+        // The liveness exploration, which follows the safety search, counts from zero again.
+        let rate = progress.states.saturating_sub(last.0) as f64
+            / progress
+                .elapsed
+                .saturating_sub(last.1)
+                .as_secs_f64()
+                .max(1e-3);
+        last = (progress.states, progress.elapsed);
+        bar.set_message(format!(
+            "{label}: {} states, {} unique, {:.0} states/s, depth {}",
+            progress.states, progress.unique_states, rate, progress.max_depth
+        ));
+    };
+    let report = match (simulation, options.shard) {
+        (_, Some(_)) => crate::check::merge::run_shard(job, options, simulation, &mut on_progress)
+            .map(|(report, itfs)| {
+                shard_itfs.push(itfs);
+                report
+            }),
+        (Some(simulation), None) => {
+            models::simulate_job(job, options, simulation, &mut on_progress)
+        }
+        (None, None) => models::run_job(job, options, &mut on_progress),
+    };
+    bar.finish_and_clear();
+    report
+}
+
+/// A job's diagrams and HTML page, with the index over every page so far. Pages and diagrams
+/// are one per (model, variant): the CI bounds' run, not a bound set's.
+fn write_job_outputs(
+    job: &Job,
+    report: &CheckReport,
+    outputs: &Outputs,
+    run: &crate::report::run_info::RunInfo,
+    checked: &mut Checked,
+) -> Result<(), String> {
+    let diagrams = outputs.diagrams.filter(|_| job.bound_set.is_none());
+    let html = outputs.html.filter(|_| job.bound_set.is_none());
+    if let Some(directory) = diagrams {
+        let files = models::write_diagrams(report, directory).map_err(|error| {
+            format!("cannot write diagrams to {}: {error}", directory.display())
+        })?;
+        checked.diagrams_written += files.len();
+    }
+    if let Some(directory) = html {
+        let detail = models::page_detail(job, report).map_err(|error| error.to_string())?;
+        checked.html_reports.push(report.clone());
+        crate::report::html::write_page(directory, report, &detail)
+            .and_then(|_| {
+                crate::report::html::write_index(
+                    directory,
+                    &checked.html_reports.iter().collect::<Vec<_>>(),
+                    run,
+                )
+            })
+            .map_err(|error| {
+                format!(
+                    "cannot write the HTML report to {}: {error}",
+                    directory.display()
+                )
+            })?;
+    }
+    Ok(())
+}
+
+/// A job's human report on stdout: its bound set, its verdicts, the reaches it left unreached.
+fn write_text_report(job: &Job, report: &CheckReport) -> std::io::Result<()> {
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if let Some(set) = models::bound_set_of(job) {
+        writeln!(
+            out,
+            "bound set `{}` of {}/{} (for the reach of {}):",
+            set.name,
+            job.model,
+            job.variant,
+            set.reaches.join(", ")
+        )?;
+    }
+    models::write_human(report, &mut out)?;
+    crate::check::reach::run_lines(report)
+        .iter()
+        .try_for_each(|line| writeln!(out, "{line}"))
+}
+
+/// What spans the run: the reach over every run (text, exhaustive), the JUnit report and the
+/// notes of what was written, then the JSON document or the summary line.
+fn finish_run(
+    jobs: &[Job],
+    checked: Checked,
+    options: &CheckOptions,
+    simulation: Option<&SimulationOptions>,
+    outputs: &Outputs,
+) -> Result<(), String> {
+    let cannot_write = |error: std::io::Error| format!("cannot write the report: {error}");
+    let runs: Vec<_> = jobs.iter().zip(&checked.reports).collect();
+    let stdout = std::io::stdout();
+    if !outputs.json && simulation.is_none() {
         let mut out = stdout.lock();
-        let written = writeln!(
+        writeln!(
             out,
             "\nreach over every run (CI bounds and bound sets): the sometimes partners of each always"
         )
@@ -317,43 +362,41 @@ fn run_checks(
             crate::check::reach::summary_lines(&runs)
                 .iter()
                 .try_for_each(|line| writeln!(out, "  {line}"))
-        });
-        if let Err(error) = written {
-            return bad_input(format!("cannot write the report: {error}"));
-        }
+        })
+        .map_err(cannot_write)?;
     }
-    if let Err(message) = finish_outputs(&reports, outputs, diagrams_written, html_reports.len()) {
-        return bad_input(message);
-    }
-    if json {
+    finish_outputs(
+        &checked.reports,
+        outputs,
+        checked.diagrams_written,
+        checked.html_reports.len(),
+    )?;
+    if outputs.json {
         let mut out = stdout.lock();
         let mut document = if options.shard.is_some() {
-            let pairs: Vec<_> = reports.iter().cloned().zip(shard_itfs).collect();
+            let pairs: Vec<_> = checked
+                .reports
+                .iter()
+                .cloned()
+                .zip(checked.shard_itfs)
+                .collect();
             crate::check::merge::shard_document(&pairs)
         } else {
-            models::json_document(&reports)
+            models::json_document(&checked.reports)
         };
         crate::check::reach::annotate(&mut document, &runs);
-        let written = serde_json::to_writer(&mut out, &document)
+        serde_json::to_writer(&mut out, &document)
             .map_err(std::io::Error::from)
-            .and_then(|_| writeln!(out));
-        if let Err(error) = written {
-            return bad_input(format!("cannot write the report: {error}"));
-        }
+            .and_then(|_| writeln!(out))
+            .map_err(cannot_write)
     } else {
-        let outcomes: Vec<_> = reports
+        let outcomes: Vec<_> = checked
+            .reports
             .iter()
             .map(|report| (report, crate::check::model_facts::outcome_of(report)))
             .collect();
         let summary = crate::report::verdict_words::summary(&outcomes);
-        if let Err(error) = writeln!(stdout.lock(), "{summary}") {
-            return bad_input(format!("cannot write the report: {error}"));
-        }
-    }
-    if all_match {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
+        writeln!(stdout.lock(), "{summary}").map_err(cannot_write)
     }
 }
 

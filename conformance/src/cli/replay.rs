@@ -14,6 +14,7 @@ use crate::replay::driver::{ReplayError, ReplayStats, Target};
 use crate::replay::flags::{ReplayFlags, TargetConfig};
 use crate::replay::runner::{check_jobs, replay_all, Outcomes};
 use crate::replay::session::{self, ReplaySession, Session};
+use crate::replay::transitions::GroupCoverage;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -109,6 +110,16 @@ pub fn run(
     ))
 }
 
+/// One run's inputs, as `run_session` and its parts need them.
+struct Run<'a> {
+    files: &'a [PathBuf],
+    target: &'a Target,
+    only_replayable: bool,
+    jobs: usize,
+    started: Instant,
+    outputs: &'a Outputs,
+}
+
 async fn run_all(
     files: &[PathBuf],
     target: &Target,
@@ -117,7 +128,14 @@ async fn run_all(
     jobs: usize,
     outputs: &Outputs,
 ) -> ExitCode {
-    let started = Instant::now();
+    let run = Run {
+        files,
+        target,
+        only_replayable,
+        jobs,
+        started: Instant::now(),
+        outputs,
+    };
     let session = match session::open(target, config).await {
         Ok(session) => session,
         Err(detail) => {
@@ -126,56 +144,76 @@ async fn run_all(
         }
     };
     match session {
-        Session::Relay(session) => {
-            run_session(
-                Arc::new(session),
-                files,
-                target,
-                only_replayable,
-                jobs,
-                started,
-                outputs,
-            )
-            .await
-        }
-        Session::Token(session) => {
-            run_session(
-                Arc::new(session),
-                files,
-                target,
-                only_replayable,
-                jobs,
-                started,
-                outputs,
-            )
-            .await
-        }
-        Session::Middleware(session) => {
-            run_session(
-                Arc::new(session),
-                files,
-                target,
-                only_replayable,
-                jobs,
-                started,
-                outputs,
-            )
-            .await
-        }
+        Session::Relay(session) => run_session(Arc::new(session), &run).await,
+        Session::Token(session) => run_session(Arc::new(session), &run).await,
+        Session::Middleware(session) => run_session(Arc::new(session), &run).await,
     }
 }
 
-#[allow(clippy::too_many_arguments)]
-async fn run_session<S: ReplaySession>(
-    session: Arc<S>,
+/// Loads every file, replays the traces, prints a line per trace in the order given, the
+/// summary and the coverage, and writes `--junit` and `--summary-json`.
+async fn run_session<S: ReplaySession>(session: Arc<S>, run: &Run<'_>) -> ExitCode {
+    let Some(traces) = load_every_file(session.as_ref(), run.files) else {
+        close(session).await;
+        return ExitCode::from(2);
+    };
+    // The reachable transitions of every (model, variant, bounds) first: one search each.
+    for group in traces
+        .iter()
+        .map(|(_, trace)| crate::replay::transitions::Covered::group(trace))
+        .collect::<std::collections::BTreeSet<_>>()
+    {
+        eprintln!("oncecheck: searching the transitions reachable in {group}");
+    }
+    let plan = crate::replay::transitions::Plan::of(traces.iter().map(|(_, trace)| trace));
+    let reproductions: BTreeMap<PathBuf, String> = traces
+        .iter()
+        .filter_map(|(file, trace)| Some((file.clone(), session.reproduction(trace)?)))
+        .collect();
+    let outcomes = replay_all(session.clone(), traces, run.jobs, |file, result| {
+        print_outcome(file, result, run.only_replayable, &reproductions)
+    })
+    .await;
+    let tally = Tally::of(&outcomes, run.only_replayable);
+    close(session).await;
+    let seconds = run.started.elapsed().as_secs_f64();
+    if let Some(file) = run.outputs.junit.as_deref() {
+        if let Err(status) = write_junit(file, run.target, run.only_replayable, &outcomes, seconds)
+        {
+            return status;
+        }
+    }
+    println!(
+        "replayed {} of {} traces against {} ({} at a time): {} steps, {} requests, {} lost responses, {seconds:.2}s, {} diverged, {} environment failures, {} rejected, {} not applicable to this target",
+        tally.replayed,
+        run.files.len(),
+        run.target,
+        run.jobs,
+        tally.totals.steps,
+        tally.totals.requests,
+        tally.totals.lost_responses,
+        tally.diverged,
+        tally.environment,
+        tally.refused,
+        tally.not_applicable,
+    );
+    let coverage = plan.measure(|index| outcomes[index].1.is_ok());
+    print_coverage(&coverage, run.target);
+    if let Some(file) = &run.outputs.summary_json {
+        if let Err(status) = write_summary(file, run, &tally, &coverage) {
+            return status;
+        }
+    }
+    tally.exit_code()
+}
+
+/// Every file loaded as a trace of the session's model, in the order given; `None` (each
+/// failure said on stderr) when one is not: bad input stops the run before anything is
+/// replayed.
+fn load_every_file<S: ReplaySession>(
+    session: &S,
     files: &[PathBuf],
-    target: &Target,
-    only_replayable: bool,
-    jobs: usize,
-    started: Instant,
-    outputs: &Outputs,
-) -> ExitCode {
-    // Every file first: bad input stops the run before anything is replayed.
+) -> Option<Vec<(PathBuf, S::Trace)>> {
     let mut traces = Vec::with_capacity(files.len());
     let mut unusable = 0usize;
     for file in files {
@@ -192,26 +230,19 @@ async fn run_session<S: ReplaySession>(
             "oncecheck: {unusable} of {} files are not usable traces; nothing was replayed",
             files.len()
         );
-        close(session).await;
-        return ExitCode::from(2);
+        return None;
     }
-    // The reachable transitions of every (model, variant, bounds) first: one search each.
-    for group in traces
-        .iter()
-        .map(|(_, trace)| crate::replay::transitions::Covered::group(trace))
-        .collect::<std::collections::BTreeSet<_>>()
-    {
-        eprintln!("oncecheck: searching the transitions reachable in {group}");
-    }
-    let plan = crate::replay::transitions::Plan::of(traces.iter().map(|(_, trace)| trace));
-    let reproductions: BTreeMap<PathBuf, String> = traces
-        .iter()
-        .filter_map(|(file, trace)| Some((file.clone(), session.reproduction(trace)?)))
-        .collect();
-    let mut totals = ReplayStats::default();
-    let (mut replayed, mut refused, mut diverged, mut not_applicable, mut environment) =
-        (0usize, 0usize, 0usize, 0usize, 0usize);
-    let outcomes = replay_all(session.clone(), traces, jobs, |file, result| match result {
+    Some(traces)
+}
+
+/// One trace's line: `ok` (with what it reproduced), `n/a`, `FAIL`, or bad input on stderr.
+fn print_outcome(
+    file: &Path,
+    result: &Result<ReplayStats, ReplayError>,
+    only_replayable: bool,
+    reproductions: &BTreeMap<PathBuf, String>,
+) {
+    match result {
         Ok(stats) => println!(
             "ok   {} ({} steps, {} requests, {} lost responses){}",
             file.display(),
@@ -230,39 +261,67 @@ async fn run_session<S: ReplaySession>(
             eprintln!("oncecheck: {error}")
         }
         Err(error) => println!("FAIL {error}"),
-    })
-    .await;
-    for (_, result) in &outcomes {
-        match result {
-            Ok(stats) => {
-                replayed += 1;
-                totals.steps += stats.steps;
-                totals.requests += stats.requests;
-                totals.lost_responses += stats.lost_responses;
+    }
+}
+
+/// The run's counts: traces by outcome, and the steps, requests and lost responses of those
+/// replayed.
+struct Tally {
+    totals: ReplayStats,
+    replayed: usize,
+    refused: usize,
+    diverged: usize,
+    not_applicable: usize,
+    environment: usize,
+}
+
+impl Tally {
+    fn of(outcomes: &Outcomes, only_replayable: bool) -> Tally {
+        let mut tally = Tally {
+            totals: ReplayStats::default(),
+            replayed: 0,
+            refused: 0,
+            diverged: 0,
+            not_applicable: 0,
+            environment: 0,
+        };
+        for (_, result) in outcomes {
+            match result {
+                Ok(stats) => {
+                    tally.replayed += 1;
+                    tally.totals.steps += stats.steps;
+                    tally.totals.requests += stats.requests;
+                    tally.totals.lost_responses += stats.lost_responses;
+                }
+                Err(ReplayError::NotApplicable { .. }) if only_replayable => {
+                    tally.not_applicable += 1
+                }
+                Err(ReplayError::Load(_) | ReplayError::NotApplicable { .. }) => tally.refused += 1,
+                Err(ReplayError::Environment { .. }) => tally.environment += 1,
+                Err(ReplayError::Diverged(_)) => tally.diverged += 1,
             }
-            Err(ReplayError::NotApplicable { .. }) if only_replayable => not_applicable += 1,
-            Err(ReplayError::Load(_) | ReplayError::NotApplicable { .. }) => refused += 1,
-            Err(ReplayError::Environment { .. }) => environment += 1,
-            Err(ReplayError::Diverged(_)) => diverged += 1,
+        }
+        tally
+    }
+
+    /// 1 on a divergence or an environment failure, 2 on a trace refused, else 0.
+    fn exit_code(&self) -> ExitCode {
+        if self.diverged > 0 || self.environment > 0 {
+            ExitCode::from(1)
+        } else if self.refused > 0 {
+            ExitCode::from(2)
+        } else {
+            ExitCode::SUCCESS
         }
     }
-    close(session).await;
-    let seconds = started.elapsed().as_secs_f64();
-    if let Some(file) = outputs.junit.as_deref() {
-        if let Err(status) = write_junit(file, target, only_replayable, &outcomes, seconds) {
-            return status;
-        }
-    }
-    println!(
-        "replayed {replayed} of {} traces against {target} ({jobs} at a time): {} steps, {} requests, {} lost responses, {:.2}s, {diverged} diverged, {environment} environment failures, {refused} rejected, {not_applicable} not applicable to this target",
-        files.len(),
-        totals.steps,
-        totals.requests,
-        totals.lost_responses,
-        seconds
-    );
-    let coverage = plan.measure(|index| outcomes[index].1.is_ok());
-    for group in &coverage {
+}
+
+/// Per (model, variant, bounds), the transitions driven of those reachable, and the first of
+/// those not driven.
+fn print_coverage(coverage: &[GroupCoverage], target: &Target) {
+    // The summary JSON lists all of them; a long list of another variant's is cut here.
+    const LISTED_MAX: usize = 8;
+    for group in coverage {
         if group.traces == 0 {
             // Not applicable here, or diverged (said above): nothing drove its transitions.
             println!("coverage {} on {target}: no conforming trace", group.group);
@@ -272,8 +331,6 @@ async fn run_session<S: ReplaySession>(
             "{}",
             crate::replay::transitions::line(group, &target.to_string())
         );
-        // The summary JSON lists all of them; a long list of another variant's is cut here.
-        const LISTED_MAX: usize = 8;
         for label in group.missing.iter().take(LISTED_MAX) {
             println!("  not driven: {label}");
         }
@@ -287,41 +344,41 @@ async fn run_session<S: ReplaySession>(
             println!("  driven but not reachable at these bounds: {label}");
         }
     }
-    if let Some(file) = &outputs.summary_json {
-        let document = serde_json::json!({
-            "schema": crate::replay::transitions::SUMMARY_JSON_SCHEMA,
-            "target": target.to_string(),
-            "target_kind": target.kind(),
-            "ok": diverged == 0 && environment == 0 && refused == 0,
-            "traces": {
-                "given": files.len(),
-                "replayed": replayed,
-                "diverged": diverged,
-                "environment_failures": environment,
-                "rejected": refused,
-                "not_applicable": not_applicable,
-            },
-            "steps": totals.steps,
-            "requests": totals.requests,
-            "lost_responses": totals.lost_responses,
-            "coverage": coverage,
-        });
-        let text = serde_json::to_string_pretty(&document).expect("the summary serializes") + "\n";
-        if let Err(error) = std::fs::write(file, text) {
-            eprintln!(
-                "oncecheck: cannot write the summary to {}: {error}",
-                file.display()
-            );
-            return ExitCode::from(2);
-        }
-    }
-    if diverged > 0 || environment > 0 {
-        ExitCode::from(1)
-    } else if refused > 0 {
+}
+
+/// Writes `--summary-json FILE`: the run's counts and coverage; an unwritable file is exit 2.
+fn write_summary(
+    file: &Path,
+    run: &Run<'_>,
+    tally: &Tally,
+    coverage: &[GroupCoverage],
+) -> Result<(), ExitCode> {
+    let document = serde_json::json!({
+        "schema": crate::replay::transitions::SUMMARY_JSON_SCHEMA,
+        "target": run.target.to_string(),
+        "target_kind": run.target.kind(),
+        "ok": tally.diverged == 0 && tally.environment == 0 && tally.refused == 0,
+        "traces": {
+            "given": run.files.len(),
+            "replayed": tally.replayed,
+            "diverged": tally.diverged,
+            "environment_failures": tally.environment,
+            "rejected": tally.refused,
+            "not_applicable": tally.not_applicable,
+        },
+        "steps": tally.totals.steps,
+        "requests": tally.totals.requests,
+        "lost_responses": tally.totals.lost_responses,
+        "coverage": coverage,
+    });
+    let text = serde_json::to_string_pretty(&document).expect("the summary serializes") + "\n";
+    std::fs::write(file, text).map_err(|error| {
+        eprintln!(
+            "oncecheck: cannot write the summary to {}: {error}",
+            file.display()
+        );
         ExitCode::from(2)
-    } else {
-        ExitCode::SUCCESS
-    }
+    })
 }
 
 /// Writes `--junit FILE` (a test case per trace) and says so; an unwritable file is exit 2.
