@@ -550,6 +550,37 @@ fn http_get(port: u16, path: &str) -> Option<String> {
         .map(|(_, body)| body.to_string())
 }
 
+/// The status bar says which protocol the Explorer shows, not the model's Rust type.
+#[test]
+fn the_explorers_status_names_the_protocol_and_its_variant() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut explorer = Command::new(env!("CARGO_BIN_EXE_oncecheck"))
+        .args(["explore", "relay", "--port", &port.to_string()])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut body = None;
+    for _ in 0..100 {
+        body = http_get(port, "/.status");
+        if body.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    explorer.kill().unwrap();
+    explorer.wait().unwrap();
+    let body = body.expect("the Explorer answers");
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status["model"], "relay append (fixed)", "{body}");
+    assert!(status["properties"]
+        .as_array()
+        .is_some_and(|properties| !properties.is_empty()));
+}
+
 #[test]
 fn the_explorer_speaks_the_clis_words_and_shows_variant_bounds_and_expectations() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")

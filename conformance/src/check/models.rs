@@ -216,8 +216,8 @@ pub fn run_job(
 /// reviewer needs next to the Explorer: its address, the variant, the bounds and each property's
 /// expectation (the Explorer itself lists properties without them).
 ///
-/// A port that cannot be bound is an error value: stateright's server panics on it, so the port
-/// is tried first and released just before the Explorer binds it.
+/// A port that cannot be bound is an error value: the front (`explorer.rs`) binds it, and the
+/// Explorer serves behind it on a loopback port of its own.
 pub fn explore(job: &Job, address: &str, banner: &mut dyn FnMut(String)) -> Result<(), String> {
     with_model!(
         job.model,
@@ -225,10 +225,11 @@ pub fn explore(job: &Job, address: &str, banner: &mut dyn FnMut(String)) -> Resu
             let bounds = M::resolve_bounds(job.variant, &job.overrides)
                 .map_err(|error| error.to_string())?;
             let model = M::build(job.variant, &bounds).map_err(|error| error.to_string())?;
-            let probe = std::net::TcpListener::bind(address).map_err(|error| {
-                format!("cannot serve the Explorer on {address}: {error} (choose another --port)")
-            })?;
-            drop(probe);
+            // The status bar names the protocol, not the model's Rust type.
+            let protocol = crate::check::variants::protocol(job.model).unwrap_or(job.model);
+            let title = format!("{protocol} ({})", job.variant);
+            let front = crate::check::explorer::Front::bind(address, title)?;
+            let explorer = crate::check::explorer::loopback_address()?;
             banner(format!(
                 "Explorer for {}/{} on http://{address}/ (ctrl-c to stop)",
                 job.model, job.variant
@@ -241,9 +242,12 @@ pub fn explore(job: &Job, address: &str, banner: &mut dyn FnMut(String)) -> Resu
                     def.name
                 ));
             }
-            use stateright::Model;
-            // `serve` blocks until the web server stops.
-            let _checker = model.checker().serve(address);
+            std::thread::spawn(move || {
+                use stateright::Model;
+                // `serve` blocks until the web server stops.
+                let _checker = model.checker().serve(explorer);
+            });
+            front.serve(explorer);
             Ok(())
         },
         Err(unknown_model(job.model).to_string())

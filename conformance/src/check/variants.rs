@@ -136,6 +136,22 @@ pub fn design_variant(model: &str) -> Option<&'static str> {
         .map(|note| note.variant)
 }
 
+/// Every model's protocol, as its spec names it: what the Explorer's status bar says in place of
+/// the model's Rust type.
+const PROTOCOLS: &[(&str, &str)] = &[
+    ("relay", "relay append"),
+    ("idempotency", "Idempotency-Key middleware"),
+    ("token", "tokened writes"),
+];
+
+/// The protocol `model` checks, as its spec names it.
+pub fn protocol(model: &str) -> Option<&'static str> {
+    PROTOCOLS
+        .iter()
+        .find(|(name, _)| *name == model)
+        .map(|(_, protocol)| *protocol)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -180,5 +196,13 @@ mod tests {
             NOTES.len(),
             "no note for a variant that does not exist"
         );
+    }
+
+    #[test]
+    fn every_model_names_its_protocol() {
+        for model in crate::check::models::MODEL_NAMES {
+            assert!(protocol(model).is_some(), "{model} names its protocol");
+        }
+        assert_eq!(PROTOCOLS.len(), crate::check::models::MODEL_NAMES.len());
     }
 }
