@@ -8,10 +8,11 @@
 //! Run: `cargo bench -p oncecheck-conformance --bench middleware` (add `-- JOBS...` to choose
 //! the job counts; default 1 and 4).
 
-use oncecheck_conformance::replay::{ReplayError, Target};
-use oncecheck_conformance::replay_command::{replay_all, ReplaySession};
-use oncecheck_conformance::replay_middleware::target::{LayerConfig, MiddlewareSession};
-use oncecheck_conformance::traces::{write_walks, MIDDLEWARE_CORPUS_DIR};
+use oncecheck_conformance::check::traces::{write_walks, MIDDLEWARE_CORPUS_DIR};
+use oncecheck_conformance::replay::driver::{ReplayError, Target};
+use oncecheck_conformance::replay::middleware::target::{LayerConfig, MiddlewareSession};
+use oncecheck_conformance::replay::runner::replay_all;
+use oncecheck_conformance::replay::session::ReplaySession;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;

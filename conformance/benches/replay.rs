@@ -5,9 +5,10 @@
 //! `-- JOBS...` to choose the job counts; default 1 and 4). Only replayed traces count towards
 //! traces/s: a trace a target cannot show is refused before it runs and is counted apart.
 
-use oncecheck_conformance::replay::{ReplayError, Target};
-use oncecheck_conformance::replay_command::replay_all;
-use oncecheck_conformance::replay_session::Session;
+use oncecheck_conformance::replay::driver::{ReplayError, Target};
+use oncecheck_conformance::replay::dynamodb::StoreConfig;
+use oncecheck_conformance::replay::runner::replay_all;
+use oncecheck_conformance::replay::session::{RelaySession, ReplaySession};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Instant;
@@ -25,7 +26,7 @@ fn corpus(walks: &Path) -> Vec<PathBuf> {
         .filter(|path| path.to_string_lossy().ends_with(".itf.json"))
         .collect();
     files.extend(
-        oncecheck_conformance::traces::write_walks(&directory, walks)
+        oncecheck_conformance::check::traces::write_walks(&directory, walks)
             .expect("the manifest's walks"),
     );
     files.sort();
@@ -33,7 +34,7 @@ fn corpus(walks: &Path) -> Vec<PathBuf> {
 }
 
 async fn measure(target: Target, files: &[PathBuf], jobs: usize) {
-    let session = match Session::open(&target).await {
+    let session = match RelaySession::open(&target, StoreConfig::default()).await {
         Ok(session) => Arc::new(session),
         Err(error) => {
             println!("{target}: not measured ({error})");

@@ -2,47 +2,32 @@
 //! reports and trace files — and, behind the `replay` feature, the DynamoDB proxy and trace
 //! replay against the real implementations.
 //!
+//! Rooms by job: `check/` the model side (the model registry, checks, shards, trace files and
+//! the corpus), `report/` everything a run writes for people and tools (text words, HTML, SVG,
+//! JUnit, the terminal), `replay/` the replay driver, its targets and its sessions, `proxy/` the
+//! DynamoDB proxy the replays talk through, `soak/` the soaks, `cli/` the subcommands
+//! (`bin/oncecheck.rs` only parses and dispatches), `probe.rs` DynamoDB semantics probed.
+//!
 //! Invariants: this is the only crate that depends on both the model and the implementations;
 //! without `replay` it depends on no implementation (no AWS SDK, no sqlx, no aws-lc), so the
-//! main job builds the model checker only.
+//! main job builds the model checker only. Dependencies point down the rooms: `cli` uses the
+//! others, `replay` uses `proxy`, `check` and `report`, `report` and `check` use each other's
+//! words only; nothing imports `cli`.
 
-pub mod action_names;
+pub mod check;
+pub mod cli;
 #[cfg(all(test, feature = "replay"))]
 mod counting_upstream;
-pub mod diagram;
-pub mod implemented;
-pub mod junit;
-pub mod merge;
-pub mod model_facts;
-pub mod models;
 #[cfg(feature = "replay")]
 pub mod probe;
 #[cfg(feature = "replay")]
 pub mod proxy;
-pub mod reach;
-#[cfg(feature = "replay")]
 pub mod replay;
-#[cfg(feature = "replay")]
-pub mod replay_command;
-#[cfg(feature = "replay")]
-pub mod replay_dynamodb;
-#[cfg(feature = "replay")]
-pub mod replay_flags;
-#[cfg(feature = "replay")]
-pub mod replay_junit;
-#[cfg(feature = "replay")]
-pub mod replay_log;
-pub mod replay_middleware;
-#[cfg(feature = "replay")]
-pub mod replay_session;
-#[cfg(feature = "replay")]
-pub mod replay_token;
 pub mod report;
-pub mod run_info;
 pub mod soak;
-pub mod spill;
-pub mod terminal;
-pub mod traces;
-pub mod transitions;
-pub mod variants;
-pub mod verdict_words;
+
+// The crate-root paths that the body of `report::html::page` still names: h-split splits that
+// function in another branch at the same time, and rewriting lines inside it here would make the
+// two branches conflict. Once both are merged, rewrite those three paths and delete these lines.
+pub(crate) use check::{action_names, model_facts};
+pub(crate) use report::verdict_words;

@@ -8,7 +8,9 @@
 //! - the proxy is the only way replays reach DynamoDB: every store a replay builds points at a
 //!   proxy listener, and no replay file builds an SDK client of its own;
 //! - coverage's list of every model's action kinds (`action_names.rs`) is exactly the variants
-//!   of the model's `Action` enum.
+//!   of the model's `Action` enum;
+//! - the proxy's files import each other downward only (no cycle), and no module of the crate
+//!   imports the command line (`cli/`).
 
 use std::path::{Path, PathBuf};
 
@@ -218,9 +220,9 @@ fn coverage_lists_exactly_each_models_declared_actions() {
         let declared = declared_actions(model);
         assert!(declared.len() >= 8, "{model}: {declared:?}");
         assert_eq!(
-            oncecheck_conformance::action_names::of(model),
+            oncecheck_conformance::check::action_names::of(model),
             declared,
-            "conformance/src/action_names.rs lists {model}'s actions as model/src declares them"
+            "conformance/src/check/action_names.rs lists {model}'s actions as model/src declares them"
         );
     }
 }
@@ -263,22 +265,32 @@ fn only_conformance_depends_on_the_model_and_an_implementation() {
     );
 }
 
+/// Every `.rs` file under `directory`, recursively, sorted.
+fn rust_files(directory: &Path) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    for entry in std::fs::read_dir(directory).unwrap() {
+        let path = entry.unwrap().path();
+        if path.is_dir() {
+            files.extend(rust_files(&path));
+        } else if path.extension().is_some_and(|extension| extension == "rs") {
+            files.push(path);
+        }
+    }
+    files.sort();
+    files
+}
+
 #[test]
 fn replays_reach_dynamodb_only_through_the_proxy() {
     let source = root().join("conformance/src");
-    let mut replay_files: Vec<PathBuf> = std::fs::read_dir(&source)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        // Files only: the middleware target's directory (replay_middleware/) reaches no DynamoDB.
-        .filter(|path| path.is_file())
-        .filter(|path| {
-            path.file_name()
-                .and_then(|name| name.to_str())
-                .is_some_and(|name| name.starts_with("replay"))
-        })
+    // The replay room and the replay command; the middleware targets (replay/middleware/) reach
+    // no DynamoDB.
+    let mut replay_files: Vec<PathBuf> = rust_files(&source.join("replay"))
+        .into_iter()
+        .filter(|path| !path.starts_with(source.join("replay/middleware")))
         .collect();
-    replay_files.sort();
-    assert!(replay_files.len() >= 4, "{replay_files:?}");
+    replay_files.push(source.join("cli/replay.rs"));
+    assert!(replay_files.len() >= 8, "{replay_files:?}");
     let mut stores = 0;
     for file in &replay_files {
         let text = read(file);
@@ -314,4 +326,72 @@ fn replays_reach_dynamodb_only_through_the_proxy() {
         stores >= 3,
         "writers, pullers and the set-up store are all built here: {stores}"
     );
+}
+
+/// The sibling modules a file of `proxy/` imports (`super::NAME` in code, doc lines skipped).
+fn proxy_imports(file: &Path, siblings: &[String]) -> Vec<String> {
+    let text = read(file);
+    let mut names: Vec<String> = siblings
+        .iter()
+        .filter(|name| {
+            text.lines()
+                .map(str::trim_start)
+                .filter(|line| !line.starts_with("//"))
+                .any(|line| line.contains(&format!("super::{name}::")))
+        })
+        .cloned()
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn the_proxy_files_import_each_other_without_a_cycle() {
+    let directory = root().join("conformance/src/proxy");
+    let siblings: Vec<String> = rust_files(&directory)
+        .iter()
+        .filter_map(|path| path.file_stem()?.to_str().map(str::to_string))
+        .filter(|name| name != "mod")
+        .collect();
+    assert!(siblings.len() >= 8, "{siblings:?}");
+    let imports: Vec<(String, Vec<String>)> = siblings
+        .iter()
+        .map(|name| {
+            let file = directory.join(format!("{name}.rs"));
+            (name.clone(), proxy_imports(&file, &siblings))
+        })
+        .collect();
+    // Kahn's order: a file whose imports are all placed is placed next; what is left is a cycle.
+    let mut placed: Vec<String> = Vec::new();
+    while placed.len() < imports.len() {
+        let next = imports.iter().find(|(name, uses)| {
+            !placed.contains(name) && uses.iter().all(|used| placed.contains(used))
+        });
+        match next {
+            Some((name, _)) => placed.push(name.clone()),
+            None => {
+                let left: Vec<_> = imports
+                    .iter()
+                    .filter(|(name, _)| !placed.contains(name))
+                    .collect();
+                panic!("the proxy's files import each other in a cycle: {left:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn nothing_imports_the_command_line() {
+    let source = root().join("conformance/src");
+    for file in rust_files(&source) {
+        if file.starts_with(source.join("cli")) || file.starts_with(source.join("bin")) {
+            continue;
+        }
+        let text = read(&file);
+        assert!(
+            !text.contains("crate::cli"),
+            "{} imports the command line (crate::cli): the replays, checks and reports know none",
+            file.display()
+        );
+    }
 }

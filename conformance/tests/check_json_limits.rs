@@ -107,7 +107,7 @@ fn assert_report_shape(report: &serde_json::Value) {
             .keys()
             .map(String::as_str)
             .collect::<std::collections::BTreeSet<_>>(),
-        oncecheck_conformance::action_names::of(report["model"].as_str().unwrap())
+        oncecheck_conformance::check::action_names::of(report["model"].as_str().unwrap())
             .iter()
             .copied()
             .collect()

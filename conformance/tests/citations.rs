@@ -50,10 +50,11 @@ fn required_ids(specs: &BTreeMap<String, String>) -> BTreeSet<String> {
             }
         }
     }
-    for model in oncecheck_conformance::models::MODEL_NAMES {
-        for variant in oncecheck_conformance::model_facts::variants(model) {
-            for expectation in oncecheck_conformance::model_facts::expectations(model, variant)
-                .expect("a registered variant builds at its CI bounds")
+    for model in oncecheck_conformance::check::models::MODEL_NAMES {
+        for variant in oncecheck_conformance::check::model_facts::variants(model) {
+            for expectation in
+                oncecheck_conformance::check::model_facts::expectations(model, variant)
+                    .expect("a registered variant builds at its CI bounds")
             {
                 required.insert(expectation.id.to_string());
             }

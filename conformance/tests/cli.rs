@@ -550,6 +550,37 @@ fn http_get(port: u16, path: &str) -> Option<String> {
         .map(|(_, body)| body.to_string())
 }
 
+/// The status bar says which protocol the Explorer shows, not the model's Rust type.
+#[test]
+fn the_explorers_status_names_the_protocol_and_its_variant() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let mut explorer = Command::new(env!("CARGO_BIN_EXE_oncecheck"))
+        .args(["explore", "relay", "--port", &port.to_string()])
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut body = None;
+    for _ in 0..100 {
+        body = http_get(port, "/.status");
+        if body.is_some() {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(200));
+    }
+    explorer.kill().unwrap();
+    explorer.wait().unwrap();
+    let body = body.expect("the Explorer answers");
+    let status: serde_json::Value = serde_json::from_str(&body).unwrap();
+    assert_eq!(status["model"], "relay append (fixed)", "{body}");
+    assert!(status["properties"]
+        .as_array()
+        .is_some_and(|properties| !properties.is_empty()));
+}
+
 #[test]
 fn the_explorer_speaks_the_clis_words_and_shows_variant_bounds_and_expectations() {
     let port = std::net::TcpListener::bind("127.0.0.1:0")
@@ -669,11 +700,11 @@ fn idempotency_traces_cover_every_outcome_fault_and_await_point_and_load_back() 
         );
     }
     for name in &names {
-        let loaded = oncecheck_conformance::traces::load(&out.join(name))
+        let loaded = oncecheck_conformance::check::traces::load(&out.join(name))
             .unwrap_or_else(|error| panic!("{error}"));
         assert!(matches!(
             loaded,
-            oncecheck_conformance::traces::Loaded::Idempotency(_)
+            oncecheck_conformance::check::traces::Loaded::Idempotency(_)
         ));
     }
     // Strict loading: an edited outcome is rejected naming file, step and field.
@@ -691,7 +722,7 @@ fn idempotency_traces_cover_every_outcome_fault_and_await_point_and_load_back() 
         serde_json::json!({"tag": "Some", "value": "OkTwice"});
     let edited = scratch("edited-idempotency.itf.json");
     std::fs::write(&edited, document.to_string()).unwrap();
-    let error = oncecheck_conformance::traces::load(&edited)
+    let error = oncecheck_conformance::check::traces::load(&edited)
         .err()
         .unwrap()
         .to_string();

@@ -23,7 +23,7 @@ where
     let names = M::VARS
         .iter()
         .chain(M::PICKS)
-        .chain(oncecheck_conformance::action_names::of(model));
+        .chain(oncecheck_conformance::check::action_names::of(model));
     for name in names {
         assert!(
             text.contains(&format!("`{name}`")),

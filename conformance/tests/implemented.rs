@@ -2,7 +2,7 @@
 //! carries it verbatim, and CI (`scripts/replay-corpus`) replays every row's targets into
 //! summaries that `oncecheck implemented --verify` checks against it.
 
-use oncecheck_conformance::implemented::{markdown_table, ROWS};
+use oncecheck_conformance::replay::implemented::{markdown_table, ROWS};
 
 fn repository_file(path: &str) -> String {
     let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");

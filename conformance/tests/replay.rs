@@ -4,8 +4,8 @@
 //! the comparison after set-up and after every step catches a real state that differs.
 //! The DynamoDB target is exercised on moto by `tests/replay_dynamodb.rs`.
 
-use oncecheck_conformance::replay::{drive, ReplayError};
-use oncecheck_conformance::replay_log::LogTarget;
+use oncecheck_conformance::replay::driver::{drive, ReplayError};
+use oncecheck_conformance::replay::log::LogTarget;
 use oncecheck_store::{MemoryStore, NewOp, OpStore};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
@@ -291,9 +291,9 @@ async fn replay_on(
     file: &Path,
     stream: &str,
 ) -> Result<usize, ReplayError> {
-    let trace = oncecheck_conformance::replay::load_for::<oncecheck_model::relay::RelayModel>(
-        file, "memory",
-    )?;
+    let trace = oncecheck_conformance::replay::driver::load_for::<
+        oncecheck_model::relay::RelayModel,
+    >(file, "memory")?;
     drive(
         file,
         &trace,
@@ -306,13 +306,14 @@ async fn replay_on(
 #[tokio::test]
 async fn the_driver_compares_the_real_state_after_set_up_and_after_every_step() {
     let file = corpus_trace("relay-fixed-example-r3-reach-a-re-push-finds-its-own-claim.itf.json");
-    let steps = oncecheck_conformance::replay::load_for::<oncecheck_model::relay::RelayModel>(
-        &file, "memory",
-    )
-    .unwrap()
-    .path
-    .len()
-        - 1;
+    let steps =
+        oncecheck_conformance::replay::driver::load_for::<oncecheck_model::relay::RelayModel>(
+            &file, "memory",
+        )
+        .unwrap()
+        .path
+        .len()
+            - 1;
     let store = Arc::new(MemoryStore::new());
     assert_eq!(
         replay_on(store.clone(), &file, "clean").await.unwrap(),

@@ -3,7 +3,7 @@
 //! (Debian's chromium; the test command installs it) with its counterexample and diagram in the
 //! page. One `oncecheck check --diagrams --html` run over every model feeds both tests.
 
-use oncecheck_conformance::diagram::text_width;
+use oncecheck_conformance::report::diagram::text_width;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::sync::OnceLock;

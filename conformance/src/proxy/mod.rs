@@ -28,8 +28,14 @@
 //! One file per job: `wire` (DynamoDB JSON views and answer shapes), `key_condition` (the Query
 //! key-condition parser), `window` (the pending items and the rewrites of reads over them),
 //! `upstream` (forwarding, one exchange at a time), `server` (the listeners and held requests),
-//! `tokens` (the token table and the locks of begun transactions).
-//! This file joins them.
+//! `tokens` (the token table and the locks of begun transactions), `signing` (SigV4 for the
+//! upstream), `error_chain` (an error and its causes on one line). This file joins them.
+//!
+//! The files import each other downward only (`tests/architecture.rs` checks it): `wire` imports
+//! none of them; `key_condition` imports `wire`; `window` imports both; `error_chain` imports
+//! none, `signing` imports it, `upstream` imports both and `wire`; `server` (the held request and
+//! its views) imports `wire`, `key_condition` and `upstream`; `tokens` imports `server`,
+//! `upstream` and `wire`. Every file uses this file's `ProxyError` and `ProxyLimits`.
 //!
 //! # Invariants
 //!
@@ -54,6 +60,7 @@
 //! pages per multi-page read. Note that the store's SDK client gives up on a request after its own
 //! attempt timeout (5 s): a replay step must answer a held request within that.
 
+mod error_chain;
 mod key_condition;
 mod server;
 mod tokens;
@@ -297,6 +304,14 @@ impl Proxy {
                 waited: timeout,
             }),
         }
+    }
+
+    /// Upstream exchanges so far whose operation may write (every operation but GetItem,
+    /// BatchGetItem, Query, Scan, TransactGetItems, DescribeTable, ListTables), whoever sent
+    /// them: an actor's forwarded request, the set-up listener's, the proxy's own. Two equal
+    /// counts bracket a stretch in which nothing was written through this proxy.
+    pub fn writes_sent(&self) -> u64 {
+        self.upstream.writes_sent()
     }
 
     /// Whether `actor` has a request waiting to be taken, now.

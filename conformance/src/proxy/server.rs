@@ -29,8 +29,12 @@ use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 use tokio::task::JoinSet;
 
+use super::key_condition::{query_view, QueryView};
 use super::upstream::Upstream;
-use super::wire::{Answer, TARGET_PREFIX};
+use super::wire::{
+    batch_get_keys, batch_write_keys, transact_item, Answer, ItemKey, TransactItemView,
+    TARGET_PREFIX,
+};
 use super::{ProxyError, ProxyLimits};
 
 /// How the replayer answered a held request.
@@ -65,6 +69,108 @@ impl fmt::Debug for HeldRequest {
             .field("operation", &self.operation)
             .field("body", &self.body)
             .finish_non_exhaustive()
+    }
+}
+
+/// The views of a held request's body, parsed by `wire` and `key_condition`.
+impl HeldRequest {
+    /// The table the request names (`TableName`, or the first table of a transaction or batch).
+    pub fn table(&self) -> Option<String> {
+        if let Some(table) = self.body.get("TableName").and_then(Value::as_str) {
+            return Some(table.to_owned());
+        }
+        if let Some(items) = self.body.get("TransactItems").and_then(Value::as_array) {
+            return items
+                .iter()
+                .filter_map(Value::as_object)
+                .flat_map(|item| item.values())
+                .find_map(|inner| inner.get("TableName").and_then(Value::as_str))
+                .map(str::to_owned);
+        }
+        self.body
+            .get("RequestItems")
+            .and_then(Value::as_object)
+            .and_then(|tables| tables.keys().next().cloned())
+    }
+
+    /// For TransactWriteItems: every item in request order.
+    pub fn transact_items(&self) -> Result<Vec<TransactItemView>, ProxyError> {
+        if self.operation != "TransactWriteItems" {
+            return Err(ProxyError::Malformed(format!(
+                "{} is not a TransactWriteItems",
+                self.operation
+            )));
+        }
+        let items = self
+            .body
+            .get("TransactItems")
+            .and_then(Value::as_array)
+            .ok_or_else(|| {
+                ProxyError::Malformed("TransactWriteItems without TransactItems".into())
+            })?;
+        items
+            .iter()
+            .enumerate()
+            .map(|(index, item)| transact_item(index, item))
+            .collect()
+    }
+
+    /// For Query: the key condition, Limit, order and start key.
+    pub fn query(&self) -> Result<QueryView, ProxyError> {
+        if self.operation != "Query" {
+            return Err(ProxyError::Malformed(format!(
+                "{} is not a Query",
+                self.operation
+            )));
+        }
+        query_view(&self.body)
+    }
+
+    /// For GetItem, PutItem, UpdateItem, DeleteItem: the item's key.
+    pub fn key(&self) -> Result<ItemKey, ProxyError> {
+        let map = match self.operation.as_str() {
+            "PutItem" => self.body.get("Item"),
+            "GetItem" | "UpdateItem" | "DeleteItem" => self.body.get("Key"),
+            other => {
+                return Err(ProxyError::Malformed(format!(
+                    "{other} has no single item key"
+                )))
+            }
+        };
+        let map = map
+            .and_then(Value::as_object)
+            .ok_or_else(|| ProxyError::Malformed(format!("{} without its key", self.operation)))?;
+        ItemKey::from_item(map)
+    }
+
+    /// For BatchGetItem: the keys it asks for, as (table, key), in request order.
+    pub fn batch_get_keys(&self) -> Result<Vec<(String, ItemKey)>, ProxyError> {
+        if self.operation != "BatchGetItem" {
+            return Err(ProxyError::Malformed(format!(
+                "{} is not a BatchGetItem",
+                self.operation
+            )));
+        }
+        batch_get_keys(&self.body)
+    }
+
+    /// The items a write touches, as (table, key), in request order; empty for reads and others.
+    pub fn touched_keys(&self) -> Result<Vec<(String, ItemKey)>, ProxyError> {
+        match self.operation.as_str() {
+            "TransactWriteItems" => Ok(self
+                .transact_items()?
+                .into_iter()
+                .map(|item| (item.table, item.key))
+                .collect()),
+            "PutItem" | "UpdateItem" | "DeleteItem" => {
+                let table = self.table().ok_or_else(|| {
+                    ProxyError::Malformed(format!("{} without TableName", self.operation))
+                })?;
+                Ok(vec![(table, self.key()?)])
+            }
+            "BatchWriteItem" => batch_write_keys(&self.body),
+            _ => Ok(Vec::new()),
+        }
     }
 }
 

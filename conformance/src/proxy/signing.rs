@@ -40,7 +40,7 @@ use aws_smithy_runtime_api::client::identity::Identity;
 use http::header::{HeaderName, HeaderValue};
 use http::{HeaderMap, Uri};
 
-use super::upstream::error_chain;
+use super::error_chain::error_chain;
 
 /// The environment variable that switches signing: `auto` (default), `on` or `off`.
 pub const SIGV4_ENV: &str = "ONCECHECK_SIGV4";

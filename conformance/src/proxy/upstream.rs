@@ -25,6 +25,7 @@
 //! can be counted on an emulator (docs/aws.md).
 
 use std::io::Write;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
@@ -38,6 +39,7 @@ use hyper_util::client::legacy::Client;
 use hyper_util::rt::TokioExecutor;
 use serde_json::{json, Map, Value};
 
+use super::error_chain::error_chain;
 use super::signing::{Signer, SigningMode, SIGNATURE_HEADERS};
 use super::wire::{page_items, Answer, Item, ItemKey, PreImage, JSON_CONTENT_TYPE, TARGET_PREFIX};
 use super::{ProxyError, ProxyLimits};
@@ -69,7 +71,22 @@ pub(super) struct Upstream {
     wait: Duration,
     body_bytes_max: usize,
     pages_max: usize,
+    /// Exchanges sent so far that may have written (every operation but the reads), so that a
+    /// reader of the server's state knows whether what it read last is still the state.
+    writes_sent: AtomicU64,
 }
+
+/// The operations that never write; every other one is counted as a write (an operation the
+/// proxy does not know is counted too, so a cached read is never kept past a write).
+const READ_OPERATIONS: [&str; 7] = [
+    "GetItem",
+    "BatchGetItem",
+    "Query",
+    "Scan",
+    "TransactGetItems",
+    "DescribeTable",
+    "ListTables",
+];
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every update under this lock is one assignment, so a poisoned lock is still consistent.
@@ -100,7 +117,25 @@ impl Upstream {
             wait,
             body_bytes_max: limits.body_bytes_max,
             pages_max: limits.upstream_pages_max,
+            writes_sent: AtomicU64::new(0),
         })
+    }
+
+    /// Exchanges sent so far whose operation may write.
+    pub(super) fn writes_sent(&self) -> u64 {
+        self.writes_sent.load(Ordering::SeqCst)
+    }
+
+    /// Counts an exchange about to be sent whose operation (`X-Amz-Target`) may write.
+    fn count_if_write(&self, headers: &HeaderMap) {
+        let operation = headers
+            .get("x-amz-target")
+            .and_then(|target| target.to_str().ok())
+            .and_then(|target| target.strip_prefix(TARGET_PREFIX))
+            .unwrap_or_default();
+        if !READ_OPERATIONS.contains(&operation) {
+            self.writes_sent.fetch_add(1, Ordering::SeqCst);
+        }
     }
 
     pub(super) fn pages_max(&self) -> usize {
@@ -317,6 +352,7 @@ impl Upstream {
                 outgoing.append(name.clone(), value.clone());
             }
         }
+        self.count_if_write(headers);
         let url = format!("{}{}", self.url, path);
         if let Some(signer) = &self.signer {
             for name in SIGNATURE_HEADERS {
@@ -580,18 +616,6 @@ fn http_client(
     http.set_connect_timeout(Some(wait));
     let connector = tls.https_or_http().enable_http1().wrap_connector(http);
     Ok(Client::builder(TokioExecutor::new()).build(connector))
-}
-
-/// An error and its causes on one line (`connection refused` is two levels down in the client).
-pub(super) fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
 
 /// Signing headers for the proxy's own requests before any client has sent one: the region and

@@ -14,8 +14,6 @@ use http_body_util::Full;
 use oncecheck_store::dynamodb::{ATTRIBUTE_SEQ, ATTRIBUTE_STREAM_ID};
 use serde_json::{json, Map, Value};
 
-use super::key_condition::{query_view, QueryView};
-use super::server::HeldRequest;
 use super::ProxyError;
 
 /// A DynamoDB JSON attribute map (`{"name": {"S": "..."}, ...}`).
@@ -221,108 +219,8 @@ pub struct TransactItemView {
     /// ReturnValuesOnConditionCheckFailure = ALL_OLD.
     pub all_old_on_failure: bool,
 }
-impl HeldRequest {
-    /// The table the request names (`TableName`, or the first table of a transaction or batch).
-    pub fn table(&self) -> Option<String> {
-        if let Some(table) = self.body.get("TableName").and_then(Value::as_str) {
-            return Some(table.to_owned());
-        }
-        if let Some(items) = self.body.get("TransactItems").and_then(Value::as_array) {
-            return items
-                .iter()
-                .filter_map(Value::as_object)
-                .flat_map(|item| item.values())
-                .find_map(|inner| inner.get("TableName").and_then(Value::as_str))
-                .map(str::to_owned);
-        }
-        self.body
-            .get("RequestItems")
-            .and_then(Value::as_object)
-            .and_then(|tables| tables.keys().next().cloned())
-    }
 
-    /// For TransactWriteItems: every item in request order.
-    pub fn transact_items(&self) -> Result<Vec<TransactItemView>, ProxyError> {
-        if self.operation != "TransactWriteItems" {
-            return Err(ProxyError::Malformed(format!(
-                "{} is not a TransactWriteItems",
-                self.operation
-            )));
-        }
-        let items = self
-            .body
-            .get("TransactItems")
-            .and_then(Value::as_array)
-            .ok_or_else(|| {
-                ProxyError::Malformed("TransactWriteItems without TransactItems".into())
-            })?;
-        items
-            .iter()
-            .enumerate()
-            .map(|(index, item)| transact_item(index, item))
-            .collect()
-    }
-
-    /// For Query: the key condition, Limit, order and start key.
-    pub fn query(&self) -> Result<QueryView, ProxyError> {
-        if self.operation != "Query" {
-            return Err(ProxyError::Malformed(format!(
-                "{} is not a Query",
-                self.operation
-            )));
-        }
-        query_view(&self.body)
-    }
-
-    /// For GetItem, PutItem, UpdateItem, DeleteItem: the item's key.
-    pub fn key(&self) -> Result<ItemKey, ProxyError> {
-        let map = match self.operation.as_str() {
-            "PutItem" => self.body.get("Item"),
-            "GetItem" | "UpdateItem" | "DeleteItem" => self.body.get("Key"),
-            other => {
-                return Err(ProxyError::Malformed(format!(
-                    "{other} has no single item key"
-                )))
-            }
-        };
-        let map = map
-            .and_then(Value::as_object)
-            .ok_or_else(|| ProxyError::Malformed(format!("{} without its key", self.operation)))?;
-        ItemKey::from_item(map)
-    }
-
-    /// For BatchGetItem: the keys it asks for, as (table, key), in request order.
-    pub fn batch_get_keys(&self) -> Result<Vec<(String, ItemKey)>, ProxyError> {
-        if self.operation != "BatchGetItem" {
-            return Err(ProxyError::Malformed(format!(
-                "{} is not a BatchGetItem",
-                self.operation
-            )));
-        }
-        batch_get_keys(&self.body)
-    }
-
-    /// The items a write touches, as (table, key), in request order; empty for reads and others.
-    pub fn touched_keys(&self) -> Result<Vec<(String, ItemKey)>, ProxyError> {
-        match self.operation.as_str() {
-            "TransactWriteItems" => Ok(self
-                .transact_items()?
-                .into_iter()
-                .map(|item| (item.table, item.key))
-                .collect()),
-            "PutItem" | "UpdateItem" | "DeleteItem" => {
-                let table = self.table().ok_or_else(|| {
-                    ProxyError::Malformed(format!("{} without TableName", self.operation))
-                })?;
-                Ok(vec![(table, self.key()?)])
-            }
-            "BatchWriteItem" => batch_write_keys(&self.body),
-            _ => Ok(Vec::new()),
-        }
-    }
-}
-
-fn transact_item(index: usize, item: &Value) -> Result<TransactItemView, ProxyError> {
+pub(super) fn transact_item(index: usize, item: &Value) -> Result<TransactItemView, ProxyError> {
     let malformed = |what: &str| ProxyError::Malformed(format!("TransactItems[{index}]: {what}"));
     let object = item.as_object().ok_or_else(|| malformed("not an object"))?;
     let (kind, inner) = [
@@ -386,7 +284,7 @@ fn transact_item(index: usize, item: &Value) -> Result<TransactItemView, ProxyEr
 }
 
 /// The keys a BatchGetItem asks for, as (table, key), in request order.
-fn batch_get_keys(body: &Value) -> Result<Vec<(String, ItemKey)>, ProxyError> {
+pub(super) fn batch_get_keys(body: &Value) -> Result<Vec<(String, ItemKey)>, ProxyError> {
     let tables = body
         .get("RequestItems")
         .and_then(Value::as_object)
@@ -406,7 +304,7 @@ fn batch_get_keys(body: &Value) -> Result<Vec<(String, ItemKey)>, ProxyError> {
     Ok(keys)
 }
 
-fn batch_write_keys(body: &Value) -> Result<Vec<(String, ItemKey)>, ProxyError> {
+pub(super) fn batch_write_keys(body: &Value) -> Result<Vec<(String, ItemKey)>, ProxyError> {
     let tables = body
         .get("RequestItems")
         .and_then(Value::as_object)

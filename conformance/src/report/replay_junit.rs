@@ -4,8 +4,8 @@
 //! `--only-replayable` is skipped with its reason, anything else (an unusable file, a target the
 //! trace does not fit, an environment failure) is an error.
 
-use crate::junit::{document, CaseOutcome, TestCase, TestSuite};
-use crate::replay::{ReplayError, ReplayStats};
+use crate::replay::driver::{ReplayError, ReplayStats};
+use crate::report::junit::{document, CaseOutcome, TestCase, TestSuite};
 use std::path::PathBuf;
 
 /// The JUnit document of a replay run.

@@ -5,8 +5,8 @@
 //! Invariant: everything here is derived from the model registry (`models::with_model!`), so it
 //! cannot drift from the models.
 
-use crate::models::{with_model, MODEL_NAMES};
-use crate::verdict_words::{self, RunOutcome};
+use crate::check::models::{with_model, MODEL_NAMES};
+use crate::report::verdict_words::{self, RunOutcome};
 use oncecheck_model::check::{Bounds, CheckReport, Kind, ModelSpec, Verdict};
 
 /// The CI bounds of a variant (its defaults, the variant's own overrides applied); `None` for a
@@ -109,7 +109,7 @@ pub fn variants_help() -> String {
     let mut text =
         String::from("Models and variants (`oncecheck check --help` lists their bounds):\n");
     for model in MODEL_NAMES {
-        let design = crate::variants::design_variant(model).unwrap_or("?");
+        let design = crate::check::variants::design_variant(model).unwrap_or("?");
         text.push_str(&format!(
             "  {model}  variants: {} (design: {design})\n",
             variants(model).join(", ")

@@ -8,7 +8,7 @@
 //! Invariant: only an exhaustive run's `unreached` counts (a stopped run or a simulation says
 //! `unknown`, which is neither).
 
-use crate::models::Job;
+use crate::check::models::Job;
 use oncecheck_model::check::{CheckReport, Kind, Verdict};
 use std::collections::{BTreeMap, BTreeSet};
 

@@ -2,7 +2,7 @@
 //! the real code, against every transition reachable in the model at the traces' bounds.
 //!
 //! A transition is a step's coverage label: the action's name, its parameters that are not an
-//! actor's index, and the model's coverage context (`crate::traces::coverage_label`,
+//! actor's index, and the model's coverage context (`crate::check::traces::coverage_label`,
 //! `TraceEncoding::coverage_context`) — the covering set's key, so the covering set of a variant
 //! drives every one of them. Traces are grouped by (model, variant, bounds): a figure is only
 //! ever "n of the transitions of this model at these bounds".
@@ -51,14 +51,14 @@ impl std::fmt::Display for Group {
     }
 }
 
-/// The coverage label of a step: [`crate::traces::coverage_label`] and the context.
+/// The coverage label of a step: [`crate::check::traces::coverage_label`] and the context.
 fn label_of<M>(model: &M, before: &M::State, action: &M::Action) -> String
 where
     M: TraceEncoding,
     M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
     M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
 {
-    let mut label = crate::traces::coverage_label(model, action);
+    let mut label = crate::check::traces::coverage_label(model, action);
     if let Some(context) = model.coverage_context(before, action) {
         label.push_str(&format!(" ({context})"));
     }
@@ -76,7 +76,7 @@ where
         .covering_steps()
         .into_iter()
         .map(|((action, context), _)| {
-            let mut label = crate::traces::coverage_label(model, &action);
+            let mut label = crate::check::traces::coverage_label(model, &action);
             if let Some(context) = context {
                 label.push_str(&format!(" ({context})"));
             }
@@ -238,19 +238,20 @@ mod tests {
     fn the_covering_set_drives_every_reachable_transition_and_one_path_does_not() {
         let model = token("tokenless");
         let reachable = reachable(&model);
-        let traces: Vec<LoadedTrace<TokenModel>> = crate::traces::covering_paths(&model, 1, 200)
-            .into_iter()
-            .map(|(_, path)| LoadedTrace {
-                model: model.clone(),
-                meta: oncecheck_model::trace::TraceMeta {
-                    kind: "path".into(),
-                    property: None,
-                    description: String::new(),
-                },
-                path,
-                lasso_start: None,
-            })
-            .collect();
+        let traces: Vec<LoadedTrace<TokenModel>> =
+            crate::check::traces::covering_paths(&model, 1, 200)
+                .into_iter()
+                .map(|(_, path)| LoadedTrace {
+                    model: model.clone(),
+                    meta: oncecheck_model::trace::TraceMeta {
+                        kind: "path".into(),
+                        property: None,
+                        description: String::new(),
+                    },
+                    path,
+                    lasso_start: None,
+                })
+                .collect();
         assert_eq!(reachable.len(), 10, "{reachable:#?}");
         let plan = Plan::of(&traces);
         let all = plan.measure(|_| true);

@@ -12,7 +12,7 @@
 //! window (a page without an op the transaction already committed) — is not applicable, with
 //! the reason; it is never reported as conforming.
 
-use crate::replay::{payload_of, real_op_id, Fault, ReplayTarget, Step};
+use crate::replay::driver::{payload_of, real_op_id, Fault, ReplayTarget, Step};
 use oncecheck_model::ddb::{Key, OpId, Seq, TransactOutcome, Value};
 use oncecheck_model::relay::{Action, Build, Phase, RelayModel, RelayState};
 use oncecheck_model::trace::LoadedTrace;

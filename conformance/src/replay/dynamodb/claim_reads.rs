@@ -10,9 +10,10 @@
 //! state; where it sits relative to other actors' steps is therefore invisible to every
 //! property, and the replay forwards it at that step, right before the counter read it precedes.
 
-use super::{attribute_string, claim_names, environment, take};
+use super::words::{attribute_string, claim_names};
+use super::{environment, take};
 use crate::proxy::Proxy;
-use crate::replay::{real_op_id, Fault};
+use crate::replay::driver::{real_op_id, Fault};
 use oncecheck_model::ddb::{Key, OpId, Value};
 use oncecheck_model::relay::RelayModel;
 use oncecheck_model::relay::RelayState;

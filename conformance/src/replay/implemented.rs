@@ -10,7 +10,7 @@
 //! is verified only by a replay summary of its own target, model, variant and bounds — never by
 //! another row's.
 
-use crate::models::MODEL_NAMES;
+use crate::check::models::MODEL_NAMES;
 use oncecheck_model::check::{Bounds, ModelSpec, SpecError};
 use oncecheck_model::idempotency::IdempotencyModel;
 use oncecheck_model::relay::RelayModel;
@@ -188,12 +188,12 @@ fn read_summaries(files: &[std::path::PathBuf]) -> Result<Vec<(Replayed, String)
             .map_err(|error| format!("{}: cannot read: {error}", file.display()))?;
         let document: serde_json::Value = serde_json::from_str(&text)
             .map_err(|error| format!("{}: not a replay summary: {error}", file.display()))?;
-        if document["schema"] != crate::transitions::SUMMARY_JSON_SCHEMA {
+        if document["schema"] != crate::replay::transitions::SUMMARY_JSON_SCHEMA {
             return Err(format!(
                 "{}: summary schema {} (this oncecheck reads {})",
                 file.display(),
                 document["schema"],
-                crate::transitions::SUMMARY_JSON_SCHEMA
+                crate::replay::transitions::SUMMARY_JSON_SCHEMA
             ));
         }
         let target = document["target_kind"].as_str().unwrap_or_default();
@@ -314,7 +314,7 @@ mod tests {
         let row = ROWS.iter().find(|row| row.model == "token").unwrap();
         let bounds = row_bounds(row, &row.targets[0]).unwrap();
         let document = serde_json::json!({
-            "schema": crate::transitions::SUMMARY_JSON_SCHEMA,
+            "schema": crate::replay::transitions::SUMMARY_JSON_SCHEMA,
             "target": "tokened-dynamodb=http://127.0.0.1:1",
             "target_kind": "tokened-dynamodb",
             "ok": ok,

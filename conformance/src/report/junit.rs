@@ -210,7 +210,7 @@ fn property_case(report: &CheckReport, property: &PropertyReport, classname: &st
         .unwrap_or_default();
     let verdict = format!(
         "{} {}: {} (expected {})",
-        crate::verdict_words::kind_word(property.kind),
+        crate::report::verdict_words::kind_word(property.kind),
         property.name,
         property.verdict,
         property.expected
@@ -226,7 +226,7 @@ fn property_case(report: &CheckReport, property: &PropertyReport, classname: &st
             CaseOutcome::Error {
                 message: format!(
                     "undecided: the run stopped at {}",
-                    crate::verdict_words::limit_words(stop)
+                    crate::report::verdict_words::limit_words(stop)
                 ),
                 detail: verdict,
             },

@@ -13,7 +13,7 @@
 //!   repeated shard, a trace that does not re-execute) is an error value naming the file or the
 //!   run, never a panic.
 
-use crate::models::{self, Job, MODEL_NAMES};
+use crate::check::models::{self, Job, MODEL_NAMES};
 use oncecheck_model::check::{
     self, Bounds, CheckOptions, CheckReport, Kind, ModelSpec, Progress, PropertyReport, Search,
     ShardReport, SimulationOptions, SpecError, Stop, TraceStep, Verdict,
@@ -148,7 +148,7 @@ pub fn shard_document(reports: &[(CheckReport, Itfs)]) -> Json {
 /// One merged run: its report and, per shown trace, the path's steps for an HTML page.
 pub struct Merged {
     pub report: CheckReport,
-    pub detail: crate::report::PageDetail,
+    pub detail: crate::report::html::PageDetail,
 }
 
 /// Reads shard documents and merges the shards of each run, in the order runs first appear.
@@ -214,7 +214,7 @@ fn merge_run(shards: &[(CheckReport, Itfs)]) -> Result<Merged, String> {
         .map_err(|error| format!("{}/{}: {error}", report.model, report.variant))?;
         traces.insert(property.name.to_string(), views);
     }
-    let coverage = crate::report::Coverage {
+    let coverage = crate::report::html::Coverage {
         states_per_depth: report
             .states_per_depth
             .iter()
@@ -228,7 +228,7 @@ fn merge_run(shards: &[(CheckReport, Itfs)]) -> Result<Merged, String> {
     };
     Ok(Merged {
         report,
-        detail: crate::report::PageDetail {
+        detail: crate::report::html::PageDetail {
             traces,
             coverage: Some(coverage),
         },
@@ -240,7 +240,7 @@ fn replayed_views<M>(
     itf: &Json,
     property: &PropertyReport,
     trace: &[TraceStep],
-) -> Result<Vec<crate::report::StepView>, String>
+) -> Result<Vec<crate::report::html::StepView>, String>
 where
     M: TraceEncoding,
     M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
@@ -505,9 +505,13 @@ fn liveness(value: &Json) -> Result<Option<check::LivenessRun>, String> {
 /// The HTML report of merged runs: a page per run and the index, as `check --html` writes.
 pub fn write_html(directory: &Path, merged: &[Merged]) -> std::io::Result<()> {
     for run in merged {
-        crate::report::write_page(directory, &run.report, &run.detail)?;
+        crate::report::html::write_page(directory, &run.report, &run.detail)?;
     }
     let reports: Vec<&CheckReport> = merged.iter().map(|run| &run.report).collect();
-    crate::report::write_index(directory, &reports, &crate::run_info::RunInfo::now())?;
+    crate::report::html::write_index(
+        directory,
+        &reports,
+        &crate::report::run_info::RunInfo::now(),
+    )?;
     Ok(())
 }

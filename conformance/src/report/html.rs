@@ -11,7 +11,7 @@
 //! Invariants: every page is self-contained (inline CSS and SVG, no script, no network); all
 //! text is escaped; a page is written only from a finished `CheckReport`.
 
-use crate::diagram::{sequence_svg, text_width};
+use crate::report::diagram::{sequence_svg, text_width};
 use oncecheck_model::check::{CheckReport, PropertyReport, Verdict};
 use oncecheck_model::view::Change;
 use std::collections::BTreeMap;
@@ -417,7 +417,7 @@ fn must_show(report: &CheckReport) -> String {
 /// The index page: what the run was (commit, date, command, time), what green means, and one
 /// row per (model, variant): what the variant is (the design it must prove or the bug it must
 /// reproduce), what it must show, its bounds, its result against expectations, states and time.
-pub fn index(reports: &[&CheckReport], run: &crate::run_info::RunInfo) -> String {
+pub fn index(reports: &[&CheckReport], run: &crate::report::run_info::RunInfo) -> String {
     let all_match = reports.iter().all(|report| report.matches_expectations());
     let mut html = format!(
         "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>oncecheck report</title><style>{STYLE}</style></head><body>\n<h1>oncecheck check</h1>\n"
@@ -445,8 +445,8 @@ pub fn index(reports: &[&CheckReport], run: &crate::run_info::RunInfo) -> String
     html.push_str("<table id=\"runs\"><tr><th>model/variant</th><th>role</th><th>what it is</th><th>must show</th><th>bounds</th><th>result</th><th>unique states</th><th>time</th></tr>\n");
     for report in reports {
         let matches = report.matches_expectations();
-        let outcome = crate::model_facts::outcome_of(report);
-        let note = crate::variants::note(report.model, report.variant);
+        let outcome = crate::check::model_facts::outcome_of(report);
+        let note = crate::check::variants::note(report.model, report.variant);
         let _ = writeln!(
             html,
             "<tr><td><a href=\"{}\">{}/{}</a></td><td>{}</td><td class=\"means\">{}</td><td>{}</td><td><code>{}</code></td><td class=\"{}\">{}</td><td>{}</td><td>{:.2}s</td></tr>",
@@ -482,7 +482,7 @@ pub fn write_page(
 pub fn write_index(
     directory: &Path,
     reports: &[&CheckReport],
-    run: &crate::run_info::RunInfo,
+    run: &crate::report::run_info::RunInfo,
 ) -> std::io::Result<PathBuf> {
     let file = directory.join("index.html");
     std::fs::write(&file, index(reports, run))?;

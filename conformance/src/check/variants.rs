@@ -136,6 +136,22 @@ pub fn design_variant(model: &str) -> Option<&'static str> {
         .map(|note| note.variant)
 }
 
+/// Every model's protocol, as its spec names it: what the Explorer's status bar says in place of
+/// the model's Rust type.
+const PROTOCOLS: &[(&str, &str)] = &[
+    ("relay", "relay append"),
+    ("idempotency", "Idempotency-Key middleware"),
+    ("token", "tokened writes"),
+];
+
+/// The protocol `model` checks, as its spec names it.
+pub fn protocol(model: &str) -> Option<&'static str> {
+    PROTOCOLS
+        .iter()
+        .find(|(name, _)| *name == model)
+        .map(|(_, protocol)| *protocol)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -144,13 +160,13 @@ mod tests {
     #[test]
     fn every_variant_has_one_note_whose_role_agrees_with_its_expectations() {
         let mut registered = 0;
-        for model in crate::models::MODEL_NAMES {
+        for model in crate::check::models::MODEL_NAMES {
             let designs = NOTES
                 .iter()
                 .filter(|note| note.model == *model && note.role == Role::Design)
                 .count();
             assert_eq!(designs, 1, "{model} has one design variant");
-            for variant in crate::model_facts::variants(model) {
+            for variant in crate::check::model_facts::variants(model) {
                 registered += 1;
                 let notes = NOTES
                     .iter()
@@ -159,7 +175,7 @@ mod tests {
                 assert_eq!(notes, 1, "{model}/{variant} has exactly one note");
                 let note = note(model, variant).unwrap();
                 assert!(note.means.len() > 40, "{model}/{variant} says what it is");
-                let violated = crate::model_facts::expectations(model, variant)
+                let violated = crate::check::model_facts::expectations(model, variant)
                     .unwrap()
                     .iter()
                     .filter(|expectation| {
@@ -180,5 +196,13 @@ mod tests {
             NOTES.len(),
             "no note for a variant that does not exist"
         );
+    }
+
+    #[test]
+    fn every_model_names_its_protocol() {
+        for model in crate::check::models::MODEL_NAMES {
+            assert!(protocol(model).is_some(), "{model} names its protocol");
+        }
+        assert_eq!(PROTOCOLS.len(), crate::check::models::MODEL_NAMES.len());
     }
 }

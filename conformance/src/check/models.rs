@@ -216,8 +216,8 @@ pub fn run_job(
 /// reviewer needs next to the Explorer: its address, the variant, the bounds and each property's
 /// expectation (the Explorer itself lists properties without them).
 ///
-/// A port that cannot be bound is an error value: stateright's server panics on it, so the port
-/// is tried first and released just before the Explorer binds it.
+/// A port that cannot be bound is an error value: the front (`explorer.rs`) binds it, and the
+/// Explorer serves behind it on a loopback port of its own.
 pub fn explore(job: &Job, address: &str, banner: &mut dyn FnMut(String)) -> Result<(), String> {
     with_model!(
         job.model,
@@ -225,10 +225,11 @@ pub fn explore(job: &Job, address: &str, banner: &mut dyn FnMut(String)) -> Resu
             let bounds = M::resolve_bounds(job.variant, &job.overrides)
                 .map_err(|error| error.to_string())?;
             let model = M::build(job.variant, &bounds).map_err(|error| error.to_string())?;
-            let probe = std::net::TcpListener::bind(address).map_err(|error| {
-                format!("cannot serve the Explorer on {address}: {error} (choose another --port)")
-            })?;
-            drop(probe);
+            // The status bar names the protocol, not the model's Rust type.
+            let protocol = crate::check::variants::protocol(job.model).unwrap_or(job.model);
+            let title = format!("{protocol} ({})", job.variant);
+            let front = crate::check::explorer::Front::bind(address, title)?;
+            let explorer = crate::check::explorer::loopback_address()?;
             banner(format!(
                 "Explorer for {}/{} on http://{address}/ (ctrl-c to stop)",
                 job.model, job.variant
@@ -241,9 +242,12 @@ pub fn explore(job: &Job, address: &str, banner: &mut dyn FnMut(String)) -> Resu
                     def.name
                 ));
             }
-            use stateright::Model;
-            // `serve` blocks until the web server stops.
-            let _checker = model.checker().serve(address);
+            std::thread::spawn(move || {
+                use stateright::Model;
+                // `serve` blocks until the web server stops.
+                let _checker = model.checker().serve(explorer);
+            });
+            front.serve(explorer);
             Ok(())
         },
         Err(unknown_model(job.model).to_string())
@@ -264,7 +268,7 @@ pub fn prepare_directory(directory: &std::path::Path) -> std::io::Result<()> {
 pub fn page_detail(
     job: &Job,
     report: &CheckReport,
-) -> Result<crate::report::PageDetail, SpecError> {
+) -> Result<crate::report::html::PageDetail, SpecError> {
     with_model!(
         job.model,
         |M| {
@@ -276,7 +280,7 @@ pub fn page_detail(
     )
 }
 
-fn detail_of<M>(model: &M, report: &CheckReport) -> crate::report::PageDetail
+fn detail_of<M>(model: &M, report: &CheckReport) -> crate::report::html::PageDetail
 where
     M: ModelSpec,
     M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
@@ -284,10 +288,11 @@ where
 {
     let shown = |name: &str| {
         let property = report.property(name);
-        property.trace.is_some() && crate::report::shows_trace(property.verdict, property.expected)
+        property.trace.is_some()
+            && crate::report::html::shows_trace(property.verdict, property.expected)
     };
     let definitions = model.property_defs();
-    let wanted: Vec<crate::traces::Wanted<M>> = definitions
+    let wanted: Vec<crate::check::traces::Wanted<M>> = definitions
         .iter()
         .filter(|def| shown(def.name))
         .map(|def| (def.name, def.condition, def.kind == Kind::Sometimes))
@@ -306,14 +311,14 @@ where
     for (name, path) in paths {
         traces.insert(name.to_string(), step_views(model, &path));
     }
-    crate::report::PageDetail {
+    crate::report::html::PageDetail {
         traces,
         coverage: Some(coverage(model)),
     }
 }
 
 /// A path as an HTML page shows it: per step its protocol words and the roles it changed.
-pub fn step_views<M>(model: &M, path: &check::ModelPath<M>) -> Vec<crate::report::StepView>
+pub fn step_views<M>(model: &M, path: &check::ModelPath<M>) -> Vec<crate::report::html::StepView>
 where
     M: ModelSpec,
     M::State: Clone + std::fmt::Debug + std::hash::Hash + Eq + Send + Sync + 'static,
@@ -337,7 +342,7 @@ where
                 )
             }
         };
-        views.push(crate::report::StepView {
+        views.push(crate::report::html::StepView {
             step: index,
             words,
             changes: changes(&previous, &now),
@@ -349,7 +354,7 @@ where
 
 /// The coverage of the reachable state space, by a breadth-first walk of its own: unique states
 /// per depth, and the transitions explored per action (named by the action's variant).
-pub fn coverage<M>(model: &M) -> crate::report::Coverage
+pub fn coverage<M>(model: &M) -> crate::report::html::Coverage
 where
     M: stateright::Model,
     M::State: std::hash::Hash,
@@ -364,7 +369,7 @@ where
         .into_iter()
         .filter(|state| seen.insert(fingerprint(state)))
         .collect();
-    let mut coverage = crate::report::Coverage::default();
+    let mut coverage = crate::report::html::Coverage::default();
     let mut actions = Vec::new();
     while !level.is_empty() {
         coverage.states_per_depth.push(level.len() as u64);
@@ -397,10 +402,10 @@ where
 }
 
 /// The human report of one job: verdicts next to their expectations (worded by
-/// [`crate::verdict_words`]: a stopped run and a run at changed bounds say so), the actions
+/// [`crate::report::verdict_words`]: a stopped run and a run at changed bounds say so), the actions
 /// that never fired, and the shortest trace of every violation.
 pub fn write_human(report: &CheckReport, out: &mut dyn Write) -> std::io::Result<()> {
-    let outcome = crate::model_facts::outcome_of(report);
+    let outcome = crate::check::model_facts::outcome_of(report);
     writeln!(
         out,
         "{}/{} [{}]  {}",
@@ -434,7 +439,7 @@ pub fn write_human(report: &CheckReport, out: &mut dyn Write) -> std::io::Result
         )?;
     }
     for property in &report.properties {
-        let kind = crate::verdict_words::kind_word(property.kind);
+        let kind = crate::report::verdict_words::kind_word(property.kind);
         let cut = match property.bound_cut_states {
             Some(cut) if cut > 0 => {
                 format!("; {cut} states cut by a bound count as reaching the goal")
@@ -458,7 +463,7 @@ pub fn write_human(report: &CheckReport, out: &mut dyn Write) -> std::io::Result
         writeln!(out, "  {line}")?;
     }
     for property in &report.properties {
-        let show = crate::report::shows_trace(property.verdict, property.expected);
+        let show = crate::report::html::shows_trace(property.verdict, property.expected);
         let Some(trace) = property.trace.as_ref().filter(|_| show) else {
             continue;
         };
@@ -522,12 +527,13 @@ pub fn write_trace(
 
 /// The actions an exhausted search never fired, if any: what a reviewer looks for first.
 fn never_fired_line(report: &CheckReport) -> Option<String> {
-    let never: Vec<String> = crate::action_names::with_zeros(report.model, &report.action_coverage)
-        .into_iter()
-        .filter(|(_, count)| *count == 0)
-        .map(|(name, _)| name)
-        .collect();
-    (!never.is_empty() && crate::model_facts::exhausted(report))
+    let never: Vec<String> =
+        crate::check::action_names::with_zeros(report.model, &report.action_coverage)
+            .into_iter()
+            .filter(|(_, count)| *count == 0)
+            .map(|(name, _)| name)
+            .collect();
+    (!never.is_empty() && crate::check::model_facts::exhausted(report))
         .then(|| format!("never fired: {}", never.join(", ")))
 }
 
@@ -535,23 +541,23 @@ fn never_fired_line(report: &CheckReport) -> Option<String> {
 pub fn export_traces(
     job: &Job,
     out: &std::path::Path,
-    options: &crate::traces::ExportOptions,
+    options: &crate::check::traces::ExportOptions,
 ) -> Result<std::io::Result<Vec<std::path::PathBuf>>, SpecError> {
     match job.model {
         "relay" => {
             let bounds = RelayModel::resolve_bounds(job.variant, &job.overrides)?;
             let model = RelayModel::build(job.variant, &bounds)?;
-            Ok(crate::traces::export(&model, out, options))
+            Ok(crate::check::traces::export(&model, out, options))
         }
         "idempotency" => {
             let bounds = IdempotencyModel::resolve_bounds(job.variant, &job.overrides)?;
             let model = IdempotencyModel::build(job.variant, &bounds)?;
-            Ok(crate::traces::export(&model, out, options))
+            Ok(crate::check::traces::export(&model, out, options))
         }
         "token" => {
             let bounds = TokenModel::resolve_bounds(job.variant, &job.overrides)?;
             let model = TokenModel::build(job.variant, &bounds)?;
-            Ok(crate::traces::export(&model, out, options))
+            Ok(crate::check::traces::export(&model, out, options))
         }
         other => Err(SpecError::UnknownModel {
             name: other.to_string(),
@@ -569,7 +575,7 @@ pub fn write_diagrams(
     std::fs::create_dir_all(directory)?;
     let mut written = Vec::new();
     for property in &report.properties {
-        let show = crate::report::shows_trace(property.verdict, property.expected);
+        let show = crate::report::html::shows_trace(property.verdict, property.expected);
         let Some(trace) = property.trace.as_ref().filter(|_| show) else {
             continue;
         };
@@ -594,10 +600,10 @@ pub fn write_diagrams(
             "{}/{}: {} ({})",
             report.model, report.variant, property.name, property.verdict
         );
-        let (breaking, lasso_start) = crate::report::breaking_of(property);
+        let (breaking, lasso_start) = crate::report::html::breaking_of(property);
         std::fs::write(
             &file,
-            crate::diagram::sequence_svg(&title, trace, breaking.as_deref(), lasso_start),
+            crate::report::diagram::sequence_svg(&title, trace, breaking.as_deref(), lasso_start),
         )?;
         written.push(file);
     }
@@ -646,7 +652,7 @@ pub fn simulate_job(
 /// The one line that says which limit stopped a run, if one did.
 pub fn stop_line(report: &CheckReport) -> Option<String> {
     report.stopped?;
-    let explanation = crate::model_facts::outcome_of(report).explanation()?;
+    let explanation = crate::check::model_facts::outcome_of(report).explanation()?;
     Some(format!("{}/{} {explanation}", report.model, report.variant))
 }
 
@@ -660,7 +666,7 @@ pub fn json_document(reports: &[CheckReport]) -> serde_json::Value {
             value["ok"] = serde_json::Value::Bool(report.matches_expectations());
             // Every action kind of the model, 0 for those that never fired.
             value["action_coverage"] =
-                crate::action_names::with_zeros(report.model, &report.action_coverage)
+                crate::check::action_names::with_zeros(report.model, &report.action_coverage)
                     .into_iter()
                     .map(|(name, count)| (name, serde_json::Value::from(count)))
                     .collect::<serde_json::Map<_, _>>()

@@ -9,10 +9,10 @@
 //! set-up and after every step, the divergence report (file, step, action, expected, actual, the
 //! command that replays it) and the tear-down, which runs whatever the outcome.
 //!
-//! Targets today: `memory` and `sqlite` (`crate::replay_log`, the logical level a locked log can
-//! show) and `dynamodb[=URL]` (`crate::replay_dynamodb`, the real DynamoDB store through the
+//! Targets today: `memory` and `sqlite` (`crate::replay::log`, the logical level a locked log can
+//! show) and `dynamodb[=URL]` (`crate::replay::dynamodb`, the real DynamoDB store through the
 //! conformance proxy, request by request); `middleware-sqlite` and `middleware-postgres[=URL]`
-//! (`crate::replay_middleware::target`, the idempotency layer over HTTP on a real database).
+//! (`crate::replay::middleware::target`, the idempotency layer over HTTP on a real database).
 //!
 //! A lasso (a liveness counterexample, `loop` in the trace) replays its prefix and one turn of its
 //! cycle; the driver then checks that the real system shows the same view as where the cycle
@@ -29,7 +29,7 @@ use std::future::Future;
 use std::hash::Hash;
 use std::path::{Path, PathBuf};
 
-use crate::traces::LoadError;
+use crate::check::traces::LoadError;
 
 /// Where a replay runs, as `--target` names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -39,9 +39,9 @@ pub enum Target {
     /// The DynamoDB endpoint behind the proxy; `None` means ONCECHECK_DDB_ENDPOINT.
     Dynamodb(Option<String>),
     /// Token-model traces on the reliable-write client, through the proxy's token table, on this
-    /// endpoint (`crate::replay_token`); `None` means ONCECHECK_DDB_ENDPOINT.
+    /// endpoint (`crate::replay::token`); `None` means ONCECHECK_DDB_ENDPOINT.
     TokenedDynamodb(Option<String>),
-    /// The idempotency layer on SQLite (`crate::replay_middleware::target`).
+    /// The idempotency layer on SQLite (`crate::replay::middleware::target`).
     MiddlewareSqlite,
     /// The idempotency layer on PostgreSQL; `None` means ONCECHECK_PG_URL.
     MiddlewarePostgres(Option<String>),

@@ -224,56 +224,75 @@ pub fn expected_views(
     path: &[(IdempotencyState, Option<Action>)],
     effects: bool,
 ) -> Vec<MiddlewareView> {
-    // The real generation restarts at 1 on a row claimed while absent; the model's continues.
+    path.iter()
+        .zip(generation_offsets(path))
+        .map(|((state, _), offset)| expected_view(state, offset, effects))
+        .collect()
+}
+
+/// Per state of `path`, what to subtract from the model's generation to get the database's: the
+/// real generation restarts at 1 on a row claimed while absent; the model's continues. The one
+/// part of a view that depends on the path before the state.
+pub fn generation_offsets(path: &[(IdempotencyState, Option<Action>)]) -> Vec<i64> {
     let mut offset: i64 = 0;
-    let mut views = Vec::with_capacity(path.len());
     let mut previous_row_present = false;
-    for (state, _) in path {
-        if let Some(row) = state.row {
-            if !previous_row_present && row.status == RowStatus::Processing {
-                offset = i64::from(row.generation) - 1;
+    path.iter()
+        .map(|(state, _)| {
+            if let Some(row) = state.row {
+                if !previous_row_present && row.status == RowStatus::Processing {
+                    offset = i64::from(row.generation) - 1;
+                }
             }
+            previous_row_present = state.row.is_some();
+            offset
+        })
+        .collect()
+}
+
+/// One model state as the database shows it, its generations less `generation_offset`
+/// ([`generation_offsets`]); `effects`: the variant commits effects with the row (`atomic`).
+pub fn expected_view(
+    state: &IdempotencyState,
+    generation_offset: i64,
+    effects: bool,
+) -> MiddlewareView {
+    let row = state.row.map(|row| {
+        let (status, body) = match row.status {
+            RowStatus::Processing => ("processing", None),
+            RowStatus::Failed { .. } => ("failed", None),
+            RowStatus::Succeeded { stored, .. } => (
+                "succeeded",
+                Some(match stored {
+                    Stored::Full => BodyKind::Full,
+                    Stored::Sentinel => BodyKind::Sentinel,
+                    Stored::Empty => BodyKind::Empty,
+                }),
+            ),
+        };
+        RowView {
+            status,
+            generation: i64::from(row.generation) - generation_offset,
+            fingerprint: row.fingerprint,
+            body,
+            lease_ends: Some(i64::from(row.lease_expires_at)),
+            expires: Some(i64::from(row.expires_at)),
         }
-        previous_row_present = state.row.is_some();
-        let row = state.row.map(|row| {
-            let (status, body) = match row.status {
-                RowStatus::Processing => ("processing", None),
-                RowStatus::Failed { .. } => ("failed", None),
-                RowStatus::Succeeded { stored, .. } => (
-                    "succeeded",
-                    Some(match stored {
-                        Stored::Full => BodyKind::Full,
-                        Stored::Sentinel => BodyKind::Sentinel,
-                        Stored::Empty => BodyKind::Empty,
-                    }),
-                ),
-            };
-            RowView {
-                status,
-                generation: i64::from(row.generation) - offset,
-                fingerprint: row.fingerprint,
-                body,
-                lease_ends: Some(i64::from(row.lease_expires_at)),
-                expires: Some(i64::from(row.expires_at)),
-            }
-        });
-        let waiting = state
-            .clients
-            .iter()
-            .map(|client| match client.stage {
-                Stage::Claiming { .. } | Stage::Reading { .. } => Some("claim"),
-                Stage::Finalizing { .. } | Stage::Guarding { .. } => Some("finalize"),
-                _ => None,
-            })
-            .collect();
-        views.push(MiddlewareView {
-            row,
-            handler_runs: state.history.ran_with.len(),
-            waiting,
-            effects: effects.then_some(state.history.effects.len()),
-        });
+    });
+    let waiting = state
+        .clients
+        .iter()
+        .map(|client| match client.stage {
+            Stage::Claiming { .. } | Stage::Reading { .. } => Some("claim"),
+            Stage::Finalizing { .. } | Stage::Guarding { .. } => Some("finalize"),
+            _ => None,
+        })
+        .collect();
+    MiddlewareView {
+        row,
+        handler_runs: state.history.ran_with.len(),
+        waiting,
+        effects: effects.then_some(state.history.effects.len()),
     }
-    views
 }
 
 /// Where a path of one variant stops being a path of `other` (same bounds): the first step

@@ -1,5 +1,5 @@
 //! The `middleware-sqlite` and `middleware-postgres` targets: idempotency traces replayed
-//! against the layer from impl/idempotency, unchanged, on the driver of `crate::replay`.
+//! against the layer from impl/idempotency, unchanged, on the driver of `crate::replay::driver`.
 //!
 //! Each trace gets its own database (SQLite: an in-memory database; PostgreSQL: a schema of its
 //! own, dropped at the end), its own axum server on a loopback port, and one TCP connection per
@@ -21,15 +21,19 @@ use super::held_store::HeldStore;
 use super::hub::{CallKind, Hub, HubState, Received, Release};
 use super::server::{self, Server};
 use super::{
-    applicable, expected_views, BodyKind, Database, LayerBehaviour, MiddlewareView, RowView,
+    applicable, expected_view, generation_offsets, BodyKind, Database, LayerBehaviour,
+    MiddlewareView, RowView,
 };
-use crate::replay::{drive, load_for, Fault, ReplayError, ReplayStats, ReplayTarget, Step, Target};
-use crate::replay_command::ReplaySession;
+use crate::replay::driver::{
+    drive, load_for, Fault, ReplayError, ReplayStats, ReplayTarget, Step, Target,
+};
+use crate::replay::session::ReplaySession;
 use oncecheck_idempotency::fingerprint::Fingerprint as RealFingerprint;
 use oncecheck_idempotency::store::{PostgresStore, SqliteStore};
 use oncecheck_idempotency::{Behaviour, CacheStore, IdempotencyLayer, ManualClock};
 use oncecheck_model::idempotency::{
-    Action, Answer, AwaitPoint, DbResult, Fingerprint, IdempotencyModel, Outcome, Stage, Stored,
+    Action, Answer, AwaitPoint, DbResult, Fingerprint, IdempotencyModel, IdempotencyState, Outcome,
+    Stage, Stored,
 };
 use oncecheck_model::trace::LoadedTrace;
 use std::collections::BTreeMap;
@@ -178,8 +182,7 @@ impl MiddlewareSession {
             Target::MiddlewarePostgres(url) => (Database::Postgres, url.clone()),
             other => return Err(format!("target `{other}` replays relay traces")),
         };
-        let flags = format!("{target}{}", config.flags());
-        let context = MiddlewareContext::open(database, url, config, flags).await?;
+        let context = MiddlewareContext::open(database, url, config, target.to_string()).await?;
         Ok(MiddlewareSession(Arc::new(context)))
     }
 }
@@ -188,14 +191,7 @@ impl ReplaySession for MiddlewareSession {
     type Trace = LoadedTrace<IdempotencyModel>;
 
     fn load(&self, file: &std::path::Path) -> Result<Self::Trace, ReplayError> {
-        let target = self
-            .0
-            .flags
-            .split(' ')
-            .next()
-            .unwrap_or_default()
-            .to_string();
-        load_for::<IdempotencyModel>(file, &target)
+        load_for::<IdempotencyModel>(file, &self.0.target)
     }
 
     async fn replay(
@@ -220,8 +216,8 @@ pub struct MiddlewareContext {
     pub postgres: Option<(String, sqlx::PgPool)>,
     /// The layer behaviour to replay against instead of the trace's variant's, and defects.
     pub config: LayerConfig,
-    /// `--target` and further flags that reproduce a replay.
-    pub flags: String,
+    /// The `--target` value, as given.
+    pub target: String,
 }
 
 impl MiddlewareContext {
@@ -230,7 +226,7 @@ impl MiddlewareContext {
         database: Database,
         url: Option<String>,
         config: LayerConfig,
-        flags: String,
+        target: String,
     ) -> Result<MiddlewareContext, String> {
         let postgres = match database {
             Database::Sqlite => None,
@@ -255,7 +251,7 @@ impl MiddlewareContext {
             database,
             postgres,
             config,
-            flags,
+            target,
         })
     }
 
@@ -283,7 +279,11 @@ pub struct MiddlewareTarget {
     database: Option<TraceDatabase>,
     server: Option<Server>,
     connections: BTreeMap<usize, tokio::task::JoinHandle<()>>,
-    views: Vec<MiddlewareView>,
+    /// Per state of the trace, what the database's generations lag the model's
+    /// (`generation_offsets`): the one part of a view the state alone does not say.
+    generation_offsets: Vec<i64>,
+    /// The variant commits its effects with the row (`atomic`): the view counts them.
+    effects: bool,
     /// The state the driver compares next (0: the initial state).
     index: usize,
     behaviour: LayerBehaviour,
@@ -312,7 +312,8 @@ impl MiddlewareTarget {
             database: None,
             server: None,
             connections: BTreeMap::new(),
-            views: Vec::new(),
+            generation_offsets: Vec::new(),
+            effects: false,
             index: 0,
             behaviour: LayerBehaviour::Fenced,
             clients: 0,
@@ -362,6 +363,11 @@ impl MiddlewareTarget {
             .clock(self.clock.clone())
             .behaviour(behaviour)
             .build()
+    }
+
+    /// The model's `state` as the database shows it, at the step the driver compares next.
+    fn view_of(&self, state: &IdempotencyState) -> MiddlewareView {
+        expected_view(state, self.generation_offsets[self.index], self.effects)
     }
 
     fn atomic(&self) -> bool {
@@ -874,150 +880,189 @@ impl MiddlewareTarget {
         })
     }
 
-    /// Makes the real code take one step and waits for its effect.
+    /// Makes the real code take one step and waits for its effect: one method per model action;
+    /// after a client's step, until the real side shows the stage the model's client reaches.
     async fn perform_step(&mut self, step: Step<'_, IdempotencyModel>) -> Result<(), Fault> {
-        let pre_fix = self.behaviour == LayerBehaviour::PreFix;
         let client = match *step.action {
             Action::ClientSends {
                 client,
                 fingerprint,
-            } => {
-                self.hub.update(|state| state.claimant = Some(client));
-                let address = self.server.as_ref().map(|server| server.address);
-                let address = address.ok_or_else(|| Fault::Environment("no server".into()))?;
-                self.connections.insert(
-                    client,
-                    server::send(address, self.hub.clone(), client, fingerprint),
-                );
-                Some(client)
-            }
+            } => self.client_sends(client, fingerprint).map(|()| client)?,
             Action::MiddlewareClaims { client } => {
                 // SQLite's claim call also reads the row it did not take: released at the read.
                 if !matches!(step.after.clients[client].stage, Stage::Reading { .. }) {
                     self.release(client, CallKind::Claim, Release::Run)?;
                 }
-                Some(client)
+                client
             }
-            Action::MiddlewareReadsRow { client } => {
-                self.release(client, CallKind::Claim, Release::Run)?;
-                Some(client)
-            }
-            Action::MiddlewareClaimFails { client, committed } => {
-                let id = self.release(client, CallKind::Claim, Release::Fail { committed })?;
-                if committed {
-                    self.answered(client, id, None).await?;
-                }
-                Some(client)
-            }
+            Action::MiddlewareReadsRow { client } => self
+                .release(client, CallKind::Claim, Release::Run)
+                .map(|_| client)?,
+            Action::MiddlewareClaimFails { client, committed } => self
+                .middleware_claim_fails(client, committed)
+                .await
+                .map(|()| client)?,
             Action::HandlerResponds { client, outcome } => {
-                self.outcomes.insert(client, outcome);
-                if !self.hub.respond(client, outcome) {
-                    return Err(Fault::diverged(
-                        format!("client {}'s handler waits for its outcome", client + 1),
-                        self.hub.read(|state| state.describe(client)),
-                    ));
-                }
-                Some(client)
+                self.handler_responds(client, outcome).map(|()| client)?
             }
             Action::MiddlewareCaptures { client } => {
-                let outcome = self
-                    .outcomes
-                    .get(&client)
-                    .copied()
-                    .unwrap_or(Outcome::OkUnder);
-                let released = if outcome.is_success() {
-                    let (capture, tail) = server::body_of(outcome);
-                    let server = self
-                        .server
-                        .as_ref()
-                        .ok_or_else(|| Fault::Environment("no server".into()))?;
-                    // The fixed capture stops at the frame crossing the cap: the rest is the
-                    // tail, released by its own step. The pre-fix capture reads to the end.
-                    let streams_tail = !pre_fix && outcome.overflows();
-                    if streams_tail {
-                        server.send_frames(client, capture, false)
-                    } else {
-                        server.send_frames(client, capture.into_iter().chain(tail).collect(), true)
-                    }
-                } else {
-                    self.hub.open_capture_gate(client)
-                };
-                if !released {
-                    return Err(Fault::diverged(
-                        format!("client {}'s response is being captured", client + 1),
-                        self.hub.read(|state| state.describe(client)),
-                    ));
-                }
-                Some(client)
+                self.middleware_captures(client).map(|()| client)?
             }
             Action::MiddlewareFinalizes { client, result }
             | Action::DropGuardFinalizes { client, result } => {
-                self.finalize(client, result).await?;
-                Some(client)
+                self.finalize(client, result).await.map(|()| client)?
             }
-            Action::TailStreams { client } => {
-                let outcome = self
-                    .outcomes
-                    .get(&client)
-                    .copied()
-                    .unwrap_or(Outcome::OkUnder);
-                let (_, tail) = server::body_of(outcome);
-                let server = self
-                    .server
-                    .as_ref()
-                    .ok_or_else(|| Fault::Environment("no server".into()))?;
-                if !server.send_frames(client, tail, true) {
-                    return Err(Fault::diverged(
-                        format!("client {}'s tail is streaming", client + 1),
-                        self.hub.read(|state| state.describe(client)),
-                    ));
-                }
-                Some(client)
-            }
+            Action::TailStreams { client } => self.tail_streams(client).map(|()| client)?,
             Action::ClientCancels {
                 client,
                 at,
                 in_flight_commits,
-            } => {
-                let success = match step.before.clients[client].stage {
-                    Stage::Capturing { outcome, .. } | Stage::Finalizing { outcome, .. } => {
-                        outcome.is_success()
-                    }
-                    _ => true,
-                };
-                self.cancel(client, at, in_flight_commits, success).await?;
-                Some(client)
-            }
-            Action::ClockTicks => {
-                self.clock.advance_secs(LEASE_SECS as i64);
-                self.renewals(step.before, step.after).await?;
-                None
-            }
-            Action::CleanupPurges => {
-                let now = oncecheck_idempotency::Clock::now_millis(&self.clock);
-                let purged = match &self.database {
-                    Some(TraceDatabase::Sqlite(store)) => store.purge_expired(now).await,
-                    Some(TraceDatabase::Postgres { store, .. }) => store.purge_expired(now).await,
-                    None => return Err(Fault::Environment("no database".into())),
-                };
-                purged.map_err(|error| Fault::Environment(format!("cleanup: {error}")))?;
-                None
-            }
-            Action::ReconcilerResolves { applied } => {
-                self.reconcile(applied).await?;
-                None
-            }
+            } => self
+                .client_cancels(step.before, client, at, in_flight_commits)
+                .await
+                .map(|()| client)?,
+            Action::ClockTicks => return self.clock_ticks(step.before, step.after).await,
+            Action::CleanupPurges => return self.cleanup_purges().await,
+            Action::ReconcilerResolves { applied } => return self.reconcile(applied).await,
             Action::ProcessStalls { .. } | Action::ProcessDies { .. } => {
                 return Err(Fault::Environment(
                     "a process fault: not applicable to this target".into(),
                 ))
             }
         };
-        if let Some(client) = client {
-            let stage = step.after.clients[client].stage;
-            self.settle(client, stage, step.after).await?;
+        let stage = step.after.clients[client].stage;
+        self.settle(client, stage, step.after).await
+    }
+
+    /// The client opens its connection and sends its request with the key.
+    fn client_sends(&mut self, client: usize, fingerprint: Fingerprint) -> Result<(), Fault> {
+        self.hub.update(|state| state.claimant = Some(client));
+        let address = self.server.as_ref().map(|server| server.address);
+        let address = address.ok_or_else(|| Fault::Environment("no server".into()))?;
+        self.connections.insert(
+            client,
+            server::send(address, self.hub.clone(), client, fingerprint),
+        );
+        Ok(())
+    }
+
+    async fn middleware_claim_fails(
+        &mut self,
+        client: usize,
+        committed: bool,
+    ) -> Result<(), Fault> {
+        let id = self.release(client, CallKind::Claim, Release::Fail { committed })?;
+        if committed {
+            self.answered(client, id, None).await?;
         }
         Ok(())
+    }
+
+    /// The scripted handler answers the outcome the trace names.
+    fn handler_responds(&mut self, client: usize, outcome: Outcome) -> Result<(), Fault> {
+        self.outcomes.insert(client, outcome);
+        if !self.hub.respond(client, outcome) {
+            return Err(Fault::diverged(
+                format!("client {}'s handler waits for its outcome", client + 1),
+                self.hub.read(|state| state.describe(client)),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The handler's body frames up to what the layer captures are released (a failure's
+    /// capture gate opened instead).
+    fn middleware_captures(&mut self, client: usize) -> Result<(), Fault> {
+        let pre_fix = self.behaviour == LayerBehaviour::PreFix;
+        let outcome = self
+            .outcomes
+            .get(&client)
+            .copied()
+            .unwrap_or(Outcome::OkUnder);
+        let released = if outcome.is_success() {
+            let (capture, tail) = server::body_of(outcome);
+            let server = self
+                .server
+                .as_ref()
+                .ok_or_else(|| Fault::Environment("no server".into()))?;
+            // The fixed capture stops at the frame crossing the cap: the rest is the tail,
+            // released by its own step. The pre-fix capture reads to the end.
+            let streams_tail = !pre_fix && outcome.overflows();
+            if streams_tail {
+                server.send_frames(client, capture, false)
+            } else {
+                server.send_frames(client, capture.into_iter().chain(tail).collect(), true)
+            }
+        } else {
+            self.hub.open_capture_gate(client)
+        };
+        if !released {
+            return Err(Fault::diverged(
+                format!("client {}'s response is being captured", client + 1),
+                self.hub.read(|state| state.describe(client)),
+            ));
+        }
+        Ok(())
+    }
+
+    /// The body's frames past the cap, released after the finalize.
+    fn tail_streams(&mut self, client: usize) -> Result<(), Fault> {
+        let outcome = self
+            .outcomes
+            .get(&client)
+            .copied()
+            .unwrap_or(Outcome::OkUnder);
+        let (_, tail) = server::body_of(outcome);
+        let server = self
+            .server
+            .as_ref()
+            .ok_or_else(|| Fault::Environment("no server".into()))?;
+        if !server.send_frames(client, tail, true) {
+            return Err(Fault::diverged(
+                format!("client {}'s tail is streaming", client + 1),
+                self.hub.read(|state| state.describe(client)),
+            ));
+        }
+        Ok(())
+    }
+
+    async fn client_cancels(
+        &mut self,
+        before: &IdempotencyState,
+        client: usize,
+        at: AwaitPoint,
+        in_flight_commits: bool,
+    ) -> Result<(), Fault> {
+        let success = match before.clients[client].stage {
+            Stage::Capturing { outcome, .. } | Stage::Finalizing { outcome, .. } => {
+                outcome.is_success()
+            }
+            _ => true,
+        };
+        self.cancel(client, at, in_flight_commits, success).await
+    }
+
+    /// The layer's clock moves a lease; the heartbeat's renewals the model makes are waited for.
+    async fn clock_ticks(
+        &mut self,
+        before: &IdempotencyState,
+        after: &IdempotencyState,
+    ) -> Result<(), Fault> {
+        self.clock.advance_secs(LEASE_SECS as i64);
+        self.renewals(before, after).await
+    }
+
+    /// The cleanup job purges the expired rows at the layer's clock.
+    async fn cleanup_purges(&mut self) -> Result<(), Fault> {
+        let now = oncecheck_idempotency::Clock::now_millis(&self.clock);
+        let purged = match &self.database {
+            Some(TraceDatabase::Sqlite(store)) => store.purge_expired(now).await,
+            Some(TraceDatabase::Postgres { store, .. }) => store.purge_expired(now).await,
+            None => return Err(Fault::Environment("no database".into())),
+        };
+        purged
+            .map(|_| ())
+            .map_err(|error| Fault::Environment(format!("cleanup: {error}")))
     }
 
     /// Waits for the heartbeat renewal a tick makes in the model: the row's claim renewed to its
@@ -1033,7 +1078,7 @@ impl MiddlewareTarget {
         if new.lease_expires_at == old.lease_expires_at {
             return Ok(());
         }
-        let real_generation = self.views[self.index].row.map_or(0, |row| row.generation);
+        let real_generation = self.view_of(after).row.map_or(0, |row| row.generation);
         let lease_millis = LEASE_SECS as i64 * 1000;
         let lease_ends = CLOCK_START_MILLIS + i64::from(new.lease_expires_at) * lease_millis;
         self.hub
@@ -1171,16 +1216,14 @@ impl ReplayTarget for MiddlewareTarget {
     fn expected_view(
         &self,
         _trace: &LoadedTrace<IdempotencyModel>,
-        _state: &oncecheck_model::idempotency::IdempotencyState,
+        state: &IdempotencyState,
     ) -> MiddlewareView {
-        self.views[self.index].clone()
+        self.view_of(state)
     }
 
     async fn set_up(&mut self, trace: &LoadedTrace<IdempotencyModel>) -> Result<(), Fault> {
-        self.views = expected_views(
-            &trace.path,
-            oncecheck_model::check::ModelSpec::variant(&trace.model) == "atomic",
-        );
+        self.generation_offsets = generation_offsets(&trace.path);
+        self.effects = oncecheck_model::check::ModelSpec::variant(&trace.model) == "atomic";
         self.clients = trace.path[0].0.clients.len();
         let variant = applicable(&trace.model, &trace.path, self.context.database)
             .map_err(Fault::Environment)?;
@@ -1220,6 +1263,7 @@ impl ReplayTarget for MiddlewareTarget {
         step: Step<'_, IdempotencyModel>,
     ) -> Result<(), Fault> {
         self.index = step.index + 1;
+        let after = step.after;
         match self.perform_step(step).await {
             // What the client received differs: show the state beside it, where the cause
             // usually is (the row the finalize wrote).
@@ -1234,7 +1278,7 @@ impl ReplayTarget for MiddlewareTarget {
                 };
                 Err(Fault::Diverged {
                     action,
-                    expected: format!("{expected}; state {:?}", self.views[self.index]),
+                    expected: format!("{expected}; state {:?}", self.view_of(after)),
                     actual: format!("{actual}; state {observed}"),
                 })
             }
@@ -1289,7 +1333,7 @@ impl ReplayTarget for MiddlewareTarget {
     }
 
     fn command_flags(&self) -> String {
-        self.context.flags.clone()
+        format!("{}{}", self.context.target, self.context.config.flags())
     }
 
     fn counts(&self) -> (usize, usize) {

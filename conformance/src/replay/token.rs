@@ -60,7 +60,7 @@ use oncecheck_tokened::{
 use tokio::task::JoinHandle;
 
 use crate::proxy::{Answer, HeldRequest, Proxy, TOKEN_WINDOW_MILLIS};
-use crate::replay::{Fault, ReplayTarget, Step};
+use crate::replay::driver::{Fault, ReplayTarget, Step};
 
 /// How long a step waits for a client's request to reach the proxy.
 const REQUEST_WAIT_MILLIS_MAX: u64 = 4_000;
@@ -487,6 +487,148 @@ impl TokenTarget {
         Ok(())
     }
 
+    /// A client's send (`retry` is `None`) or retry (`Some(rebuilt)`): the real client makes
+    /// its request, which the step takes from the client's actor (a rebuilt retry's from the
+    /// other process's).
+    async fn client_sends(&mut self, index: usize, retry: Option<bool>) -> Result<(), Fault> {
+        let rebuilt = retry == Some(true);
+        self.start_request(index, retry)?;
+        let actor = match &self.clients[index].rebuilder {
+            Some((actor, _)) if rebuilt => *actor,
+            _ => index,
+        };
+        let request = self.take(actor).await?;
+        if retry == Some(false) {
+            self.check_identical_resend(index, &request)?;
+        }
+        self.clients[index].slots.push(Slot {
+            body: request.body.clone(),
+            held: Some(request),
+            detached: false,
+            answer: None,
+        });
+        Ok(())
+    }
+
+    /// Makes the real client send: the writer's first write, or a bare request; the writer's
+    /// own resends need nothing (the model's retry is the one the writer makes).
+    fn start_request(&mut self, index: usize, retry: Option<bool>) -> Result<(), Fault> {
+        let rebuilt = retry == Some(true);
+        let first = matches!(self.clients[index].real, Real::Writer { write: None, .. });
+        match &self.clients[index].real {
+            Real::Writer { writer, .. } if first => {
+                let writer = writer.clone();
+                let intent = Intent::with_check(self.transaction(index, false), Arc::new(NoCheck))
+                    .token(self.token(index));
+                let task = tokio::spawn(async move { writer.write(intent).await });
+                if let Real::Writer { write, .. } = &mut self.clients[index].real {
+                    *write = Some(task);
+                }
+            }
+            // The model's mistake, which the writer never makes: another process.
+            Real::Writer { .. } if rebuilt => self.send_bare(index, true),
+            // The writer's own resend: the model's retry is the one the client makes.
+            Real::Writer { .. } => {}
+            Real::Bare { .. } => {
+                if retry.is_some() {
+                    self.check_retry_table(index)?;
+                }
+                self.send_bare(index, rebuilt);
+            }
+        }
+        Ok(())
+    }
+
+    /// The writer resends its first request unchanged, token included.
+    fn check_identical_resend(&self, index: usize, request: &HeldRequest) -> Result<(), Fault> {
+        let first_body = self.clients[index]
+            .slots
+            .first()
+            .map(|slot| slot.body.clone());
+        let is_writer = matches!(self.clients[index].real, Real::Writer { .. });
+        if let (true, Some(first_body)) = (is_writer, first_body) {
+            if first_body != request.body {
+                return Err(Fault::diverged(
+                    "the identical request resent with the same token",
+                    format!("{}", request.body),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    /// The held transaction begins in the proxy: observable as in progress until it commits.
+    async fn server_begins(&mut self, client: u8, attempt: u8) -> Result<(), Fault> {
+        let proxy = self.proxy()?.clone();
+        let slot = self.slot(client, attempt)?;
+        let held = slot
+            .held
+            .as_ref()
+            .ok_or_else(|| Fault::Environment("the request is gone".into()))?;
+        proxy
+            .begin(held)
+            .await
+            .map_err(|error| Fault::diverged("the transaction begins", error.to_string()))
+    }
+
+    fn response_delivered(&mut self, client: u8, attempt: u8) -> Result<(), Fault> {
+        let proxy = self.proxy()?.clone();
+        let slot = self.slot(client, attempt)?;
+        let (Some(held), Some(answer)) = (slot.held.take(), slot.answer.clone()) else {
+            return Err(Fault::Environment("nothing to deliver".into()));
+        };
+        proxy
+            .deliver(held, answer)
+            .map_err(|error| environment("delivering", error))
+    }
+
+    /// Unprocessed requests are dropped and waiting clients give up; the token clock and the
+    /// writers' clock move one tick.
+    fn clock_ticks(&mut self) -> Result<(), Fault> {
+        let proxy = self.proxy()?.clone();
+        for real in &mut self.clients {
+            for slot in &mut real.slots {
+                let Some(held) = slot.held.take() else {
+                    continue;
+                };
+                if !slot.detached {
+                    proxy
+                        .lose(held)
+                        .map_err(|error| environment("losing", error))?;
+                    self.lost += 1;
+                }
+            }
+        }
+        let now = proxy.token_clock() + self.tick;
+        proxy.set_token_clock(now);
+        self.clock.advance_secs(self.tick.as_secs() as i64);
+        Ok(())
+    }
+
+    /// The client reads the table back: what it sees against what the model's client learns.
+    async fn client_reads(
+        &mut self,
+        index: usize,
+        expected: &Option<Vec<u8>>,
+    ) -> Result<(), Fault> {
+        let seen = self.applications(index).await?;
+        match (seen, expected) {
+            (Some(seen), Some(expected)) if seen != *expected => Err(Fault::diverged(
+                format!("C{} reads {expected:?}", index + 1),
+                format!("{seen:?}"),
+            )),
+            _ => Ok(()),
+        }
+    }
+
+    async fn record_loses_timestamp(&mut self, token: usize) -> Result<(), Fault> {
+        let token = self.token(token);
+        self.proxy()?
+            .damage_token_record(&token)
+            .await
+            .map_err(|error| environment("damaging the record", error))
+    }
+
     async fn read_number(&self, item: &str, attribute: &str) -> Result<Option<u8>, Fault> {
         let read = self
             .direct()?
@@ -646,79 +788,20 @@ impl ReplayTarget for TokenTarget {
         Ok(())
     }
 
+    /// One method per model action (below, in `impl TokenTarget`).
     async fn perform(
         &mut self,
         _trace: &LoadedTrace<TokenModel>,
         step: Step<'_, TokenModel>,
     ) -> Result<(), Fault> {
         match step.action.clone() {
-            Action::ClientSends { client, .. } | Action::ClientRetries { client, .. } => {
-                let index = usize::from(client);
-                let rebuilt = matches!(step.action, Action::ClientRetries { rebuilt: true, .. });
-                let retry = matches!(step.action, Action::ClientRetries { .. });
-                let first = matches!(self.clients[index].real, Real::Writer { write: None, .. });
-                match &self.clients[index].real {
-                    Real::Writer { writer, .. } if first => {
-                        let writer = writer.clone();
-                        let intent =
-                            Intent::with_check(self.transaction(index, false), Arc::new(NoCheck))
-                                .token(self.token(index));
-                        let task = tokio::spawn(async move { writer.write(intent).await });
-                        if let Real::Writer { write, .. } = &mut self.clients[index].real {
-                            *write = Some(task);
-                        }
-                    }
-                    // The model's mistake, which the writer never makes: another process.
-                    Real::Writer { .. } if rebuilt => self.send_bare(index, true),
-                    // The writer's own resend: the model's retry is the one the client makes.
-                    Real::Writer { .. } => {}
-                    Real::Bare { .. } => {
-                        if retry {
-                            self.check_retry_table(index)?;
-                        }
-                        self.send_bare(index, rebuilt);
-                    }
-                }
-                let actor = match &self.clients[index].rebuilder {
-                    Some((actor, _)) if rebuilt => *actor,
-                    _ => index,
-                };
-                let request = self.take(actor).await?;
-                if retry && !rebuilt {
-                    let first_body = self.clients[index]
-                        .slots
-                        .first()
-                        .map(|slot| slot.body.clone());
-                    let is_writer = matches!(self.clients[index].real, Real::Writer { .. });
-                    if let (true, Some(first_body)) = (is_writer, first_body) {
-                        if first_body != request.body {
-                            return Err(Fault::diverged(
-                                "the identical request resent with the same token",
-                                format!("{}", request.body),
-                            ));
-                        }
-                    }
-                }
-                self.clients[index].slots.push(Slot {
-                    body: request.body.clone(),
-                    held: Some(request),
-                    detached: false,
-                    answer: None,
-                });
-                Ok(())
+            Action::ClientSends { client, .. } => {
+                self.client_sends(usize::from(client), None).await
             }
-            Action::ServerBegins { client, attempt } => {
-                let proxy = self.proxy()?.clone();
-                let slot = self.slot(client, attempt)?;
-                let held = slot
-                    .held
-                    .as_ref()
-                    .ok_or_else(|| Fault::Environment("the request is gone".into()))?;
-                proxy
-                    .begin(held)
-                    .await
-                    .map_err(|error| Fault::diverged("the transaction begins", error.to_string()))
-            }
+            Action::ClientRetries {
+                client, rebuilt, ..
+            } => self.client_sends(usize::from(client), Some(rebuilt)).await,
+            Action::ServerBegins { client, attempt } => self.server_begins(client, attempt).await,
             Action::ServerCommits { client, attempt }
             | Action::ServerReplays { client, attempt } => {
                 self.server_step(client, attempt, ModelAnswer::Success)
@@ -730,55 +813,19 @@ impl ReplayTarget for TokenTarget {
                 answer,
             } => self.server_step(client, attempt, answer).await,
             Action::ResponseDelivered { client, attempt } => {
-                let proxy = self.proxy()?.clone();
-                let slot = self.slot(client, attempt)?;
-                let (Some(held), Some(answer)) = (slot.held.take(), slot.answer.clone()) else {
-                    return Err(Fault::Environment("nothing to deliver".into()));
-                };
-                proxy
-                    .deliver(held, answer)
-                    .map_err(|error| environment("delivering", error))
+                self.response_delivered(client, attempt)
             }
             Action::ResponseLost { client, attempt } => self.lose(client, attempt),
-            Action::ClockTicks => {
-                let proxy = self.proxy()?.clone();
-                for real in &mut self.clients {
-                    for slot in &mut real.slots {
-                        let Some(held) = slot.held.take() else {
-                            continue;
-                        };
-                        // Unprocessed requests are dropped, waiting clients give up.
-                        if !slot.detached {
-                            proxy
-                                .lose(held)
-                                .map_err(|error| environment("losing", error))?;
-                            self.lost += 1;
-                        }
-                    }
-                }
-                let now = proxy.token_clock() + self.tick;
-                proxy.set_token_clock(now);
-                self.clock.advance_secs(self.tick.as_secs() as i64);
-                Ok(())
-            }
+            Action::ClockTicks => self.clock_ticks(),
             Action::ClientReads { client } => {
-                let index = usize::from(client);
-                let seen = self.applications(index).await?;
-                let expected = step.after.clients[index].reconciled.clone();
-                match (seen, expected) {
-                    (Some(seen), Some(expected)) if seen != expected => Err(Fault::diverged(
-                        format!("C{} reads {expected:?}", index + 1),
-                        format!("{seen:?}"),
-                    )),
-                    _ => Ok(()),
-                }
+                self.client_reads(
+                    usize::from(client),
+                    &step.after.clients[usize::from(client)].reconciled,
+                )
+                .await
             }
             Action::RecordLosesTimestamp { token } => {
-                let token = self.token(usize::from(token));
-                self.proxy()?
-                    .damage_token_record(&token)
-                    .await
-                    .map_err(|error| environment("damaging the record", error))
+                self.record_loses_timestamp(usize::from(token)).await
             }
         }
     }
