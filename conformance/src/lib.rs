@@ -25,9 +25,3 @@ pub mod proxy;
 pub mod replay;
 pub mod report;
 pub mod soak;
-
-// The crate-root paths that the body of `report::html::page` still names: h-split splits that
-// function in another branch at the same time, and rewriting lines inside it here would make the
-// two branches conflict. Once both are merged, rewrite those three paths and delete these lines.
-pub(crate) use check::{action_names, model_facts};
-pub(crate) use report::verdict_words;

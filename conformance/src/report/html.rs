@@ -186,7 +186,7 @@ fn changes_html(changes: &[Change]) -> String {
 pub fn page(report: &CheckReport, detail: &PageDetail) -> String {
     let title = format!("{}/{}", report.model, report.variant);
     let matches = report.matches_expectations();
-    let outcome = crate::model_facts::outcome_of(report);
+    let outcome = crate::check::model_facts::outcome_of(report);
     let mut html = String::new();
     let _ = write!(
         html,
@@ -212,7 +212,7 @@ pub fn page(report: &CheckReport, detail: &PageDetail) -> String {
     );
     html.push_str("<h2>Properties</h2>\n<table id=\"properties\"><tr><th>ID</th><th>kind</th><th>property</th><th>verdict</th><th>expected</th><th></th></tr>\n");
     for property in &report.properties {
-        let kind = crate::verdict_words::kind_word(property.kind);
+        let kind = crate::report::verdict_words::kind_word(property.kind);
         let name = if detail.traces.contains_key(property.name) {
             format!(
                 "<a href=\"#{}\">{}</a>",
@@ -358,7 +358,7 @@ fn push_coverage(html: &mut String, report: &CheckReport, coverage: Option<&Cove
     };
     // Every action kind of the model, 0 for those that never fired.
     let actions: Vec<(String, u64)> =
-        crate::action_names::with_zeros(report.model, &coverage.action_counts);
+        crate::check::action_names::with_zeros(report.model, &coverage.action_counts);
     let depths: Vec<(String, u64)> = coverage
         .states_per_depth
         .iter()
