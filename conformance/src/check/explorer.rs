@@ -7,11 +7,14 @@
 //! Invariants: a request is passed through unchanged but for `Connection: close` (one exchange
 //! per connection); only the status answer's `model` field is rewritten, and an answer the front
 //! cannot read is passed through as it came; every read is bounded (`REQUEST_HEAD_BYTES_MAX`,
-//! `REQUEST_BODY_BYTES_MAX`, `RESPONSE_BYTES_MAX`) and every wait (`CONNECT_WAIT_MILLIS_MAX`,
-//! `EXCHANGE_WAIT_SECS_MAX`).
+//! `REQUEST_BODY_BYTES_MAX`, `RESPONSE_BYTES_MAX`), every wait (`CONNECT_WAIT_MILLIS_MAX`,
+//! `CLIENT_WAIT_SECS_MAX`, `EXCHANGE_WAIT_SECS_MAX`) and the exchanges at once
+//! (`CONNECTIONS_MAX`: one more is answered 503 at once, so idle clients cannot pile up threads).
 
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpListener, TcpStream};
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 /// A request's line and headers at most.
@@ -24,12 +27,20 @@ const RESPONSE_BYTES_MAX: u64 = 256 * 1024 * 1024;
 const CONNECT_WAIT_MILLIS_MAX: u64 = 10_000;
 /// How long one exchange may take: `/.runtocompletion` answers when the whole search ends.
 const EXCHANGE_WAIT_SECS_MAX: u64 = 3_600;
+/// How long a client may take to send its request (a browser sends it at once).
+const CLIENT_WAIT_SECS_MAX: u64 = 30;
+/// Exchanges passed through at once, each on a thread of its own: a page loads a few at a time.
+const CONNECTIONS_MAX: usize = 64;
+/// The answer to a connection past `CONNECTIONS_MAX`.
+const BUSY_ANSWER: &[u8] =
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Length: 0\r\nConnection: close\r\n\r\n";
 
 /// The listener the user opens (`--port`), naming the protocol in the Explorer's status.
 pub struct Front {
     listener: TcpListener,
     /// What the status bar says in place of the model's Rust type.
     title: String,
+    connections_max: usize,
 }
 
 impl Front {
@@ -38,17 +49,29 @@ impl Front {
         let listener = TcpListener::bind(address).map_err(|error| {
             format!("cannot serve the Explorer on {address}: {error} (choose another --port)")
         })?;
-        Ok(Front { listener, title })
+        Ok(Front {
+            listener,
+            title,
+            connections_max: CONNECTIONS_MAX,
+        })
     }
 
     /// Passes every connection through to the Explorer at `explorer`, one thread each; blocks
     /// while the listener accepts.
     pub fn serve(self, explorer: SocketAddr) {
-        for client in self.listener.incoming().flatten() {
+        let open = Arc::new(AtomicUsize::new(0));
+        for mut client in self.listener.incoming().flatten() {
+            if open.fetch_add(1, Ordering::SeqCst) >= self.connections_max {
+                open.fetch_sub(1, Ordering::SeqCst);
+                let _ = client.write_all(BUSY_ANSWER);
+                continue;
+            }
             let title = self.title.clone();
+            let open = Arc::clone(&open);
             std::thread::spawn(move || {
                 // A client gone or an Explorer not answering ends this exchange only.
                 let _ = pass(client, explorer, &title);
+                open.fetch_sub(1, Ordering::SeqCst);
             });
         }
     }
@@ -65,6 +88,7 @@ pub fn loopback_address() -> Result<SocketAddr, String> {
 
 /// One request passed through, its answer passed back (the status renamed).
 fn pass(mut client: TcpStream, explorer: SocketAddr, title: &str) -> std::io::Result<()> {
+    client.set_read_timeout(Some(Duration::from_secs(CLIENT_WAIT_SECS_MAX)))?;
     let request = read_request(&mut client)?;
     let mut upstream = connect(explorer)?;
     upstream.set_read_timeout(Some(Duration::from_secs(EXCHANGE_WAIT_SECS_MAX)))?;
@@ -198,6 +222,29 @@ fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_connection_past_the_most_at_once_is_answered_503_and_the_others_wait() {
+        let mut front = Front::bind("127.0.0.1:0", "relay append (fixed)".into()).unwrap();
+        front.connections_max = 2;
+        let address = front.listener.local_addr().unwrap();
+        // Nothing listens behind it: the held exchanges wait for their requests, not for it.
+        let explorer = loopback_address().unwrap();
+        std::thread::spawn(move || front.serve(explorer));
+        let held: Vec<TcpStream> = (0..2)
+            .map(|_| TcpStream::connect(address).unwrap())
+            .collect();
+        // The front accepts in arrival order and counts each exchange before it accepts the
+        // next, so the third is past the most whenever it is accepted.
+        let mut third = TcpStream::connect(address).unwrap();
+        third
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        let mut answer = Vec::new();
+        third.read_to_end(&mut answer).unwrap();
+        assert_eq!(answer, BUSY_ANSWER);
+        drop(held);
+    }
 
     #[test]
     fn the_status_names_the_protocol_and_keeps_its_other_fields() {
