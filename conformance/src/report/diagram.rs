@@ -13,6 +13,7 @@
 //! the monospace advance at [`FONT_PX`]), and every lane header is as wide as its name. Layout
 //! is computed first as boxes and texts ([`Layout`]) so a test can check every extent.
 
+use super::escape;
 use oncecheck_model::check::TraceStep;
 
 /// The font size of step labels and lane names, in pixels.
@@ -30,13 +31,6 @@ const MARGIN_PX: f64 = 16.0;
 /// The horizontal extent of `text` at `font_px` in a monospace font.
 pub fn text_width(text: &str, font_px: f64) -> f64 {
     text.chars().count() as f64 * font_px * 0.62
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 /// The actor a step belongs to, if its words start with one (`W1`, `P1 `, `C2:`).

@@ -11,6 +11,7 @@
 //! Invariants: every page is self-contained (inline CSS and SVG, no script, no network); all
 //! text is escaped; a page is written only from a finished `CheckReport`.
 
+use super::escape;
 use crate::report::diagram::{sequence_svg, text_width};
 use oncecheck_model::check::{CheckReport, PropertyReport, Verdict};
 use oncecheck_model::view::Change;
@@ -42,13 +43,6 @@ pub struct PageDetail {
     /// Per property name: its shortest trace, step by step (only for the traces the page shows).
     pub traces: BTreeMap<String, Vec<StepView>>,
     pub coverage: Option<Coverage>,
-}
-
-fn escape(text: &str) -> String {
-    text.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
 }
 
 /// The file name of a (model, variant) page.

@@ -6,6 +6,15 @@
 //!
 //! Invariant: a report states what a run found and never decides a verdict itself.
 
+/// Text as HTML or SVG character data or a quoted attribute value. (JUnit's XML has its own,
+/// stricter escape in `junit`: XML 1.0 cannot carry most control characters at all.)
+fn escape(text: &str) -> String {
+    text.replace('&', "&amp;")
+        .replace('<', "&lt;")
+        .replace('>', "&gt;")
+        .replace('"', "&quot;")
+}
+
 pub mod diagram;
 pub mod html;
 pub mod junit;
