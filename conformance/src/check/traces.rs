@@ -8,7 +8,7 @@ use oncecheck_model::check::{shortest_paths, Kind};
 use oncecheck_model::idempotency::IdempotencyModel;
 use oncecheck_model::relay::RelayModel;
 use oncecheck_model::trace::{
-    from_itf, random_paths, read_header, to_itf, to_itf_lasso, LoadedTrace, TraceEncoding,
+    from_itf, random_paths, read_header, to_itf, to_itf_lasso, Header, LoadedTrace, TraceEncoding,
     TraceError, TraceMeta,
 };
 use std::path::{Path, PathBuf};
@@ -370,8 +370,9 @@ where
     })
 }
 
-/// Reads a trace file, picks its model from `#meta`, and re-executes it.
-pub fn load(file: &Path) -> Result<Loaded, LoadError> {
+/// A trace file's JSON and its `#meta` header, the one reading every loader starts from: a file
+/// that cannot be read, is not JSON or has no header is a `LoadError` naming it and why.
+pub fn read_document(file: &Path) -> Result<(serde_json::Value, Header), LoadError> {
     let failure = |detail: String| LoadError {
         file: file.to_path_buf(),
         detail,
@@ -386,6 +387,16 @@ pub fn load(file: &Path) -> Result<Loaded, LoadError> {
         ))
     })?;
     let header = read_header(&document).map_err(|error| failure(error.to_string()))?;
+    Ok((document, header))
+}
+
+/// Reads a trace file, picks its model from `#meta`, and re-executes it.
+pub fn load(file: &Path) -> Result<Loaded, LoadError> {
+    let failure = |detail: String| LoadError {
+        file: file.to_path_buf(),
+        detail,
+    };
+    let (document, header) = read_document(file)?;
     match header.model.as_str() {
         "relay" => Ok(Loaded::Relay(load_as::<RelayModel>(file, &document)?)),
         "idempotency" => Ok(Loaded::Idempotency(load_as::<IdempotencyModel>(

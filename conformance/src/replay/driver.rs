@@ -23,13 +23,13 @@
 //! runs, never replayed partially; a trace of another model than the target's is bad input.
 
 use oncecheck_model::ddb::OpId;
-use oncecheck_model::trace::{from_itf, read_header, LoadedTrace, TraceEncoding};
+use oncecheck_model::trace::{from_itf, LoadedTrace, TraceEncoding};
 use std::fmt::Debug;
 use std::future::Future;
 use std::hash::Hash;
 use std::path::{Path, PathBuf};
 
-use crate::check::traces::LoadError;
+use crate::check::traces::{read_document, LoadError};
 
 /// Where a replay runs, as `--target` names it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -315,16 +315,7 @@ pub fn load_for<M: ReplayModel>(file: &Path, target: &str) -> Result<LoadedTrace
             detail,
         })
     };
-    let text =
-        std::fs::read_to_string(file).map_err(|error| failure(format!("cannot read: {error}")))?;
-    let document: serde_json::Value = serde_json::from_str(&text).map_err(|error| {
-        failure(format!(
-            "not JSON (line {}, column {}): {error}",
-            error.line(),
-            error.column()
-        ))
-    })?;
-    let header = read_header(&document).map_err(|error| failure(error.to_string()))?;
+    let (document, header) = read_document(file).map_err(ReplayError::Load)?;
     if header.model != M::NAME {
         return Err(failure(format!(
             "traces of model `{}` cannot be replayed at target `{target}`, which replays `{}` traces",

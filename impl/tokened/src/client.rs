@@ -318,6 +318,24 @@ const UNKNOWN_OUTCOME_CODES: [&str; 5] = [
     "ServiceUnavailable",
 ];
 
+/// A single-item write's answer: done, its condition failed (`condition_failed` reads the
+/// operation's own error type), or another failure.
+fn single_outcome<O, E>(
+    sent: Result<O, SdkError<E, HttpResponse>>,
+    condition_failed: impl Fn(&E) -> bool,
+) -> Result<(), SingleFailure>
+where
+    E: ProvideErrorMetadata + std::error::Error + 'static,
+{
+    match sent {
+        Ok(_) => Ok(()),
+        Err(SdkError::ServiceError(service)) if condition_failed(service.err()) => {
+            Err(SingleFailure::ConditionFailed)
+        }
+        Err(error) => Err(SingleFailure::Other(failure_of(&error))),
+    }
+}
+
 fn failure_of<E>(error: &SdkError<E, HttpResponse>) -> Failure
 where
     E: ProvideErrorMetadata + std::error::Error + 'static,
@@ -903,18 +921,9 @@ impl ReliableWriter {
             .set_expression_attribute_values(put.expression_attribute_values().cloned())
             .send()
             .await;
-        match sent {
-            Ok(_) => Ok(()),
-            Err(SdkError::ServiceError(service))
-                if matches!(
-                    service.err(),
-                    PutItemError::ConditionalCheckFailedException(_)
-                ) =>
-            {
-                Err(SingleFailure::ConditionFailed)
-            }
-            Err(error) => Err(SingleFailure::Other(failure_of(&error))),
-        }
+        single_outcome(sent, |error| {
+            matches!(error, PutItemError::ConditionalCheckFailedException(_))
+        })
     }
 
     /// A transaction's Update item sent alone, as UpdateItem.
@@ -931,18 +940,9 @@ impl ReliableWriter {
             .set_expression_attribute_values(update.expression_attribute_values().cloned())
             .send()
             .await;
-        match sent {
-            Ok(_) => Ok(()),
-            Err(SdkError::ServiceError(service))
-                if matches!(
-                    service.err(),
-                    UpdateItemError::ConditionalCheckFailedException(_)
-                ) =>
-            {
-                Err(SingleFailure::ConditionFailed)
-            }
-            Err(error) => Err(SingleFailure::Other(failure_of(&error))),
-        }
+        single_outcome(sent, |error| {
+            matches!(error, UpdateItemError::ConditionalCheckFailedException(_))
+        })
     }
 
     /// A transaction's Delete item sent alone, as DeleteItem.
@@ -958,18 +958,9 @@ impl ReliableWriter {
             .set_expression_attribute_values(delete.expression_attribute_values().cloned())
             .send()
             .await;
-        match sent {
-            Ok(_) => Ok(()),
-            Err(SdkError::ServiceError(service))
-                if matches!(
-                    service.err(),
-                    DeleteItemError::ConditionalCheckFailedException(_)
-                ) =>
-            {
-                Err(SingleFailure::ConditionFailed)
-            }
-            Err(error) => Err(SingleFailure::Other(failure_of(&error))),
-        }
+        single_outcome(sent, |error| {
+            matches!(error, DeleteItemError::ConditionalCheckFailedException(_))
+        })
     }
 
     /// Sends a BatchWriteItem and resends only the `UnprocessedItems` the service returns, at most
