@@ -11,7 +11,7 @@
 use oncecheck_conformance::check::traces::{write_walks, MIDDLEWARE_CORPUS_DIR};
 use oncecheck_conformance::replay::driver::{ReplayError, Target};
 use oncecheck_conformance::replay::middleware::target::{LayerConfig, MiddlewareSession};
-use oncecheck_conformance::replay::runner::replay_all;
+use oncecheck_conformance::replay::runner::{replay_all, StopAt};
 use oncecheck_conformance::replay::session::ReplaySession;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -48,7 +48,7 @@ async fn measure(target: Target, files: &[PathBuf], jobs: usize) {
         .map(|file| (file.clone(), session.load(file).expect("the corpus loads")))
         .collect();
     let started = Instant::now();
-    let outcomes = replay_all(session.clone(), traces, jobs, |_, _| {}).await;
+    let outcomes = replay_all(session.clone(), traces, jobs, StopAt::Never, |_, _| {}).await;
     let seconds = started.elapsed().as_secs_f64();
     let (mut replayed, mut steps, mut not_applicable, mut failed) =
         (0usize, 0usize, 0usize, 0usize);

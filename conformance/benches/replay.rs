@@ -7,7 +7,7 @@
 
 use oncecheck_conformance::replay::driver::{ReplayError, Target};
 use oncecheck_conformance::replay::dynamodb::StoreConfig;
-use oncecheck_conformance::replay::runner::replay_all;
+use oncecheck_conformance::replay::runner::{replay_all, StopAt};
 use oncecheck_conformance::replay::session::{RelaySession, ReplaySession};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -57,7 +57,7 @@ async fn measure(target: Target, files: &[PathBuf], jobs: usize) {
             .collect();
         load_seconds += loading.elapsed().as_secs_f64();
         let started = Instant::now();
-        outcomes.extend(replay_all(session.clone(), traces, jobs, |_, _| {}).await);
+        outcomes.extend(replay_all(session.clone(), traces, jobs, StopAt::Never, |_, _| {}).await);
         seconds += started.elapsed().as_secs_f64();
     }
     let (mut replayed, mut steps, mut not_applicable, mut failed) =

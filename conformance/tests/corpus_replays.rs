@@ -25,7 +25,16 @@ fn the_relay_corpus_and_its_walks_replay_on_dynamodb_without_divergence() {
     files.sort();
     files.extend(support::corpus::walks());
     let output = Command::new(env!("CARGO_BIN_EXE_oncecheck"))
-        .args(["replay", "--only-replayable", "--jobs", "4", "--target"])
+        // --fail-fast: a mutant's first divergence ends the run (each diverging trace may wait
+        // out a bounded wait, and a whole corpus of them outlasts cargo-mutants' timeout).
+        .args([
+            "replay",
+            "--only-replayable",
+            "--jobs",
+            "4",
+            "--fail-fast",
+            "--target",
+        ])
         .arg(format!("dynamodb={endpoint}"))
         .args(&files)
         .output()

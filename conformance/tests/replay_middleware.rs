@@ -103,7 +103,19 @@ fn replayed_without_divergence(output: &Output) -> usize {
 fn replay_corpus(target: &str) -> usize {
     let mut arguments = vec!["replay".to_string()];
     arguments.extend(corpus_files().iter().cloned());
-    arguments.extend(["--target", target, "--only-replayable", "--jobs", "4"].map(String::from));
+    // --fail-fast: a passing run is the same; a failing one (a mutant of scripts/mutants)
+    // ends at its first divergence instead of after every trace.
+    arguments.extend(
+        [
+            "--target",
+            target,
+            "--only-replayable",
+            "--jobs",
+            "4",
+            "--fail-fast",
+        ]
+        .map(String::from),
+    );
     if let Ok(directory) = std::env::var("ONCECHECK_SUMMARY_DIR") {
         let kind = target.split('=').next().unwrap_or(target);
         let file = Path::new(&directory).join(format!("{kind}.json"));
@@ -129,6 +141,60 @@ fn the_middleware_corpus_replays_on_postgres_without_divergence() {
     let replayed = replay_corpus(&postgres_target());
     println!("middleware-postgres: {replayed} traces replayed");
     assert!(replayed >= 150, "{replayed} traces replayed on PostgreSQL");
+}
+
+/// `--fail-fast` starts no trace after the first divergence: the pre-fix M2 counterexample
+/// parts from the shipped layer, so of three traces given after it none runs; without the flag
+/// all three do. Both runs exit 1.
+#[test]
+fn fail_fast_starts_no_trace_after_the_first_divergence() {
+    let diverging = kept("idempotency-pre-fix-counterexample-m2-no-poison.itf.json");
+    let others: Vec<String> = corpus_files()
+        .iter()
+        .filter(|file| file.contains("idempotency-fenced-"))
+        .take(3)
+        .cloned()
+        .collect();
+    assert_eq!(others.len(), 3, "fenced traces in the corpus");
+    // PostgreSQL: the kept M2 counterexample is a trace of its one-statement claim.
+    let target = postgres_target();
+    let run = |fail_fast: bool| {
+        let mut arguments = vec!["replay", diverging.as_str()];
+        arguments.extend(others.iter().map(String::as_str));
+        arguments.extend([
+            "--target",
+            target.as_str(),
+            "--store-variant",
+            "fenced",
+            "--only-replayable",
+        ]);
+        if fail_fast {
+            arguments.push("--fail-fast");
+        }
+        let output = oncecheck(&arguments);
+        assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+    let per_trace = |stdout: &str| {
+        stdout
+            .lines()
+            .filter(|line| {
+                ["ok ", "n/a ", "FAIL "]
+                    .iter()
+                    .any(|word| line.starts_with(word))
+            })
+            .count()
+    };
+    let every = run(false);
+    assert_eq!(per_trace(&every), 4, "{every}");
+    assert!(!every.contains("not run"), "{every}");
+    let fast = run(true);
+    assert_eq!(per_trace(&fast), 1, "{fast}");
+    assert!(fast.starts_with("FAIL "), "{fast}");
+    assert!(
+        fast.contains("--fail-fast: 3 traces not run after the first failure"),
+        "{fast}"
+    );
 }
 
 //= specs/idempotency-middleware.md#M2

@@ -294,6 +294,10 @@ pub struct ReplayArgs {
     /// Replay this many traces at once (each on its own stream, table and proxy).
     #[arg(long, default_value_t = 1)]
     pub jobs: usize,
+    /// Start no trace after the first divergence or environment failure (those running
+    /// finish); the traces not started are counted as not run. Exit 1 as without it.
+    #[arg(long)]
+    pub fail_fast: bool,
     /// How the proxy loses a response the trace loses: close (the connection, no answer)
     /// or stall (no answer until the client times out). Default: close. dynamodb only.
     #[arg(long, value_name = "close|stall")]

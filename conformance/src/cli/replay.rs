@@ -12,7 +12,7 @@ use super::args::ReplayArgs;
 use super::bad_input;
 use crate::replay::driver::{ReplayError, ReplayStats, Target};
 use crate::replay::flags::{ReplayFlags, TargetConfig};
-use crate::replay::runner::{check_jobs, replay_all, Outcomes};
+use crate::replay::runner::{check_jobs, replay_all, Outcomes, StopAt};
 use crate::replay::session::{self, ReplaySession, Session};
 use crate::replay::transitions::GroupCoverage;
 use std::collections::BTreeMap;
@@ -30,6 +30,7 @@ pub fn replay(args: ReplayArgs) -> ExitCode {
         store_mutations,
         only_replayable,
         jobs,
+        fail_fast,
         lose_by,
         summary_json,
         junit,
@@ -63,7 +64,22 @@ pub fn replay(args: ReplayArgs) -> ExitCode {
         summary_json,
         junit,
     };
-    run(&traces, &target, config, only_replayable, jobs, &outputs)
+    let stop_at = if fail_fast {
+        StopAt::FirstFailure
+    } else {
+        StopAt::Never
+    };
+    run(
+        &traces,
+        &target,
+        config,
+        Schedule {
+            only_replayable,
+            jobs,
+            stop_at,
+        },
+        &outputs,
+    )
 }
 
 /// What a run prints besides its lines: where its JSON summary goes.
@@ -75,14 +91,29 @@ pub struct Outputs {
     pub junit: Option<PathBuf>,
 }
 
+/// How the traces of a run are taken: which outcomes count, how many at once, when to stop.
+#[derive(Debug, Clone, Copy)]
+pub struct Schedule {
+    /// `--only-replayable`: a trace the target cannot show is `n/a`, not bad input.
+    pub only_replayable: bool,
+    /// `--jobs`: traces replayed at once.
+    pub jobs: usize,
+    /// `--fail-fast`, or every trace.
+    pub stop_at: StopAt,
+}
+
 pub fn run(
     files: &[PathBuf],
     target: &Target,
     config: TargetConfig,
-    only_replayable: bool,
-    jobs: usize,
+    schedule: Schedule,
     outputs: &Outputs,
 ) -> ExitCode {
+    let Schedule {
+        only_replayable,
+        jobs,
+        stop_at,
+    } = schedule;
     let jobs = match check_jobs(jobs) {
         Ok(jobs) => jobs,
         Err(message) => {
@@ -104,8 +135,11 @@ pub fn run(
         files,
         target,
         config,
-        only_replayable,
-        jobs,
+        Schedule {
+            only_replayable,
+            jobs,
+            stop_at,
+        },
         outputs,
     ))
 }
@@ -116,6 +150,7 @@ struct Run<'a> {
     target: &'a Target,
     only_replayable: bool,
     jobs: usize,
+    stop_at: StopAt,
     started: Instant,
     outputs: &'a Outputs,
 }
@@ -124,15 +159,15 @@ async fn run_all(
     files: &[PathBuf],
     target: &Target,
     config: TargetConfig,
-    only_replayable: bool,
-    jobs: usize,
+    schedule: Schedule,
     outputs: &Outputs,
 ) -> ExitCode {
     let run = Run {
         files,
         target,
-        only_replayable,
-        jobs,
+        only_replayable: schedule.only_replayable,
+        jobs: schedule.jobs,
+        stop_at: schedule.stop_at,
         started: Instant::now(),
         outputs,
     };
@@ -170,9 +205,13 @@ async fn run_session<S: ReplaySession>(session: Arc<S>, run: &Run<'_>) -> ExitCo
         .iter()
         .filter_map(|(file, trace)| Some((file.clone(), session.reproduction(trace)?)))
         .collect();
-    let outcomes = replay_all(session.clone(), traces, run.jobs, |file, result| {
-        print_outcome(file, result, run.only_replayable, &reproductions)
-    })
+    let outcomes = replay_all(
+        session.clone(),
+        traces,
+        run.jobs,
+        run.stop_at,
+        |file, result| print_outcome(file, result, run.only_replayable, &reproductions),
+    )
     .await;
     let tally = Tally::of(&outcomes, run.only_replayable);
     close(session).await;
@@ -197,7 +236,15 @@ async fn run_session<S: ReplaySession>(session: Arc<S>, run: &Run<'_>) -> ExitCo
         tally.refused,
         tally.not_applicable,
     );
-    let coverage = plan.measure(|index| outcomes[index].1.is_ok());
+    let not_run = run.files.len() - outcomes.len();
+    if not_run > 0 {
+        println!("--fail-fast: {not_run} traces not run after the first failure");
+    }
+    let coverage = plan.measure(|index| {
+        outcomes
+            .get(index)
+            .is_some_and(|(_, result)| result.is_ok())
+    });
     print_coverage(&coverage, run.target);
     if let Some(file) = &run.outputs.summary_json {
         if let Err(status) = write_summary(file, run, &tally, &coverage) {
