@@ -378,42 +378,12 @@ impl ReplayTarget for DynamoTarget {
         trace: &LoadedTrace<RelayModel>,
         step: RelayStep<'_>,
     ) -> Result<(), Fault> {
-        let model = &trace.model;
-        match *step.action {
-            Action::WriterReadsCounter { writer } => {
-                self.writer_reads_counter(model, &step, usize::from(writer))
-                    .await
+        let result = self.dispatch(trace, &step).await;
+        match (result, acting_writer(step.action)) {
+            (Err(fault @ Fault::Diverged { .. }), Some(writer)) => {
+                Err(self.with_ended_push(fault, usize::from(writer)).await)
             }
-            Action::WriterSendsRound { writer } => {
-                self.writer_sends_round(model, &step, usize::from(writer))
-                    .await
-            }
-            Action::WriterReceivesResponse { writer } => {
-                self.writer_receives_response(usize::from(writer))
-            }
-            Action::ResponseLost { writer } => self.response_lost(usize::from(writer)),
-            Action::WriterReadsClaim { writer } => {
-                self.writer_reads_claim(usize::from(writer)).await
-            }
-            Action::WriterReadsClaims { writer } => {
-                self.writer_reads_claims(model, &step, usize::from(writer))
-                    .await
-            }
-            Action::PushDeadlinePasses { writer } => self.push_deadline_passes(usize::from(writer)),
-            Action::WriterQueriesTop { writer } => {
-                self.writer_queries_top(&step, usize::from(writer)).await
-            }
-            Action::WriterAddsToCounter { writer } => {
-                self.writer_adds_to_counter(&step, usize::from(writer))
-                    .await
-            }
-            Action::ItemApplied { key } => self.item_applied(model, key),
-            Action::PullerQueries { puller } => {
-                self.puller_queries(model, &step, usize::from(puller)).await
-            }
-            Action::FolderReceivesRecord { .. } | Action::TruncatorDeletes { .. } => {
-                unreachable!("refused as not applicable before the replay")
-            }
+            (result, _) => result,
         }
     }
 
@@ -541,4 +511,123 @@ fn expected_answers(model: &RelayModel, state: &RelayState, writer: usize) -> Ve
                 .unwrap_or(-1)
         })
         .collect()
+}
+
+impl DynamoTarget {
+    /// The step's action, by the method that replays it.
+    async fn dispatch(
+        &mut self,
+        trace: &LoadedTrace<RelayModel>,
+        step: &RelayStep<'_>,
+    ) -> Result<(), Fault> {
+        let model = &trace.model;
+        match *step.action {
+            Action::WriterReadsCounter { writer } => {
+                self.writer_reads_counter(model, step, usize::from(writer))
+                    .await
+            }
+            Action::WriterSendsRound { writer } => {
+                self.writer_sends_round(model, step, usize::from(writer))
+                    .await
+            }
+            Action::WriterReceivesResponse { writer } => {
+                self.writer_receives_response(usize::from(writer))
+            }
+            Action::ResponseLost { writer } => self.response_lost(usize::from(writer)),
+            Action::WriterReadsClaim { writer } => {
+                self.writer_reads_claim(usize::from(writer)).await
+            }
+            Action::WriterReadsClaims { writer } => {
+                self.writer_reads_claims(model, step, usize::from(writer))
+                    .await
+            }
+            Action::PushDeadlinePasses { writer } => self.push_deadline_passes(usize::from(writer)),
+            Action::WriterQueriesTop { writer } => {
+                self.writer_queries_top(step, usize::from(writer)).await
+            }
+            Action::WriterAddsToCounter { writer } => {
+                self.writer_adds_to_counter(step, usize::from(writer)).await
+            }
+            Action::ItemApplied { key } => self.item_applied(model, key),
+            Action::PullerQueries { puller } => {
+                self.puller_queries(model, step, usize::from(puller)).await
+            }
+            Action::FolderReceivesRecord { .. } | Action::TruncatorDeletes { .. } => {
+                unreachable!("refused as not applicable before the replay")
+            }
+        }
+    }
+
+    /// A divergence at a writer's step, with what its push did if it ended instead of making
+    /// the request the step waited for: a panic (an assertion in the store) is named with its
+    /// message, not left as a request that never came.
+    async fn with_ended_push(&mut self, fault: Fault, writer: usize) -> Fault {
+        let Fault::Diverged {
+            action,
+            expected,
+            actual,
+        } = fault
+        else {
+            return fault;
+        };
+        let Some(running) = self.running.as_mut() else {
+            return Fault::Diverged {
+                action,
+                expected,
+                actual,
+            };
+        };
+        let ended = match running.actors.get(writer) {
+            Some(Actor::Writer(handle)) if handle.is_finished() => {
+                std::mem::replace(&mut running.actors[writer], Actor::EndedByDeadline)
+            }
+            _ => {
+                return Fault::Diverged {
+                    action,
+                    expected,
+                    actual,
+                }
+            }
+        };
+        let Actor::Writer(handle) = ended else {
+            unreachable!("matched a finished writer above")
+        };
+        let how = match handle.await {
+            Ok(outcome) => format!("its push had already answered {outcome:?}"),
+            Err(error) if error.is_panic() => {
+                let panic = error.into_panic();
+                let message = panic
+                    .downcast_ref::<&str>()
+                    .map(|text| text.to_string())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "a panic without a message".to_string());
+                format!("its push had panicked: {message}")
+            }
+            Err(error) => format!("its push had ended: {error}"),
+        };
+        Fault::Diverged {
+            action,
+            expected,
+            actual: format!("{actual} ({how})"),
+        }
+    }
+}
+
+/// The writer whose step an action is, if a writer's.
+fn acting_writer(action: &Action) -> Option<u8> {
+    match *action {
+        Action::WriterReadsCounter { writer }
+        | Action::WriterSendsRound { writer }
+        | Action::WriterReceivesResponse { writer }
+        | Action::ResponseLost { writer }
+        | Action::WriterReadsClaim { writer }
+        | Action::WriterReadsClaims { writer }
+        | Action::PushDeadlinePasses { writer }
+        | Action::WriterQueriesTop { writer }
+        | Action::WriterAddsToCounter { writer } => Some(writer),
+        Action::ItemApplied { .. }
+        | Action::PullerQueries { .. }
+        | Action::FolderReceivesRecord { .. }
+        | Action::TruncatorDeletes { .. } => None,
+    }
 }
