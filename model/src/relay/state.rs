@@ -116,7 +116,7 @@ impl Writer {
         }
     }
 
-    pub(super) fn is_finished(&self) -> bool {
+    pub fn is_finished(&self) -> bool {
         matches!(self.phase, Phase::Done | Phase::Failed(_))
     }
 

@@ -37,6 +37,7 @@ use tokio::task::JoinHandle;
 
 mod actions;
 mod claim_reads;
+mod errors;
 mod words;
 
 use words::{model_view, real_view};
@@ -454,6 +455,19 @@ impl ReplayTarget for DynamoTarget {
                     ),
                     actual: format!("seqs {actual:?}, error {:?}", outcome.error),
                 });
+            }
+            // Which error, too: the relay answers each kind differently.
+            if let (Some(expected_error), Some(error)) = (
+                errors::ExpectedError::of(model, &trace.path, writer),
+                &outcome.error,
+            ) {
+                if !expected_error.is_reported_by(error) {
+                    return Err(Fault::Diverged {
+                        action,
+                        expected: format!("seqs {expected:?} then {expected_error:?}"),
+                        actual: format!("seqs {actual:?}, error {error:?}"),
+                    });
+                }
             }
         }
         Ok(())
