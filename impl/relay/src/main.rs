@@ -45,6 +45,23 @@ struct Args {
     pull_deadline_secs: u64,
 }
 
+impl Args {
+    /// The limits the binary serves with: every flag, and the push deadline from the
+    /// environment. A function of its own so that a test sees each flag arrive (a flag dropped
+    /// here serves the default, which no test through the binary can tell apart by time alone).
+    fn limits(&self, push_deadline_secs: u64) -> Limits {
+        Limits {
+            body_bytes_max: self.body_bytes_max,
+            ops_per_push_max: self.ops_per_push_max,
+            op_id_bytes_max: self.op_id_bytes_max,
+            pull_limit_max: self.pull_limit_max,
+            push_deadline_secs,
+            pull_deadline_secs: self.pull_deadline_secs,
+            ..Limits::default()
+        }
+    }
+}
+
 #[tokio::main]
 async fn main() -> std::process::ExitCode {
     tracing_subscriber::fmt()
@@ -62,15 +79,7 @@ async fn main() -> std::process::ExitCode {
                 return std::process::ExitCode::from(2);
             }
         };
-    let limits = Limits {
-        body_bytes_max: args.body_bytes_max,
-        ops_per_push_max: args.ops_per_push_max,
-        op_id_bytes_max: args.op_id_bytes_max,
-        pull_limit_max: args.pull_limit_max,
-        push_deadline_secs,
-        pull_deadline_secs: args.pull_deadline_secs,
-        ..Limits::default()
-    };
+    let limits = args.limits(push_deadline_secs);
     let endpoint = std::env::var(DDB_ENDPOINT_ENV)
         .ok()
         .filter(|url| !url.is_empty());
@@ -98,5 +107,39 @@ async fn main() -> std::process::ExitCode {
             eprintln!("relay: server failed: {error}");
             std::process::ExitCode::FAILURE
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_limit_flag_and_the_push_deadline_reach_the_served_limits() {
+        let args = Args::parse_from([
+            "relay",
+            "--body-bytes-max",
+            "1001",
+            "--ops-per-push-max",
+            "7",
+            "--op-id-bytes-max",
+            "33",
+            "--pull-limit-max",
+            "44",
+            "--pull-deadline-secs",
+            "5",
+        ]);
+        let limits = args.limits(9);
+        let defaults = Limits::default();
+        assert_eq!(limits.body_bytes_max, 1001);
+        assert_eq!(limits.ops_per_push_max, 7);
+        assert_eq!(limits.op_id_bytes_max, 33);
+        assert_eq!(limits.pull_limit_max, 44);
+        assert_eq!(limits.pull_deadline_secs, 5);
+        assert_eq!(limits.push_deadline_secs, 9);
+        // Each value differs from its default, so a flag dropped would show.
+        assert_ne!(defaults.pull_deadline_secs, 5);
+        assert_ne!(defaults.push_deadline_secs, 9);
+        assert_ne!(defaults.body_bytes_max, 1001);
     }
 }
