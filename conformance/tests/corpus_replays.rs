@@ -1,4 +1,5 @@
-//! The relay corpus replayed on DynamoDB, memory and SQLite as a cargo test: the "replays" score of
+//! The relay corpus replayed as scripts/replay-corpus replays it in CI (DynamoDB, a lost
+//! response by a closed connection and by a stall, memory, SQLite), as a cargo test: the "replays" score of
 //! `scripts/mutants store replays` (docs/mutants.md), which cargo-mutants can only run as a cargo
 //! test. CI replays the same traces in `scripts/replay-corpus`, so this test is ignored in the
 //! workspace run and run only there (`-- --ignored`): running it twice would cost CI time for
@@ -12,8 +13,9 @@ mod support {
     pub mod corpus;
 }
 
-/// Replays `files` on `target` and requires every replayable trace to conform.
-fn replay_all_on(target: &str, files: &[std::path::PathBuf]) {
+/// Replays `files` on `target` (with `extra` flags) and requires every replayable trace to
+/// conform.
+fn replay_all_on(target: &str, extra: &[&str], files: &[std::path::PathBuf]) {
     let output = Command::new(env!("CARGO_BIN_EXE_oncecheck"))
         // --fail-fast: a mutant's first divergence ends the run (each diverging trace may wait
         // out a bounded wait, and a whole corpus of them outlasts cargo-mutants' timeout).
@@ -26,6 +28,7 @@ fn replay_all_on(target: &str, files: &[std::path::PathBuf]) {
             "--target",
             target,
         ])
+        .args(extra)
         .args(files)
         .output()
         .expect("the oncecheck binary runs");
@@ -35,7 +38,8 @@ fn replay_all_on(target: &str, files: &[std::path::PathBuf]) {
 }
 
 /// The corpus on every target CI replays it on (scripts/replay-corpus): DynamoDB through the
-/// proxy, and the logical level of the memory and SQLite stores.
+/// proxy (a lost response by a closed connection, then the kept traces that lose one again by a
+/// stall), and the logical level of the memory and SQLite stores.
 #[test]
 #[ignore = "the replays score of scripts/mutants; CI replays the corpus in scripts/replay-corpus"]
 fn the_relay_corpus_and_its_walks_replay_on_dynamodb_memory_and_sqlite_without_divergence() {
@@ -47,8 +51,24 @@ fn the_relay_corpus_and_its_walks_replay_on_dynamodb_memory_and_sqlite_without_d
         .filter(|path| path.to_string_lossy().ends_with(".itf.json"))
         .collect();
     files.sort();
+    let losing: Vec<std::path::PathBuf> = files
+        .iter()
+        .filter(|file| {
+            std::fs::read_to_string(file)
+                .unwrap()
+                .contains("\"ResponseLost\"")
+        })
+        .cloned()
+        .collect();
+    assert!(
+        losing.len() >= 20,
+        "kept traces that lose a response: {}",
+        losing.len()
+    );
     files.extend(support::corpus::walks());
-    replay_all_on(&format!("dynamodb={endpoint}"), &files);
-    replay_all_on("memory", &files);
-    replay_all_on("sqlite", &files);
+    let dynamodb = format!("dynamodb={endpoint}");
+    replay_all_on(&dynamodb, &[], &files);
+    replay_all_on(&dynamodb, &["--lose-by", "stall"], &losing);
+    replay_all_on("memory", &[], &files);
+    replay_all_on("sqlite", &[], &files);
 }
