@@ -345,7 +345,7 @@ impl Tally {
                 }
                 Err(ReplayError::Load(_) | ReplayError::NotApplicable { .. }) => tally.refused += 1,
                 Err(ReplayError::Environment { .. }) => tally.environment += 1,
-                Err(ReplayError::Diverged(_)) => tally.diverged += 1,
+                Err(ReplayError::Diverged(_) | ReplayError::Panicked { .. }) => tally.diverged += 1,
             }
         }
         tally

@@ -177,6 +177,9 @@ pub enum ReplayError {
     Diverged(Box<Divergence>),
     /// The environment failed mid-replay: a server stopped answering (exit 1).
     Environment { file: PathBuf, detail: String },
+    /// The replay panicked: an assertion in the code under test (or in the replay) fired.
+    /// Counted with the divergences (exit 1); the run goes on with the other traces.
+    Panicked { file: PathBuf, message: String },
 }
 
 impl std::fmt::Display for ReplayError {
@@ -188,6 +191,9 @@ impl std::fmt::Display for ReplayError {
             }
             ReplayError::Diverged(divergence) => write!(f, "{divergence}"),
             ReplayError::Environment { file, detail } => write!(f, "{}: {detail}", file.display()),
+            ReplayError::Panicked { file, message } => {
+                write!(f, "{}: the replay panicked: {message}", file.display())
+            }
         }
     }
 }

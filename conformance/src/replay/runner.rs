@@ -43,7 +43,9 @@ impl StopAt {
         self == StopAt::FirstFailure
             && matches!(
                 result,
-                Err(ReplayError::Diverged(_) | ReplayError::Environment { .. })
+                Err(ReplayError::Diverged(_)
+                    | ReplayError::Environment { .. }
+                    | ReplayError::Panicked { .. })
             )
     }
 }
@@ -80,10 +82,27 @@ pub async fn replay_all<S: ReplaySession>(
                     break;
                 }
                 let index = next.fetch_add(1, Ordering::SeqCst);
-                let Some((file, trace)) = traces.get(index) else {
+                let Some((file, _)) = traces.get(index) else {
                     break;
                 };
-                let result = session.replay(file, trace).await;
+                let file = file.clone();
+                // Its own task, so that a panic (an assertion in the code under test) is this
+                // trace's outcome: in the worker it ended the worker, and every later outcome
+                // waited behind the one never sent and was silently dropped.
+                let replay = {
+                    let (session, traces) = (session.clone(), traces.clone());
+                    tokio::spawn(async move {
+                        let (file, trace) = &traces[index];
+                        session.replay(file, trace).await
+                    })
+                };
+                let result = match replay.await {
+                    Ok(result) => result,
+                    Err(error) => Err(ReplayError::Panicked {
+                        file,
+                        message: panic_message(error),
+                    }),
+                };
                 if stop_at.stops_on(&result) {
                     stopped.store(true, Ordering::SeqCst);
                 }
@@ -111,4 +130,136 @@ pub async fn replay_all<S: ReplaySession>(
         outcomes.len()
     );
     outcomes
+}
+
+/// What a replay task that did not finish said: its panic's message, or that it was cancelled.
+pub(crate) fn panic_message(error: tokio::task::JoinError) -> String {
+    if !error.is_panic() {
+        return format!("the replay task ended: {error}");
+    }
+    let panic = error.into_panic();
+    panic
+        .downcast_ref::<&str>()
+        .map(|text| text.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic without a message".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::replay::transitions::{Covered, Group};
+    use std::collections::BTreeSet;
+    use std::path::Path;
+
+    /// A session whose traces are verdicts: `Ok`, a divergence-free panic, or an environment
+    /// failure, so the runner's bookkeeping is seen without a real target.
+    struct Scripted;
+
+    #[derive(Clone, Copy)]
+    enum Verdict {
+        Conforms,
+        Panics,
+        Fails,
+    }
+
+    impl Covered for Verdict {
+        fn group(&self) -> Group {
+            Group::new(
+                "scripted",
+                "only",
+                &oncecheck_model::check::Bounds(Default::default()),
+            )
+        }
+        fn transitions(&self) -> BTreeSet<String> {
+            BTreeSet::new()
+        }
+        fn reachable(&self) -> BTreeSet<String> {
+            BTreeSet::new()
+        }
+    }
+
+    impl ReplaySession for Scripted {
+        type Trace = Verdict;
+        fn load(&self, _file: &Path) -> Result<Verdict, ReplayError> {
+            unreachable!("the tests hand the runner loaded traces")
+        }
+        async fn replay(&self, file: &Path, trace: &Verdict) -> Result<ReplayStats, ReplayError> {
+            match trace {
+                Verdict::Conforms => Ok(ReplayStats::default()),
+                Verdict::Panics => panic!("an assertion in the code under test"),
+                Verdict::Fails => Err(ReplayError::Environment {
+                    file: file.to_path_buf(),
+                    detail: "scripted".to_string(),
+                }),
+            }
+        }
+        async fn close(self) {}
+    }
+
+    fn traces(verdicts: &[Verdict]) -> Vec<(PathBuf, Verdict)> {
+        verdicts
+            .iter()
+            .enumerate()
+            .map(|(index, verdict)| (PathBuf::from(format!("trace-{index}")), *verdict))
+            .collect()
+    }
+
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_replay_that_panics_is_its_traces_failure_and_every_later_outcome_is_still_reported()
+    {
+        use Verdict::*;
+        let given = traces(&[Conforms, Panics, Conforms, Conforms, Conforms]);
+        for jobs in [1, 3] {
+            let mut reported = Vec::new();
+            let outcomes = replay_all(
+                Arc::new(Scripted),
+                given.clone(),
+                jobs,
+                StopAt::Never,
+                |file, _| reported.push(file.clone()),
+            )
+            .await;
+            assert_eq!(outcomes.len(), 5, "jobs {jobs}");
+            assert_eq!(
+                reported,
+                given
+                    .iter()
+                    .map(|(file, _)| file.clone())
+                    .collect::<Vec<_>>()
+            );
+            match &outcomes[1].1 {
+                Err(ReplayError::Panicked { file, message }) => {
+                    assert_eq!(file, &PathBuf::from("trace-1"));
+                    assert_eq!(message, "an assertion in the code under test");
+                }
+                other => panic!("jobs {jobs}: {other:?}"),
+            }
+            assert!(outcomes
+                .iter()
+                .enumerate()
+                .all(|(index, (_, result))| index == 1 || result.is_ok()));
+        }
+    }
+
+    #[tokio::test]
+    async fn fail_fast_reports_a_prefix_ending_at_the_first_failure_with_one_job() {
+        use Verdict::*;
+        for failing in [Panics, Fails] {
+            let given = traces(&[Conforms, failing, Conforms, Conforms]);
+            let outcomes = replay_all(
+                Arc::new(Scripted),
+                given.clone(),
+                1,
+                StopAt::FirstFailure,
+                |_, _| {},
+            )
+            .await;
+            assert_eq!(outcomes.len(), 2);
+            assert!(outcomes[0].1.is_ok());
+            assert!(outcomes[1].1.is_err());
+            let every = replay_all(Arc::new(Scripted), given, 1, StopAt::Never, |_, _| {}).await;
+            assert_eq!(every.len(), 4);
+        }
+    }
 }

@@ -608,16 +608,10 @@ impl DynamoTarget {
         };
         let how = match handle.await {
             Ok(outcome) => format!("its push had already answered {outcome:?}"),
-            Err(error) if error.is_panic() => {
-                let panic = error.into_panic();
-                let message = panic
-                    .downcast_ref::<&str>()
-                    .map(|text| text.to_string())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "a panic without a message".to_string());
-                format!("its push had panicked: {message}")
-            }
-            Err(error) => format!("its push had ended: {error}"),
+            Err(error) => format!(
+                "its push had ended: {}",
+                crate::replay::runner::panic_message(error)
+            ),
         };
         Fault::Diverged {
             action,
