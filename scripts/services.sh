@@ -6,11 +6,15 @@
 # Installs what a fresh machine lacks: moto server and the Python tools the tests read outputs with
 # (junitparser, jsonschema) into ./.venv, Debian's PostgreSQL with apt-get.
 # A service whose URL is already set (ONCECHECK_DDB_ENDPOINT, ONCECHECK_PG_URL) is used as given
-# and neither started nor stopped. Everything started here lives under ./.run and is stopped by
-# services_down, which is safe to call twice.
+# and neither started nor stopped. Everything started here lives under ./.run/services.PID (this
+# shell's own) and is stopped, and its directory removed, by services_down, which is safe to call
+# twice.
 
 ONCECHECK_ROOT=${ONCECHECK_ROOT:-$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)}
 RUN_DIR="$ONCECHECK_ROOT/.run"
+# What this shell starts lives in a directory of its own: two shells of one checkout (a test
+# run beside a mutation run) must not stop each other's servers or wipe each other's database.
+SERVICES_DIR="$RUN_DIR/services.$BASHPID"
 VENV_DIR="$ONCECHECK_ROOT/.venv"
 MOTO_VERSION_SPEC=${MOTO_VERSION_SPEC:-"moto[server]>=5.1,<6"}
 
@@ -52,16 +56,16 @@ install_python_tools() {
 start_moto() {
   if [ -n "${ONCECHECK_DDB_ENDPOINT:-}" ]; then log "using DynamoDB at $ONCECHECK_DDB_ENDPOINT"; return 0; fi
   install_moto
-  mkdir -p "$RUN_DIR"
+  mkdir -p "$SERVICES_DIR"
   local port; port=$(free_port)
-  "$VENV_DIR/bin/moto_server" -H 127.0.0.1 -p "$port" >"$RUN_DIR/moto.log" 2>&1 &
-  echo $! >"$RUN_DIR/moto.pid"
-  if ! wait_for_port 127.0.0.1 "$port" 60; then log "moto server did not start; see $RUN_DIR/moto.log"; return 1; fi
+  "$VENV_DIR/bin/moto_server" -H 127.0.0.1 -p "$port" >"$SERVICES_DIR/moto.log" 2>&1 &
+  echo $! >"$SERVICES_DIR/moto.pid"
+  if ! wait_for_port 127.0.0.1 "$port" 60; then log "moto server did not start; see $SERVICES_DIR/moto.log"; return 1; fi
   export ONCECHECK_DDB_ENDPOINT="http://127.0.0.1:$port"
   # The SDK wants credentials and a region even for a local endpoint.
   export AWS_ACCESS_KEY_ID=${AWS_ACCESS_KEY_ID:-testing} AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY:-testing}
   export AWS_REGION=${AWS_REGION:-us-east-1}
-  log "moto server at $ONCECHECK_DDB_ENDPOINT (pid $(cat "$RUN_DIR/moto.pid"))"
+  log "moto server at $ONCECHECK_DDB_ENDPOINT (pid $(cat "$SERVICES_DIR/moto.pid"))"
 }
 
 pg_bin_dir() {
@@ -93,8 +97,8 @@ start_postgres() {
   if [ -n "${ONCECHECK_PG_URL:-}" ]; then log "using PostgreSQL at $ONCECHECK_PG_URL"; return 0; fi
   install_postgres
   local bin; bin=$(pg_bin_dir)
-  local data="$RUN_DIR/pgdata" port; port=$(free_port)
-  mkdir -p "$RUN_DIR"
+  local data="$SERVICES_DIR/pgdata" port; port=$(free_port)
+  mkdir -p "$SERVICES_DIR"
   rm -rf "$data"
   mkdir -p "$data"
   # PostgreSQL refuses to run as root: run it as an unprivileged user when we are root.
@@ -102,15 +106,15 @@ start_postgres() {
   if [ "$(id -u)" = 0 ]; then
     id -u postgres >/dev/null 2>&1 || useradd --system --no-create-home postgres
     chown -R postgres "$data"
-    chmod 755 "$RUN_DIR"
+    chmod 755 "$RUN_DIR" "$SERVICES_DIR"
     as=(runuser -u postgres --)
   fi
-  "${as[@]}" "$bin/initdb" -D "$data" -U oncecheck --auth=trust >"$RUN_DIR/initdb.log" 2>&1 \
-    || { log "initdb failed; see $RUN_DIR/initdb.log"; return 1; }
+  "${as[@]}" "$bin/initdb" -D "$data" -U oncecheck --auth=trust >"$SERVICES_DIR/initdb.log" 2>&1 \
+    || { log "initdb failed; see $SERVICES_DIR/initdb.log"; return 1; }
   "${as[@]}" "$bin/pg_ctl" -D "$data" -l "$data/server.log" -w -t 60 \
     -o "-h 127.0.0.1 -p $port -k '' -c max_connections=200 -c fsync=off" start >/dev/null \
     || { log "postgres did not start; see $data/server.log"; return 1; }
-  echo "$data" >"$RUN_DIR/pgdata.path"
+  echo "$data" >"$SERVICES_DIR/pgdata.path"
   export ONCECHECK_PG_URL="postgres://oncecheck@127.0.0.1:$port/postgres"
   log "PostgreSQL at $ONCECHECK_PG_URL"
 }
@@ -126,23 +130,24 @@ stop_moto() {
   # SIGKILL at once: moto keeps nothing worth a clean exit (its tables live in memory and die
   # with it), and after a test run holding gigabytes of table versions its SIGTERM exit took
   # about 20 s of the test command's wall time. Waited for, so nothing is left running.
-  local pid; pid=$(cat "$RUN_DIR/moto.pid")
+  local pid; pid=$(cat "$SERVICES_DIR/moto.pid")
   kill -9 "$pid" 2>/dev/null || true
   local waited=0
   while kill -0 "$pid" 2>/dev/null && ((waited < 100)); do sleep 0.1; waited=$((waited + 1)); done
   if kill -0 "$pid" 2>/dev/null; then log "moto (pid $pid) still running 10 s after SIGKILL"; fi
-  rm -f "$RUN_DIR/moto.pid"
+  rm -f "$SERVICES_DIR/moto.pid"
 }
 
 services_down() {
-  if [ -f "$RUN_DIR/moto.pid" ]; then stop_moto; fi
-  if [ -f "$RUN_DIR/pgdata.path" ]; then
-    local bin data; bin=$(pg_bin_dir); data=$(cat "$RUN_DIR/pgdata.path")
+  if [ -f "$SERVICES_DIR/moto.pid" ]; then stop_moto; fi
+  if [ -f "$SERVICES_DIR/pgdata.path" ]; then
+    local bin data; bin=$(pg_bin_dir); data=$(cat "$SERVICES_DIR/pgdata.path")
     if [ "$(id -u)" = 0 ]; then
       runuser -u postgres -- "$bin/pg_ctl" -D "$data" -m fast -w stop >/dev/null 2>&1 || true
     else
       "$bin/pg_ctl" -D "$data" -m fast -w stop >/dev/null 2>&1 || true
     fi
-    rm -f "$RUN_DIR/pgdata.path"
+    rm -f "$SERVICES_DIR/pgdata.path"
   fi
+  rm -rf "$SERVICES_DIR"
 }
