@@ -25,3 +25,15 @@ pub mod proxy;
 pub mod replay;
 pub mod report;
 pub mod soak;
+
+/// Runs `future` to its end on a fresh multi-threaded runtime: the one way the synchronous
+/// command entry points (replay, probe, soak) start async work. `Err` says why no runtime
+/// could start; each command maps it to its own exit code.
+#[cfg(feature = "replay")]
+pub fn block_on<F: std::future::Future>(future: F) -> Result<F::Output, String> {
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .map_err(|error| format!("cannot start the async runtime: {error}"))?;
+    Ok(runtime.block_on(future))
+}

@@ -996,20 +996,19 @@ pub fn run_command(target: &str, through_proxy: bool, token_table: bool) -> Exit
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("oncecheck: cannot start the async runtime: {error}");
+    let probed = crate::block_on(async {
+        if through_proxy {
+            probe_through_proxy(&endpoint, token_table).await
+        } else {
+            probe(&endpoint).await
+        }
+    });
+    let probed = match probed {
+        Ok(probed) => probed,
+        Err(message) => {
+            eprintln!("oncecheck: {message}");
             return ExitCode::from(1);
         }
-    };
-    let probed = if through_proxy {
-        runtime.block_on(probe_through_proxy(&endpoint, token_table))
-    } else {
-        runtime.block_on(probe(&endpoint))
     };
     match probed {
         Ok(report) => match write_table(&report, &mut std::io::stdout().lock()) {

@@ -121,17 +121,7 @@ pub fn run(
             return ExitCode::from(2);
         }
     };
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("oncecheck: cannot start the async runtime: {error}");
-            return ExitCode::from(1);
-        }
-    };
-    runtime.block_on(run_all(
+    let exit = crate::block_on(run_all(
         files,
         target,
         config,
@@ -141,7 +131,11 @@ pub fn run(
             stop_at,
         },
         outputs,
-    ))
+    ));
+    exit.unwrap_or_else(|message| {
+        eprintln!("oncecheck: {message}");
+        ExitCode::from(1)
+    })
 }
 
 /// One run's inputs, as `run_session` and its parts need them.

@@ -120,22 +120,19 @@ fn scratch_directory(name: &str) -> Result<std::path::PathBuf, String> {
 /// run could not be set up).
 #[cfg(feature = "replay")]
 pub fn command(soak: &SoakCommand) -> std::process::ExitCode {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
-            eprintln!("oncecheck: no async runtime: {error}");
-            return std::process::ExitCode::from(2);
-        }
-    };
-    let outcome = runtime.block_on(async {
+    let outcome = crate::block_on(async {
         match soak {
             SoakCommand::Relay(args) => relay::run(args).await,
             SoakCommand::Layer(args) => layer::run(args).await,
         }
     });
+    let outcome = match outcome {
+        Ok(outcome) => outcome,
+        Err(message) => {
+            eprintln!("oncecheck: {message}");
+            return std::process::ExitCode::from(2);
+        }
+    };
     match outcome {
         Ok(outcome) => {
             outcome.print();

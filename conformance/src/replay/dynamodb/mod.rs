@@ -576,6 +576,10 @@ impl DynamoTarget {
     /// the request the step waited for: a panic (an assertion in the store) is named with its
     /// message, not left as a request that never came.
     async fn with_ended_push(&mut self, fault: Fault, writer: usize) -> Fault {
+        let Some(running) = self.running.as_mut() else {
+            return fault;
+        };
+        let ended = matches!(running.actors.get(writer), Some(Actor::Writer(handle)) if handle.is_finished());
         let Fault::Diverged {
             action,
             expected,
@@ -584,26 +588,16 @@ impl DynamoTarget {
         else {
             return fault;
         };
-        let Some(running) = self.running.as_mut() else {
+        if !ended {
             return Fault::Diverged {
                 action,
                 expected,
                 actual,
             };
-        };
-        let ended = match running.actors.get(writer) {
-            Some(Actor::Writer(handle)) if handle.is_finished() => {
-                std::mem::replace(&mut running.actors[writer], Actor::EndedByDeadline)
-            }
-            _ => {
-                return Fault::Diverged {
-                    action,
-                    expected,
-                    actual,
-                }
-            }
-        };
-        let Actor::Writer(handle) = ended else {
+        }
+        let Actor::Writer(handle) =
+            std::mem::replace(&mut running.actors[writer], Actor::EndedByDeadline)
+        else {
             unreachable!("matched a finished writer above")
         };
         let how = match handle.await {
