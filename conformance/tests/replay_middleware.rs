@@ -378,8 +378,9 @@ fn an_unreachable_database_exits_2_with_one_line() {
     assert!(line.contains("is not a PostgreSQL URL"), "{line}");
 }
 
-/// How many corpus traces a replay with `--store-mutation mutation` fails (each a divergence).
-/// Every caught trace waits out the target's bounded divergence wait, idle: 12 at once.
+/// Whether a corpus trace catches `--store-mutation mutation`: the replay stops at the first
+/// divergence (`--fail-fast`), since every caught trace waits out the target's bounded
+/// divergence wait; `scripts/replay-corpus middleware` prints how many traces catch each.
 fn catching_traces(target: &str, mutation: &str) -> usize {
     let mut arguments = vec!["replay"];
     arguments.extend(corpus_files().iter().map(String::as_str));
@@ -389,6 +390,7 @@ fn catching_traces(target: &str, mutation: &str) -> usize {
         "--only-replayable",
         "--jobs",
         "12",
+        "--fail-fast",
         "--store-mutation",
         mutation,
     ]);
@@ -405,7 +407,7 @@ fn catching_traces(target: &str, mutation: &str) -> usize {
 }
 
 // Each deliberate defect of the layer or its store (behind its `test-seams` feature) is caught
-// by at least one corpus trace on each database; the table is printed for the closing note.
+// by at least one corpus trace on each database.
 //= specs/idempotency-middleware.md#M6
 //# A request whose key is held by a live claim gets 409 and never runs the handler.
 //= specs/idempotency-middleware.md#M8
@@ -415,10 +417,6 @@ fn catching_traces(target: &str, mutation: &str) -> usize {
 #[test]
 fn every_layer_mutation_is_caught_by_corpus_traces_on_both_databases() {
     let postgres = postgres_target();
-    let mut table = vec![format!(
-        "{:<24} {:>8} {:>10}",
-        "layer mutation", "sqlite", "postgres"
-    )];
     for mutation in [
         "claim-over-live-lease",
         "finalize-key-only",
@@ -427,14 +425,12 @@ fn every_layer_mutation_is_caught_by_corpus_traces_on_both_databases() {
     ] {
         let on_sqlite = catching_traces("middleware-sqlite", mutation);
         let on_postgres = catching_traces(&postgres, mutation);
-        table.push(format!("{mutation:<24} {on_sqlite:>8} {on_postgres:>10}"));
         assert!(on_sqlite >= 1, "no SQLite corpus trace catches {mutation}");
         assert!(
             on_postgres >= 1,
             "no PostgreSQL corpus trace catches {mutation}"
         );
     }
-    println!("{}", table.join("\n"));
 }
 
 /// The layer as shipped (its heartbeat on the layer's clock) replays the whole seed-1 export of
