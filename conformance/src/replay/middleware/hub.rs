@@ -88,6 +88,8 @@ pub struct Received {
     pub status: u16,
     /// The `idempotency-replayed` header, if any.
     pub marker: Option<String>,
+    /// The scripted handler's `x-replay-outcome` header, if any (`server::HANDLER_HEADER`).
+    pub handler_header: Option<String>,
     pub body: Vec<u8>,
     /// The body ended with an error (the handler's body failed) rather than its end.
     pub body_failed: bool,

@@ -8,8 +8,11 @@
 //! response to the layer at the trace's capture step; a handler error is the service's `Err`.
 //!
 //! Invariants: the bodies are fixed per outcome relative to the cap (`BODY_BYTES_MAX`): under,
-//! at, one over, far over, failing before and after it; a client is cancelled by aborting its
-//! task, which closes its TCP connection — the server sees exactly one closed connection.
+//! at, one over, far over, failing before and after it; the handler names its outcome in a
+//! header (`HANDLER_HEADER`), so a replayed response shows whether its headers were stored; the
+//! clients write the one key differently (`KEY_ENCODINGS`), so the row shows the layer's parse;
+//! a client is cancelled by aborting its task, which closes its TCP connection — the server
+//! sees exactly one closed connection.
 
 use super::hub::{Hub, Received};
 use bytes::Bytes;
@@ -31,6 +34,16 @@ pub const ROUTE: &str = "/op";
 /// The request header naming the model client (its 0-based index), so the scripted handler
 /// knows whose outcome to wait for. Not part of the fingerprint (method, path and body).
 pub const CLIENT_HEADER: &str = "x-replay-client";
+/// The model's one idempotency key, as the layer must store it: it holds both characters a
+/// structured-field string escapes, so a key parsed wrongly lands on another row (or none).
+pub const KEY: &str = "k\"\\";
+/// How each client writes [`KEY`] on the wire, by client index modulo the count: the draft's
+/// structured-field string (quotes and escapes, padded with a tab) and the bare value many
+/// clients send (padded with spaces). Both are the same key, so the model's clients share a row.
+pub const KEY_ENCODINGS: [&str; 2] = ["\t\"k\\\"\\\\\" ", "  k\"\\ "];
+/// The response header the scripted handler sets: its outcome's name, so a replay of a stored
+/// response shows whether the layer stored the handler's headers.
+pub const HANDLER_HEADER: &str = "x-replay-outcome";
 /// The status of a non-2xx outcome and of a handler error (the error mapper's).
 pub const FAILURE_STATUS: u16 = 502;
 pub const HANDLER_ERROR_STATUS: u16 = 500;
@@ -103,6 +116,11 @@ pub fn received_body(
         }
     }
     (data, failed)
+}
+
+/// The value of [`HANDLER_HEADER`] on `outcome`'s response.
+pub fn outcome_name(outcome: Outcome) -> String {
+    format!("{outcome:?}")
 }
 
 /// The request body of a fingerprint: the fingerprint is method, path and body.
@@ -267,6 +285,11 @@ async fn scripted<E: Send + 'static>(
         polled: false,
     });
     *response.status_mut() = status;
+    response.headers_mut().insert(
+        HANDLER_HEADER,
+        http::HeaderValue::from_str(&outcome_name(outcome))
+            .expect("an outcome name is a header value"),
+    );
     Ok(response)
 }
 
@@ -365,7 +388,10 @@ async fn exchange(
             .map_err(|error| format!("handshake: {error}"))?;
     let request = Request::post(ROUTE)
         .header("host", address.to_string())
-        .header("idempotency-key", "k")
+        .header(
+            "idempotency-key",
+            KEY_ENCODINGS[client % KEY_ENCODINGS.len()],
+        )
         .header(CLIENT_HEADER, client.to_string())
         .body(Full::new(Bytes::from_static(request_body(fingerprint))))
         .expect("a valid request");
@@ -378,6 +404,10 @@ async fn exchange(
         let marker = response
             .headers()
             .get(REPLAYED_HEADER)
+            .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
+        let handler_header = response
+            .headers()
+            .get(HANDLER_HEADER)
             .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
         hub.client(client, |progress| {
             progress.head = Some((status, marker.clone()))
@@ -401,10 +431,32 @@ async fn exchange(
         Ok(Received {
             status,
             marker,
+            handler_header,
             body: data,
             body_failed,
         })
     };
     let (_, received) = tokio::join!(connection, exchange);
     received
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The encodings differ on the wire and agree as a key: each has a character the other
+    // writes differently, so a replay compares the layer's parse, not one spelling of it.
+    #[test]
+    fn every_client_key_encoding_is_the_one_key() {
+        for encoding in KEY_ENCODINGS {
+            assert_eq!(
+                oncecheck_idempotency::key::parse_value(encoding.as_bytes()),
+                Ok(KEY.to_string()),
+                "{encoding:?}"
+            );
+        }
+        assert_ne!(KEY_ENCODINGS[0].trim(), KEY_ENCODINGS[1].trim());
+        assert!(KEY.contains('"'));
+        assert!(KEY.contains('\\'));
+    }
 }

@@ -512,8 +512,17 @@ impl MiddlewareTarget {
 
     /// The row of the trace's key as the database holds it.
     async fn read_row(&self) -> Result<Option<RowView>, Fault> {
-        type Columns = (String, i64, Vec<u8>, Option<Vec<u8>>, bool, i64, i64);
-        const READ: &str = "SELECT status, generation, fingerprint, response_body, body_too_large, lease_expires_at, expires_at FROM idempotency_keys";
+        type Columns = (
+            String,
+            String,
+            i64,
+            Vec<u8>,
+            Option<Vec<u8>>,
+            bool,
+            i64,
+            i64,
+        );
+        const READ: &str = "SELECT idempotency_key, status, generation, fingerprint, response_body, body_too_large, lease_expires_at, expires_at FROM idempotency_keys";
         let rows: Vec<Columns> = match &self.database {
             Some(TraceDatabase::Sqlite(store)) => {
                 sqlx::query_as(READ).fetch_all(store.pool()).await
@@ -524,13 +533,21 @@ impl MiddlewareTarget {
             None => return Err(Fault::Environment("no database".into())),
         }
         .map_err(|error| Fault::Environment(format!("reading the row: {error}")))?;
-        let Some((status, generation, fingerprint, body, too_large, lease_ends, expires)) =
+        let Some((key, status, generation, fingerprint, body, too_large, lease_ends, expires)) =
             rows.first().cloned()
         else {
             return Ok(None);
         };
         if rows.len() > 1 {
             return Err(Fault::diverged("one row", format!("{} rows", rows.len())));
+        }
+        // Every client wrote the key its own way (`server::KEY_ENCODINGS`): the row holds it
+        // as parsed.
+        if key != server::KEY {
+            return Err(Fault::diverged(
+                format!("the row of key {:?}", server::KEY),
+                format!("the row of key {key:?}"),
+            ));
         }
         let status = match status.as_str() {
             "processing" => "processing",
@@ -683,6 +700,10 @@ impl MiddlewareTarget {
             (status, marker.map(str::to_string), body)
         };
         let outcome = self.outcomes.get(&client).copied();
+        // The scripted handler's header: its own outcome's on a fresh answer it wrote, the
+        // stored origin's on a replay of a stored body, none on the layer's own answers; `None`
+        // where the model says nothing of headers (the sentinel's problem, an emptied body).
+        let handler_header: Option<Option<String>>;
         let want = match answer {
             Answer::Fresh { success, received } => {
                 let outcome = outcome.unwrap_or(Outcome::OkUnder);
@@ -693,6 +714,8 @@ impl MiddlewareTarget {
                 } else {
                     server::FAILURE_STATUS
                 };
+                handler_header =
+                    Some((outcome != Outcome::HandlerError).then(|| server::outcome_name(outcome)));
                 let body = server::received_body(outcome, received);
                 expected(status, success.then_some("false"), Some(body))
             }
@@ -702,21 +725,37 @@ impl MiddlewareTarget {
                 origin,
                 ..
             } => {
+                let origin_outcome = after.history.handler.get(&origin).copied();
                 let body = match stored {
                     Stored::Full => {
-                        let outcome = after.history.handler.get(&origin).copied();
-                        Some(server::full_body(outcome.unwrap_or(Outcome::OkUnder)))
+                        let outcome = origin_outcome.unwrap_or(Outcome::OkUnder);
+                        handler_header = Some(Some(server::outcome_name(outcome)));
+                        Some(server::full_body(outcome))
                     }
                     // The sentinel's problem body is checked by its kind below.
-                    Stored::Sentinel => None,
-                    Stored::Empty => Some((Vec::new(), false)),
+                    Stored::Sentinel => {
+                        handler_header = None;
+                        None
+                    }
+                    Stored::Empty => {
+                        handler_header = None;
+                        Some((Vec::new(), false))
+                    }
                 };
                 expected(200, marked.then_some("true"), body)
             }
-            Answer::Conflict { .. } => expected(409, None, None),
-            Answer::Mismatch { .. } => expected(422, None, None),
-            Answer::Unavailable => expected(503, None, None),
-            Answer::OutcomeUnknown { .. } => expected(409, None, None),
+            Answer::Conflict { .. } | Answer::OutcomeUnknown { .. } => {
+                handler_header = Some(None);
+                expected(409, None, None)
+            }
+            Answer::Mismatch { .. } => {
+                handler_header = Some(None);
+                expected(422, None, None)
+            }
+            Answer::Unavailable => {
+                handler_header = Some(None);
+                expected(503, None, None)
+            }
         };
         let words = format!("client {} received {answer:?}", client + 1);
         // Over HTTP/1.1 a body that fails before hyper flushed the response head reaches the
@@ -741,7 +780,11 @@ impl MiddlewareTarget {
             }
             None => !received.body_failed,
         };
-        if received.status == status && received.marker == marker && body_matches {
+        let header_matches = handler_header
+            .as_ref()
+            .is_none_or(|header| received.handler_header == *header);
+        if received.status == status && received.marker == marker && body_matches && header_matches
+        {
             return Ok(());
         }
         let shown = |data: &[u8], failed: bool| {
@@ -753,7 +796,9 @@ impl MiddlewareTarget {
         };
         Err(Fault::diverged(
             format!(
-                "{words}: status {status}, marker {marker:?}, body {}",
+                "{words}: status {status}, marker {marker:?}, {} {}, body {}",
+                server::HANDLER_HEADER,
+                handler_header.map_or_else(|| "any".to_string(), |header| format!("{header:?}")),
                 body.map_or_else(
                     || if sentinel {
                         "the sentinel problem".to_string()
@@ -764,9 +809,11 @@ impl MiddlewareTarget {
                 )
             ),
             format!(
-                "status {}, marker {:?}, body {}",
+                "status {}, marker {:?}, {} {:?}, body {}",
                 received.status,
                 received.marker,
+                server::HANDLER_HEADER,
+                received.handler_header,
                 shown(&received.body, received.body_failed)
             ),
         ))
