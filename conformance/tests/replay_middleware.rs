@@ -143,6 +143,21 @@ fn the_middleware_corpus_replays_on_postgres_without_divergence() {
     assert!(replayed >= 150, "{replayed} traces replayed on PostgreSQL");
 }
 
+// The layer over `MemoryStore`, the store of its loom and shuttle tests: they stand for the SQL
+// stores only if it keeps their rules, so it replays the same corpus (the traces of a one-call
+// claim; not `atomic`, which needs an effect transaction, nor the pre-fix cleanup job).
+//= specs/idempotency-middleware.md#M1
+//# The handler runs only for the request that won the atomic claim of its key.
+#[test]
+fn the_middleware_corpus_replays_on_memory_without_divergence() {
+    let replayed = replay_corpus("middleware-memory");
+    println!("middleware-memory: {replayed} traces replayed");
+    assert!(
+        replayed >= 150,
+        "{replayed} traces replayed on the memory store"
+    );
+}
+
 /// `--fail-fast` starts no trace after the first divergence: the pre-fix M2 counterexample
 /// parts from the shipped layer, so of three traces given after it none runs; without the flag
 /// all three do. Both runs exit 1.

@@ -45,6 +45,8 @@ pub enum Target {
     MiddlewareSqlite,
     /// The idempotency layer on PostgreSQL; `None` means ONCECHECK_PG_URL.
     MiddlewarePostgres(Option<String>),
+    /// The idempotency layer on its in-memory store (the store of its loom and shuttle tests).
+    MiddlewareMemory,
 }
 
 /// Checks that an endpoint is an http(s) URL with a host, so a typo is bad input (exit 2)
@@ -87,6 +89,7 @@ impl std::str::FromStr for Target {
             }
             None if text == "middleware-sqlite" => Ok(Target::MiddlewareSqlite),
             None if text == "middleware-postgres" => Ok(Target::MiddlewarePostgres(None)),
+            None if text == "middleware-memory" => Ok(Target::MiddlewareMemory),
             Some(("middleware-postgres", url))
                 if url.starts_with("postgres://") || url.starts_with("postgresql://") =>
             {
@@ -96,7 +99,7 @@ impl std::str::FromStr for Target {
                 "target `{text}`: `{url}` is not a PostgreSQL URL; expected postgres://USER@HOST:PORT/DATABASE"
             )),
             _ => Err(format!(
-                "unknown target `{text}`; valid targets: memory, sqlite, dynamodb, dynamodb=URL, tokened-dynamodb, tokened-dynamodb=URL, middleware-sqlite, middleware-postgres, middleware-postgres=URL"
+                "unknown target `{text}`; valid targets: memory, sqlite, dynamodb, dynamodb=URL, tokened-dynamodb, tokened-dynamodb=URL, middleware-sqlite, middleware-postgres, middleware-postgres=URL, middleware-memory"
             )),
         }
     }
@@ -112,6 +115,7 @@ impl Target {
             Target::TokenedDynamodb(_) => "tokened-dynamodb",
             Target::MiddlewareSqlite => "middleware-sqlite",
             Target::MiddlewarePostgres(_) => "middleware-postgres",
+            Target::MiddlewareMemory => "middleware-memory",
         }
     }
 }
@@ -128,6 +132,7 @@ impl std::fmt::Display for Target {
             Target::MiddlewareSqlite => write!(f, "middleware-sqlite"),
             Target::MiddlewarePostgres(None) => write!(f, "middleware-postgres"),
             Target::MiddlewarePostgres(Some(url)) => write!(f, "middleware-postgres={url}"),
+            Target::MiddlewareMemory => write!(f, "middleware-memory"),
         }
     }
 }

@@ -69,7 +69,7 @@ impl UsableFlags<'_> {
                     .map(TargetConfig::Relay)
             }
             Target::TokenedDynamodb(_) => Ok(TargetConfig::Token),
-            Target::MiddlewareSqlite | Target::MiddlewarePostgres(_) => {
+            Target::MiddlewareSqlite | Target::MiddlewarePostgres(_) | Target::MiddlewareMemory => {
                 LayerConfig::parse(store_variant.as_deref(), &store_mutations)
                     .map(TargetConfig::Middleware)
             }
@@ -86,7 +86,9 @@ fn usable_on(
 ) -> Result<(), String> {
     let (takes_variant_and_mutations, takes_lose_by) = match target {
         Target::Dynamodb(_) => (true, true),
-        Target::MiddlewareSqlite | Target::MiddlewarePostgres(_) => (true, false),
+        Target::MiddlewareSqlite | Target::MiddlewarePostgres(_) | Target::MiddlewareMemory => {
+            (true, false)
+        }
         Target::Memory | Target::Sqlite | Target::TokenedDynamodb(_) => (false, false),
     };
     let refuse = |option: &str, targets: &str| {
@@ -97,13 +99,13 @@ fn usable_on(
     if store_variant && !takes_variant_and_mutations {
         return refuse(
             "--store-variant",
-            "dynamodb, middleware-sqlite and middleware-postgres",
+            "dynamodb, middleware-sqlite, middleware-postgres and middleware-memory",
         );
     }
     if store_mutations && !takes_variant_and_mutations {
         return refuse(
             "--store-mutation",
-            "dynamodb, middleware-sqlite and middleware-postgres",
+            "dynamodb, middleware-sqlite, middleware-postgres and middleware-memory",
         );
     }
     if lose_by && !takes_lose_by {

@@ -58,6 +58,18 @@ const MIDDLEWARE_TARGETS: &[RowTarget] = &[
     },
 ];
 
+/// The layer's targets with its in-memory store beside the databases: the store of its loom and
+/// shuttle tests, which stand for the SQL stores only if it keeps their rules. It claims in one
+/// call (`sqlite=0`) and has no effect transaction, so `atomic` has no row on it.
+const MIDDLEWARE_AND_MEMORY_TARGETS: &[RowTarget] = &[
+    MIDDLEWARE_TARGETS[0],
+    MIDDLEWARE_TARGETS[1],
+    RowTarget {
+        name: "middleware-memory",
+        bounds: &[("sqlite", 0), ("outcomes", OUTCOMES_ALL)],
+    },
+];
+
 /// Every handler outcome of the idempotency model (`Outcome::ALL`).
 const OUTCOMES_ALL: u32 = oncecheck_model::idempotency::Outcome::ALL.len() as u32;
 
@@ -76,14 +88,14 @@ pub const ROWS: &[Row] = &[
         configuration: "as shipped: the lease heartbeat on (`Renewal::ThirdOfLease`)",
         model: "idempotency",
         variant: "renewed",
-        targets: MIDDLEWARE_TARGETS,
+        targets: MIDDLEWARE_AND_MEMORY_TARGETS,
     },
     Row {
         implementation: "impl/idempotency `IdempotencyLayer`",
         configuration: "`without_lease_renewal()`",
         model: "idempotency",
         variant: "fenced",
-        targets: MIDDLEWARE_TARGETS,
+        targets: MIDDLEWARE_AND_MEMORY_TARGETS,
     },
     Row {
         implementation: "impl/idempotency `IdempotencyLayer`",
@@ -97,7 +109,7 @@ pub const ROWS: &[Row] = &[
         configuration: "`fail_closed()`: unknown outcomes held until a `ReconcileHook` resolves them",
         model: "idempotency",
         variant: "fail-closed",
-        targets: MIDDLEWARE_TARGETS,
+        targets: MIDDLEWARE_AND_MEMORY_TARGETS,
     },
     Row {
         implementation: "impl/tokened `ReliableWriter`",

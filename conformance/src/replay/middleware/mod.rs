@@ -33,6 +33,9 @@ use oncecheck_model::idempotency::{
 pub enum Database {
     Sqlite,
     Postgres,
+    /// `MemoryStore`, the store of the layer's loom and shuttle tests: those tests stand for the
+    /// SQL stores only if it follows their rules, which its replays check.
+    Memory,
 }
 
 /// The layer configuration that stands for a model variant: its behaviour
@@ -140,6 +143,12 @@ pub fn applicable(
         (Database::Postgres, true) => {
             return Err("a trace of SQLite's two-statement claim (bound sqlite=1); PostgreSQL claims in one".into())
         }
+        (Database::Memory, true) => {
+            return Err("a trace of SQLite's two-statement claim (bound sqlite=1); the memory store claims in one call".into())
+        }
+        (Database::Memory, false) if behaviour == LayerBehaviour::Atomic => {
+            return Err("`atomic` commits the handler's effect in the store's transaction; the memory store has none".into())
+        }
         _ => {}
     }
     for (index, (before, action)) in path.iter().enumerate() {
@@ -159,6 +168,9 @@ pub fn applicable(
                 | Action::MiddlewareClaimFails { .. },
             ) if expired && behaviour == LayerBehaviour::PreFix => {
                 "a claim on an expired row: the pre-fix layer decides expiry when it reads the row, the model's pre-fix leaves it to the cleanup job"
+            }
+            Some(Action::CleanupPurges) if database == Database::Memory => {
+                "the cleanup job purges expired rows: the memory store has none (it expires rows when it reads them)"
             }
             Some(Action::ProcessStalls { .. }) => {
                 "the process stalls past the lease: the replay runs the layer in its own process, which it cannot freeze"

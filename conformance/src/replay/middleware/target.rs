@@ -1,8 +1,9 @@
-//! The `middleware-sqlite` and `middleware-postgres` targets: idempotency traces replayed
-//! against the layer from impl/idempotency, unchanged, on the driver of `crate::replay::driver`.
+//! The `middleware-sqlite`, `middleware-postgres` and `middleware-memory` targets: idempotency
+//! traces replayed against the layer from impl/idempotency, unchanged, on the driver of
+//! `crate::replay::driver`.
 //!
 //! Each trace gets its own database (SQLite: an in-memory database; PostgreSQL: a schema of its
-//! own, dropped at the end), its own axum server on a loopback port, and one TCP connection per
+//! own, dropped at the end; memory: a fresh `MemoryStore`), its own axum server on a loopback port, and one TCP connection per
 //! model client. The replay controls exactly what the model treats as nondeterministic: the
 //! handler's outcome and the release of its body (the scripted handler of `server`), every store
 //! call and its faults (`held_store`), time (the layer's `ManualClock`: one model tick is one
@@ -29,7 +30,7 @@ use crate::replay::driver::{
 };
 use crate::replay::session::ReplaySession;
 use oncecheck_idempotency::fingerprint::Fingerprint as RealFingerprint;
-use oncecheck_idempotency::store::{PostgresStore, SqliteStore};
+use oncecheck_idempotency::store::{MemoryStore, PostgresStore, SqliteStore};
 use oncecheck_idempotency::{Behaviour, CacheStore, IdempotencyLayer, ManualClock};
 use oncecheck_model::idempotency::{
     Action, Answer, AwaitPoint, DbResult, Fingerprint, IdempotencyModel, IdempotencyState, Outcome,
@@ -180,6 +181,7 @@ impl MiddlewareSession {
         let (database, url) = match target {
             Target::MiddlewareSqlite => (Database::Sqlite, None),
             Target::MiddlewarePostgres(url) => (Database::Postgres, url.clone()),
+            Target::MiddlewareMemory => (Database::Memory, None),
             other => return Err(format!("target `{other}` replays relay traces")),
         };
         let context = MiddlewareContext::open(database, url, config, target.to_string()).await?;
@@ -229,7 +231,7 @@ impl MiddlewareContext {
         target: String,
     ) -> Result<MiddlewareContext, String> {
         let postgres = match database {
-            Database::Sqlite => None,
+            Database::Sqlite | Database::Memory => None,
             Database::Postgres => {
                 let url = match url {
                     Some(url) => url,
@@ -269,6 +271,7 @@ enum TraceDatabase {
         store: PostgresStore,
         schema: String,
     },
+    Memory(MemoryStore),
 }
 
 /// One trace on its own database and server.
@@ -390,6 +393,11 @@ impl MiddlewareTarget {
                     .fetch_one(store.pool())
                     .await
             }
+            Some(TraceDatabase::Memory(_)) => {
+                return Err(Fault::Environment(
+                    "the memory store holds no effects (`applicable` refuses `atomic`)".into(),
+                ))
+            }
             None => return Err(Fault::Environment("no database".into())),
         };
         let counted =
@@ -404,6 +412,7 @@ impl MiddlewareTarget {
         let resolved = match &self.database {
             Some(TraceDatabase::Sqlite(store)) => resolve_held(store, applied, now).await,
             Some(TraceDatabase::Postgres { store, .. }) => resolve_held(store, applied, now).await,
+            Some(TraceDatabase::Memory(store)) => resolve_held(store, applied, now).await,
             None => return Err(Fault::Environment("no database".into())),
         };
         match resolved {
@@ -424,6 +433,13 @@ impl MiddlewareTarget {
     }
 
     async fn open_database(&mut self) -> Result<(), String> {
+        if self.context.database == Database::Memory {
+            if self.claims_over_live_leases() {
+                return Err("--store-mutation claim-over-live-lease is a seam of the SQL stores; the memory store has none".into());
+            }
+            self.database = Some(TraceDatabase::Memory(MemoryStore::new()));
+            return Ok(());
+        }
         match &self.context.postgres {
             None if self.atomic() => {
                 // An open effect transaction holds a connection while the row is read and other
@@ -512,75 +528,21 @@ impl MiddlewareTarget {
 
     /// The row of the trace's key as the database holds it.
     async fn read_row(&self) -> Result<Option<RowView>, Fault> {
-        type Columns = (
-            String,
-            String,
-            i64,
-            Vec<u8>,
-            Option<Vec<u8>>,
-            bool,
-            i64,
-            i64,
-        );
         const READ: &str = "SELECT idempotency_key, status, generation, fingerprint, response_body, body_too_large, lease_expires_at, expires_at FROM idempotency_keys";
-        let rows: Vec<Columns> = match &self.database {
+        let rows: Vec<RowColumns> = match &self.database {
             Some(TraceDatabase::Sqlite(store)) => {
                 sqlx::query_as(READ).fetch_all(store.pool()).await
             }
             Some(TraceDatabase::Postgres { store, .. }) => {
                 sqlx::query_as(READ).fetch_all(store.pool()).await
             }
+            Some(TraceDatabase::Memory(store)) => {
+                Ok(store.rows().into_iter().map(memory_columns).collect())
+            }
             None => return Err(Fault::Environment("no database".into())),
         }
         .map_err(|error| Fault::Environment(format!("reading the row: {error}")))?;
-        let Some((key, status, generation, fingerprint, body, too_large, lease_ends, expires)) =
-            rows.first().cloned()
-        else {
-            return Ok(None);
-        };
-        if rows.len() > 1 {
-            return Err(Fault::diverged("one row", format!("{} rows", rows.len())));
-        }
-        // Every client wrote the key its own way (`server::KEY_ENCODINGS`): the row holds it
-        // as parsed.
-        if key != server::KEY {
-            return Err(Fault::diverged(
-                format!("the row of key {:?}", server::KEY),
-                format!("the row of key {key:?}"),
-            ));
-        }
-        let status = match status.as_str() {
-            "processing" => "processing",
-            "succeeded" => "succeeded",
-            "failed" => "failed",
-            other => {
-                return Err(Fault::diverged(
-                    "a known status",
-                    format!("status `{other}`"),
-                ))
-            }
-        };
-        let fingerprint = [Fingerprint::A, Fingerprint::B]
-            .into_iter()
-            .find(|candidate| real_fingerprint(*candidate).0[..] == fingerprint[..])
-            .ok_or_else(|| Fault::diverged("fingerprint A or B", "another fingerprint"))?;
-        let body = (status == "succeeded").then(|| {
-            if too_large {
-                BodyKind::Sentinel
-            } else if body.is_none_or(|body| body.is_empty()) {
-                BodyKind::Empty
-            } else {
-                BodyKind::Full
-            }
-        });
-        Ok(Some(RowView {
-            status,
-            generation,
-            fingerprint,
-            body,
-            lease_ends: tick_of(lease_ends),
-            expires: tick_of(expires),
-        }))
+        view_of_rows(rows)
     }
 
     /// Waits until the real side of `client` is where the model's `stage` says.
@@ -1105,6 +1067,11 @@ impl MiddlewareTarget {
         let purged = match &self.database {
             Some(TraceDatabase::Sqlite(store)) => store.purge_expired(now).await,
             Some(TraceDatabase::Postgres { store, .. }) => store.purge_expired(now).await,
+            Some(TraceDatabase::Memory(_)) => {
+                return Err(Fault::Environment(
+                    "the memory store has no cleanup job (`applicable` refuses the step)".into(),
+                ))
+            }
             None => return Err(Fault::Environment("no database".into())),
         };
         purged
@@ -1297,6 +1264,11 @@ impl ReplayTarget for MiddlewareTarget {
                 self.guards_fired = Some(guards_fired(&layer));
                 Server::start(layer, self.hub.clone(), effect).await
             }
+            Some(TraceDatabase::Memory(store)) => {
+                let layer = self.layer(store.clone());
+                self.guards_fired = Some(guards_fired(&layer));
+                Server::start(layer, self.hub.clone(), None).await
+            }
             None => unreachable!("the database was just opened"),
         };
         self.server =
@@ -1375,7 +1347,7 @@ impl ReplayTarget for MiddlewareTarget {
                         .await;
                 }
             }
-            None => {}
+            Some(TraceDatabase::Memory(_)) | None => {}
         }
     }
 
@@ -1386,4 +1358,94 @@ impl ReplayTarget for MiddlewareTarget {
     fn counts(&self) -> (usize, usize) {
         (self.requests, self.lost_responses)
     }
+}
+
+/// A row as the SQL stores' `idempotency_keys` table holds it: key, status, generation,
+/// fingerprint, response body, body-too-large flag, lease end and expiry (milliseconds).
+type RowColumns = (
+    String,
+    String,
+    i64,
+    Vec<u8>,
+    Option<Vec<u8>>,
+    bool,
+    i64,
+    i64,
+);
+
+/// A memory store row in the columns a SQL store would hold it in.
+fn memory_columns(
+    (key, row): (
+        oncecheck_idempotency::CacheKey,
+        oncecheck_idempotency::store::memory::MemoryRow,
+    ),
+) -> RowColumns {
+    use oncecheck_idempotency::store::StoredBody;
+    let (body, too_large) = match row.response.map(|response| response.body) {
+        Some(StoredBody::Full(data)) => (Some(data.to_vec()), false),
+        Some(StoredBody::TooLarge) => (None, true),
+        None => (None, false),
+    };
+    (
+        key.key,
+        row.status.to_string(),
+        row.generation,
+        row.fingerprint.0.to_vec(),
+        body,
+        too_large,
+        row.lease_expires_at,
+        row.expires_at,
+    )
+}
+
+/// The view of the rows a database holds: none, or exactly one, of the trace's key.
+fn view_of_rows(rows: Vec<RowColumns>) -> Result<Option<RowView>, Fault> {
+    let Some((key, status, generation, fingerprint, body, too_large, lease_ends, expires)) =
+        rows.first().cloned()
+    else {
+        return Ok(None);
+    };
+    if rows.len() > 1 {
+        return Err(Fault::diverged("one row", format!("{} rows", rows.len())));
+    }
+    // Every client wrote the key its own way (`server::KEY_ENCODINGS`): the row holds it
+    // as parsed.
+    if key != server::KEY {
+        return Err(Fault::diverged(
+            format!("the row of key {:?}", server::KEY),
+            format!("the row of key {key:?}"),
+        ));
+    }
+    let status = match status.as_str() {
+        "processing" => "processing",
+        "succeeded" => "succeeded",
+        "failed" => "failed",
+        other => {
+            return Err(Fault::diverged(
+                "a known status",
+                format!("status `{other}`"),
+            ))
+        }
+    };
+    let fingerprint = [Fingerprint::A, Fingerprint::B]
+        .into_iter()
+        .find(|candidate| real_fingerprint(*candidate).0[..] == fingerprint[..])
+        .ok_or_else(|| Fault::diverged("fingerprint A or B", "another fingerprint"))?;
+    let body = (status == "succeeded").then(|| {
+        if too_large {
+            BodyKind::Sentinel
+        } else if body.is_none_or(|body| body.is_empty()) {
+            BodyKind::Empty
+        } else {
+            BodyKind::Full
+        }
+    });
+    Ok(Some(RowView {
+        status,
+        generation,
+        fingerprint,
+        body,
+        lease_ends: tick_of(lease_ends),
+        expires: tick_of(expires),
+    }))
 }
