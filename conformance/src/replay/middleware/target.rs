@@ -31,7 +31,9 @@ use crate::replay::driver::{
 use crate::replay::session::ReplaySession;
 use oncecheck_idempotency::fingerprint::Fingerprint as RealFingerprint;
 use oncecheck_idempotency::store::{MemoryStore, PostgresStore, SqliteStore};
-use oncecheck_idempotency::{Behaviour, CacheStore, IdempotencyLayer, ManualClock};
+use oncecheck_idempotency::{
+    Behaviour, CacheStore, IdempotencyLayer, ManualClock, ReconcileHook, ReconcileReport,
+};
 use oncecheck_model::idempotency::{
     Action, Answer, AwaitPoint, DbResult, Fingerprint, IdempotencyModel, IdempotencyState, Outcome,
     Stage, Stored,
@@ -299,6 +301,9 @@ pub struct MiddlewareTarget {
     sqlite_file: Option<std::path::PathBuf>,
     /// The layer's count of drop guards fired so far (its `guard_fired` statistic).
     guards_fired: Option<GuardsFired>,
+    /// The running layer's reconcile pass (`reconcile_unknown`), with a hook that answers as the
+    /// trace's step says.
+    reconciler: Option<Reconciler>,
     /// That count when the last client was cancelled.
     guards_before_cancel: u64,
 }
@@ -325,6 +330,7 @@ impl MiddlewareTarget {
             lost_responses: 0,
             sqlite_file: None,
             guards_fired: None,
+            reconciler: None,
             guards_before_cancel: 0,
         }
     }
@@ -405,24 +411,27 @@ impl MiddlewareTarget {
         Ok(Some(usize::try_from(counted).unwrap_or(usize::MAX)))
     }
 
-    /// The reconciler's step: the held key resolved as the trace says, through the store's
-    /// resolution (the layer's `reconcile_unknown` runs the same two statements).
+    /// The reconciler's step: one pass of the layer's `reconcile_unknown`, its hook answering
+    /// as the trace says; the pass must resolve exactly the trace's one held key.
     async fn reconcile(&self, applied: bool) -> Result<(), Fault> {
-        let now = oncecheck_idempotency::Clock::now_millis(&self.clock);
-        let resolved = match &self.database {
-            Some(TraceDatabase::Sqlite(store)) => resolve_held(store, applied, now).await,
-            Some(TraceDatabase::Postgres { store, .. }) => resolve_held(store, applied, now).await,
-            Some(TraceDatabase::Memory(store)) => resolve_held(store, applied, now).await,
-            None => return Err(Fault::Environment("no database".into())),
+        let Some(reconciler) = &self.reconciler else {
+            return Err(Fault::Environment("no layer".into()));
         };
-        match resolved {
-            Ok(oncecheck_idempotency::store::FinalizeOutcome::Applied) => Ok(()),
-            Ok(other) => Err(Fault::diverged(
-                "the held key resolved",
-                format!("{other:?}: no held key, or it changed"),
-            )),
-            Err(error) => Err(Fault::Environment(format!("reconciling: {error}"))),
+        let report = reconciler(applied)
+            .await
+            .map_err(|error| Fault::Environment(format!("reconciling: {error}")))?;
+        let expected = ReconcileReport {
+            applied: usize::from(applied),
+            not_applied: usize::from(!applied),
+            still_held: 0,
+        };
+        if report == expected {
+            return Ok(());
         }
+        Err(Fault::diverged(
+            format!("the held key resolved: {expected:?}"),
+            format!("{report:?}"),
+        ))
     }
 
     fn claims_over_live_leases(&self) -> bool {
@@ -1165,21 +1174,37 @@ effect_writer!(
 );
 
 /// Resolves the one held key of a trace's database.
-async fn resolve_held<St: CacheStore>(
-    store: &St,
+/// Runs one reconcile pass of the running layer; the argument is what its hook answers.
+type Reconciler = Box<
+    dyn Fn(
+            bool,
+        ) -> std::pin::Pin<
+            Box<
+                dyn std::future::Future<
+                        Output = Result<ReconcileReport, oncecheck_idempotency::store::StoreError>,
+                    > + Send,
+            >,
+        > + Send
+        + Sync,
+>;
+
+fn reconciler<St: CacheStore>(layer: &IdempotencyLayer<St>) -> Reconciler {
+    let layer = layer.clone();
+    Box::new(move |applied| {
+        let layer = layer.clone();
+        Box::pin(async move { layer.reconcile_unknown(&TraceHook { applied }).await })
+    })
+}
+
+/// The reconcile hook of a replay: the trace's answer, for the trace's key only (a held row of
+/// any other key stays held, and the pass's report shows it).
+struct TraceHook {
     applied: bool,
-    now: i64,
-) -> Result<oncecheck_idempotency::store::FinalizeOutcome, oncecheck_idempotency::store::StoreError>
-{
-    use oncecheck_idempotency::reconcile::{RECONCILED_STATUS, RECONCILE_KEYS_MAX};
-    let held = store.unknown_outcomes(now, RECONCILE_KEYS_MAX).await?;
-    match held.first() {
-        Some(held) => {
-            store
-                .resolve_unknown(held, applied, RECONCILED_STATUS, now)
-                .await
-        }
-        None => Ok(oncecheck_idempotency::store::FinalizeOutcome::Lost),
+}
+
+impl ReconcileHook for TraceHook {
+    async fn effect_happened(&self, key: &oncecheck_idempotency::CacheKey) -> Option<bool> {
+        (key.key == server::KEY).then_some(self.applied)
     }
 }
 
@@ -1252,6 +1277,7 @@ impl ReplayTarget for MiddlewareTarget {
                     .then(|| std::sync::Arc::new(sqlite_effect) as server::EffectWriter<_>);
                 let layer = self.layer(store.clone());
                 self.guards_fired = Some(guards_fired(&layer));
+                self.reconciler = Some(reconciler(&layer));
                 Server::start(layer, self.hub.clone(), effect).await
             }
             Some(TraceDatabase::Postgres { store, .. }) => {
@@ -1262,11 +1288,13 @@ impl ReplayTarget for MiddlewareTarget {
                     .then(|| std::sync::Arc::new(postgres_effect) as server::EffectWriter<_>);
                 let layer = self.layer(store.clone());
                 self.guards_fired = Some(guards_fired(&layer));
+                self.reconciler = Some(reconciler(&layer));
                 Server::start(layer, self.hub.clone(), effect).await
             }
             Some(TraceDatabase::Memory(store)) => {
                 let layer = self.layer(store.clone());
                 self.guards_fired = Some(guards_fired(&layer));
+                self.reconciler = Some(reconciler(&layer));
                 Server::start(layer, self.hub.clone(), None).await
             }
             None => unreachable!("the database was just opened"),
