@@ -3,11 +3,12 @@
 //! `crate::replay::driver`.
 //!
 //! Each trace gets its own database (SQLite: an in-memory database; PostgreSQL: a schema of its
-//! own, dropped at the end; memory: a fresh `MemoryStore`), its own axum server on a loopback port, and one TCP connection per
-//! model client. The replay controls exactly what the model treats as nondeterministic: the
-//! handler's outcome and the release of its body (the scripted handler of `server`), every store
-//! call and its faults (`held_store`), time (the layer's `ManualClock`: one model tick is one
-//! lease), and cancellation (a client's connection closed at the await point the step names).
+//! own, dropped at the end; memory: a fresh `MemoryStore`), its own axum server on a loopback
+//! port, and one TCP connection per model client. The replay controls exactly what the model
+//! treats as nondeterministic: the handler's outcome and the release of its body (the scripted
+//! handler of `server`), every store call and its faults (`held_store`), time (the layer's
+//! `ManualClock`: one model tick is one lease), and cancellation (a client's connection closed
+//! at the await point the step names).
 //! After every step the driver compares the row read from the database, the handler runs and
 //! the held store calls with the model's; a step that ends a client compares what it received.
 //!
@@ -409,6 +410,13 @@ impl MiddlewareTarget {
         let counted =
             counted.map_err(|error| Fault::Environment(format!("counting effects: {error}")))?;
         Ok(Some(usize::try_from(counted).unwrap_or(usize::MAX)))
+    }
+
+    /// Keeps what a replay reads of the running layer: its drop-guard count and its reconcile
+    /// pass.
+    fn keep_handles<St: CacheStore>(&mut self, layer: &IdempotencyLayer<St>) {
+        self.guards_fired = Some(guards_fired(layer));
+        self.reconciler = Some(reconciler(layer));
     }
 
     /// The reconciler's step: one pass of the layer's `reconcile_unknown`, its hook answering
@@ -1276,8 +1284,7 @@ impl ReplayTarget for MiddlewareTarget {
                     .atomic()
                     .then(|| std::sync::Arc::new(sqlite_effect) as server::EffectWriter<_>);
                 let layer = self.layer(store.clone());
-                self.guards_fired = Some(guards_fired(&layer));
-                self.reconciler = Some(reconciler(&layer));
+                self.keep_handles(&layer);
                 Server::start(layer, self.hub.clone(), effect).await
             }
             Some(TraceDatabase::Postgres { store, .. }) => {
@@ -1287,14 +1294,12 @@ impl ReplayTarget for MiddlewareTarget {
                     .atomic()
                     .then(|| std::sync::Arc::new(postgres_effect) as server::EffectWriter<_>);
                 let layer = self.layer(store.clone());
-                self.guards_fired = Some(guards_fired(&layer));
-                self.reconciler = Some(reconciler(&layer));
+                self.keep_handles(&layer);
                 Server::start(layer, self.hub.clone(), effect).await
             }
             Some(TraceDatabase::Memory(store)) => {
                 let layer = self.layer(store.clone());
-                self.guards_fired = Some(guards_fired(&layer));
-                self.reconciler = Some(reconciler(&layer));
+                self.keep_handles(&layer);
                 Server::start(layer, self.hub.clone(), None).await
             }
             None => unreachable!("the database was just opened"),
