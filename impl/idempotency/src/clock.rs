@@ -69,3 +69,45 @@ impl Clock for ManualClock {
         )
     }
 }
+
+#[cfg(all(test, not(oncecheck_shuttle), not(oncecheck_loom)))]
+mod tests {
+    use super::*;
+
+    // Rows outlive the process: a clock that read anything but the epoch time would stamp rows
+    // that a restarted process reading the true time finds long expired (or never expiring).
+    #[test]
+    fn the_system_clock_reads_milliseconds_since_the_unix_epoch() {
+        let epoch_millis = |time: std::time::SystemTime| {
+            let since = time.duration_since(std::time::UNIX_EPOCH).unwrap();
+            i64::try_from(since.as_millis()).unwrap()
+        };
+        let before = epoch_millis(std::time::SystemTime::now());
+        let read = SystemClock.now_millis();
+        let after = epoch_millis(std::time::SystemTime::now());
+        assert!(before <= read, "{before} > {read}");
+        assert!(read <= after, "{read} > {after}");
+    }
+
+    // A heartbeat waiting on a manual clock beats when the clock is moved past its deadline,
+    // not before: the replays' ticks rely on it.
+    #[tokio::test]
+    async fn a_manual_clock_wakes_a_sleeper_only_past_its_deadline() {
+        let clock = ManualClock::new(1_000);
+        let sleeper = {
+            let clock = clock.clone();
+            tokio::spawn(async move { clock.sleep_until(3_000).await })
+        };
+        clock.advance_secs(1);
+        tokio::time::sleep(Duration::from_millis(50)).await;
+        assert!(
+            !sleeper.is_finished(),
+            "woke at 2000, before its deadline 3000"
+        );
+        clock.advance_secs(1);
+        tokio::time::timeout(Duration::from_secs(5), sleeper)
+            .await
+            .expect("a sleeper past its deadline wakes")
+            .unwrap();
+    }
+}
