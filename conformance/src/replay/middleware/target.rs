@@ -683,6 +683,14 @@ impl MiddlewareTarget {
         // stored origin's on a replay of a stored body, none on the layer's own answers; `None`
         // where the model says nothing of headers (the sentinel's problem, an emptied body).
         let handler_header: Option<Option<String>>;
+        // The problem the layer answers with, by its type's fragment: both 409s must say which
+        // (a request in flight, or an outcome held unknown), as a client decides by it.
+        let problem = match answer {
+            Answer::Conflict { .. } => Some("in-flight"),
+            Answer::OutcomeUnknown { .. } => Some("outcome-unknown"),
+            Answer::Mismatch { .. } => Some("fingerprint-mismatch"),
+            _ => None,
+        };
         let want = match answer {
             Answer::Fresh { success, received } => {
                 let outcome = outcome.unwrap_or(Outcome::OkUnder);
@@ -757,7 +765,12 @@ impl MiddlewareTarget {
             None if sentinel => {
                 String::from_utf8_lossy(&received.body).contains("response-not-stored")
             }
-            None => !received.body_failed,
+            None => {
+                !received.body_failed
+                    && problem.is_none_or(|kind| {
+                        String::from_utf8_lossy(&received.body).contains(&format!("#{kind}\""))
+                    })
+            }
         };
         let header_matches = handler_header
             .as_ref()
@@ -781,6 +794,8 @@ impl MiddlewareTarget {
                 body.map_or_else(
                     || if sentinel {
                         "the sentinel problem".to_string()
+                    } else if let Some(kind) = problem {
+                        format!("the `{kind}` problem")
                     } else {
                         "any".to_string()
                     },
