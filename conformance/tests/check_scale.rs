@@ -211,7 +211,7 @@ fn four_shard_processes_of_an_exhaustive_run_merge_into_its_verdicts() {
 }
 
 #[test]
-fn symmetry_halves_the_relay_with_the_same_verdicts() {
+fn symmetry_halves_the_relay_and_its_liveness_graph_with_the_same_verdicts() {
     let run = |extra: &[&str]| {
         let mut arguments = vec![
             "check",
@@ -231,6 +231,10 @@ fn symmetry_halves_the_relay_with_the_same_verdicts() {
     let (plain, reduced) = (run(&[]), run(&["--symmetry"]));
     assert_eq!(plain["unique_states"], 59_658);
     assert_eq!(reduced["unique_states"], 29_924);
+    // R6 and R10 assume each writer and puller fair on its own: their liveness graph is the
+    // per-actor quotient (specs/relay-append.md, "Symmetry").
+    assert_eq!(plain["liveness"]["unique_states"], 59_658);
+    assert_eq!(reduced["liveness"]["unique_states"], 29_924);
     let verdicts = |report: &serde_json::Value| -> Vec<(String, String)> {
         findings(report)
             .into_iter()

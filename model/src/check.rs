@@ -30,7 +30,7 @@ mod visited;
 pub use codec::CodecError;
 pub use frontier::{MemorySpill, SpillStore, StateCodec};
 pub use merge::{merge, MergeError};
-pub use scale::{Independence, Scale};
+pub use scale::{identity_renaming, ActorFamilies, Independence, Renaming, Scale, ACTOR_SLOTS_MAX};
 use search::{Hooks, Limits, Target};
 use serde::Serialize;
 use stateright::{Model, Property};

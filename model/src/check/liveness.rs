@@ -33,6 +33,12 @@
 //!    shortest path inside the component, and back. States are rebuilt by re-executing the steps
 //!    from the initial state, each checked against its fingerprint and family.
 //!
+//! Under `--symmetry` the graph is a quotient: for a model whose families are roles
+//! (`Scale::liveness_symmetry`) a quotient lasso is lifted to the model's states ([`lift`]); for
+//! one whose families are per actor (`Scale::actor_families`) states and edges are recorded in
+//! the representative's slots, each edge with its renaming, and components are judged and
+//! cycles found as [`actors`] describes.
+//!
 //! Invariants: deterministic — threads only expand a chunk of a level, merged in chunk order, and
 //! every later pass is sequential in index order, so verdicts, counts and lassos are the same
 //! for any `--threads`; a verdict needs the whole graph: a run stopped by `states_max`,
@@ -40,13 +46,14 @@
 //!
 //! Cost and limits: about 60 bytes per state (fingerprint map entry about 24, fingerprint 8, row
 //! start 4, enabled and cut family sets 4 each, property bits 4, hash table slack) plus 5 bytes
-//! per edge (target 4, family 1), and during the analysis of one property about 20 bytes per
+//! per edge (target 4, family 1; 2 more on a per-actor quotient, the index of its renaming), and
+//! during the analysis of one property about 20 bytes per
 //! state more (Tarjan's numbering, low links, component ids and stack; the search's parents).
 //! Full states are held only for the current and the next level, as in the safety search. At
 //! most [`FAMILIES_MAX`] families per model, [`PROPERTIES_MAX`] liveness properties per model
 //! and `u32::MAX - 1` states.
 
-use super::scale::Representative;
+use super::scale::{identity_renaming, ActorFamilies, Renaming, Representative, ACTOR_SLOTS_MAX};
 use super::search::{fingerprint, key_of, limit_reached, FingerprintMap};
 use super::{CheckOptions, LivenessDef, ModelPath, ModelSpec, Progress, Stop};
 use stateright::Model;
@@ -66,8 +73,8 @@ const UNFAIR: u8 = u8::MAX;
 const CHUNK_STATES_PER_THREAD: usize = 2048;
 /// Bytes a state costs in the stored graph, counted before the tables grow (see the module doc).
 const STATE_BYTES: usize = 60;
-/// Bytes an edge costs in the stored graph.
-const EDGE_BYTES: usize = 5;
+/// Bytes an edge costs in the stored graph (with its renaming's index on a per-actor quotient).
+const EDGE_BYTES: usize = 7;
 
 /// What one liveness property came to.
 pub(crate) struct Decided<M: Model> {
@@ -102,6 +109,13 @@ struct Graph {
     /// The number of initial states (they are indices `0..initial`).
     initial: usize,
     family_names: Vec<&'static str>,
+    /// On a per-actor quotient (`Scale::actor_families`): families `0..slots` are the permuted
+    /// actors' own, in slot order; 0 otherwise.
+    slots: usize,
+    /// Per edge on a per-actor quotient: the index in `renamings` of how the step moves the
+    /// actors, from the source representative's slots to the target's (empty otherwise).
+    annotations: Vec<u16>,
+    renamings: actors::Interned<Renaming>,
 }
 
 impl Graph {
@@ -139,8 +153,9 @@ struct Expanded<S> {
     marks: u32,
     enabled: u32,
     cut: u32,
-    /// Successors in the model's action order: state, fingerprint, family.
-    successors: Vec<(S, u64, u8)>,
+    /// Successors in the model's action order: state, fingerprint, family, and on a per-actor
+    /// quotient how the step moves the actors (identity otherwise).
+    successors: Vec<(S, u64, u8, Renaming)>,
 }
 
 struct Expansion<M: Model> {
@@ -153,6 +168,10 @@ struct Expansion<M: Model> {
     /// The symmetry the graph is a quotient of, if any: states are known by their
     /// representative's fingerprint.
     representative: Option<Representative<M>>,
+    /// The per-actor quotient's renamings (`Scale::actor_families`), if the graph is one.
+    actors: Option<ActorFamilies<M>>,
+    /// The permuted actors' families (indices `0..slots`) on a per-actor quotient, else 0.
+    slots: usize,
 }
 
 impl<M: ModelSpec> Expansion<M>
@@ -160,21 +179,35 @@ where
     M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
     M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
 {
-    fn new(representative: Option<Representative<M>>) -> Self {
+    fn new(
+        representative: Option<Representative<M>>,
+        actors: Option<ActorFamilies<M>>,
+        slot_families: &[&'static str],
+    ) -> Self {
         Expansion {
             part: Vec::new(),
             out: Vec::new(),
-            families: LocalFamilies::default(),
+            // The permuted actors' families first, so a slot is its family's index everywhere.
+            families: LocalFamilies(slot_families.to_vec()),
             actions: Vec::new(),
             unreduced: Vec::new(),
             cut_names: Vec::new(),
             representative,
+            actors,
+            slots: slot_families.len(),
         }
     }
 
     fn expand(&mut self, model: &M, definitions: &[LivenessDef<M>]) {
         self.out.clear();
+        let slots = self.slots;
         for state in self.part.drain(..) {
+            // On a per-actor quotient everything is recorded in the representative's slots.
+            let (own_representative, here) = match self.actors {
+                Some(actors) => (actors.representative)(model, &state),
+                None => (None, identity_renaming()),
+            };
+            let back = actors::inverse(&here);
             let mut marks = 0;
             for (index, def) in definitions.iter().enumerate() {
                 let trigger = def.trigger.is_some_and(|trigger| trigger(model, &state));
@@ -208,8 +241,18 @@ where
                     }
                     continue;
                 }
-                let next_fingerprint = key_of(self.representative, model, &next);
-                successors.push((next, next_fingerprint, family));
+                let (next_fingerprint, moved) = match self.actors {
+                    Some(actors) => {
+                        let (next_representative, there) = (actors.representative)(model, &next);
+                        let key = fingerprint(next_representative.as_ref().unwrap_or(&next));
+                        (key, actors::compose(&there, &back))
+                    }
+                    None => (
+                        key_of(self.representative, model, &next),
+                        identity_renaming(),
+                    ),
+                };
+                successors.push((next, next_fingerprint, family, moved));
             }
             self.unreduced.clear();
             if model.unreduced_actions(&state, &mut self.unreduced) {
@@ -220,13 +263,30 @@ where
                     }
                 }
             }
-            assert_fairness_symmetric(
-                self.representative,
-                &mut self.families,
-                model,
-                &state,
-                enabled,
-            );
+            if self.actors.is_some() {
+                enabled = actors::rename_set(enabled, &here, slots);
+                cut = actors::rename_set(cut, &here, slots);
+                for successor in &mut successors {
+                    if usize::from(successor.2) < slots {
+                        successor.2 = here[usize::from(successor.2)];
+                    }
+                }
+                if let Some(other) = &own_representative {
+                    assert_eq!(
+                        enabled_families(&mut self.families, model, other),
+                        enabled,
+                        "the liveness search on a per-actor quotient: a state's enabled families, renamed, are not its representative's (Scale::actor_families is declared wrongly)"
+                    );
+                }
+            } else {
+                assert_fairness_symmetric(
+                    self.representative,
+                    &mut self.families,
+                    model,
+                    &state,
+                    enabled,
+                );
+            }
             self.out.push(Expanded {
                 marks,
                 enabled,
@@ -358,11 +418,16 @@ fn absorb<M: Model>(
             },
         )
         .collect();
+    let per_actor = graph.slots > 0;
     for expanded in expansion.out.drain(..) {
         graph.marks.push(expanded.marks);
         graph.enabled.push(translate(expanded.enabled, &table));
         graph.cut.push(translate(expanded.cut, &table));
-        for (next, next_fingerprint, family) in expanded.successors {
+        for (next, next_fingerprint, family, moved) in expanded.successors {
+            if per_actor {
+                let index = graph.renamings.index(moved);
+                graph.annotations.push(index);
+            }
             let target = match index_of.entry(next_fingerprint) {
                 std::collections::hash_map::Entry::Occupied(entry) => *entry.get(),
                 std::collections::hash_map::Entry::Vacant(entry) => {
@@ -399,6 +464,7 @@ fn explore<M>(
     model: &M,
     definitions: &[LivenessDef<M>],
     representative: Option<Representative<M>>,
+    actors: Option<ActorFamilies<M>>,
     options: &CheckOptions,
     started: Instant,
     progress: &mut dyn FnMut(Progress),
@@ -411,9 +477,14 @@ where
     let threads = options.threads.max(1);
     let interval = Duration::from_millis(options.progress_interval_millis.max(10));
     let mut last_progress = Instant::now();
-    let (mut graph, mut index_of, mut level) = initial_graph(model, representative);
+    let slot_families = actors.map_or_else(Vec::new, |actors| (actors.families)(model));
+    assert!(
+        slot_families.len() <= ACTOR_SLOTS_MAX,
+        "a model permutes more than {ACTOR_SLOTS_MAX} actors with families of their own"
+    );
+    let (mut graph, mut index_of, mut level) = initial_graph(model, representative, &slot_families);
     let mut expansions: Vec<Expansion<M>> = (0..threads)
-        .map(|_| Expansion::new(representative))
+        .map(|_| Expansion::new(representative, actors, &slot_families))
         .collect();
     let mut depth = 0;
     let mut next_level: VecDeque<M::State> = VecDeque::new();
@@ -461,6 +532,7 @@ where
 fn initial_graph<M>(
     model: &M,
     representative: Option<Representative<M>>,
+    slot_families: &[&'static str],
 ) -> (Graph, FingerprintMap<u32>, VecDeque<M::State>)
 where
     M: ModelSpec,
@@ -476,7 +548,10 @@ where
         cut: Vec::new(),
         marks: Vec::new(),
         initial: 0,
-        family_names: Vec::new(),
+        family_names: slot_families.to_vec(),
+        slots: slot_families.len(),
+        annotations: Vec::new(),
+        renamings: actors::Interned::new(identity_renaming()),
     };
     let mut index_of: FingerprintMap<u32> = FingerprintMap::default();
     let mut level: VecDeque<M::State> = VecDeque::new();
@@ -560,7 +635,21 @@ impl Judged<'_> {
                 }
             }
         }
-        let fair_component = has_cycle && everywhere_enabled & !taken == 0;
+        let fair_component = if graph.slots == 0 {
+            has_cycle && everywhere_enabled & !taken == 0
+        } else {
+            // The permuted actors' families are judged over the permutations the component's
+            // cycles generate; the others as on the plain graph.
+            let actor_families = (1u32 << graph.slots) - 1;
+            has_cycle
+                && everywhere_enabled & !taken & !actor_families == 0
+                && actors::every_actor_served(
+                    graph,
+                    members,
+                    |target| self.avoid[target as usize] && self.component[target as usize] == id,
+                    fair & actor_families,
+                )
+        };
         (fair_component, fair_component || any_stop || reaches_bad)
     }
 }
@@ -935,6 +1024,17 @@ where
     let mut actions = Vec::new();
     for (family, target) in families.iter().zip(targets) {
         let wanted = graph.fingerprints[*target as usize];
+        if graph.slots > 0 {
+            let representative = representative.expect("a per-actor quotient has a symmetry");
+            let (action, next) =
+                actors::step_towards(model, graph, representative, &state, *family, wanted)
+                    .expect(
+                        "re-executing a path on a per-actor quotient found no step into the recorded orbit: the model does not commute with its symmetry",
+                    );
+            pairs.push((state, Some(action)));
+            state = next;
+            continue;
+        }
         actions.clear();
         model.actions(&state, &mut actions);
         let (action, next) = actions
@@ -1038,13 +1138,15 @@ where
     );
     let own_start = Instant::now();
     let scale = model.scale();
+    let actors = scale.actor_families.filter(|_| options.symmetry);
     let representative = scale
         .symmetry
-        .filter(|_| options.symmetry && scale.liveness_symmetry);
+        .filter(|_| options.symmetry && (scale.liveness_symmetry || actors.is_some()));
     let graph = match explore(
         model,
         definitions,
         representative,
+        actors.filter(|_| representative.is_some()),
         options,
         started,
         progress,
@@ -1102,6 +1204,29 @@ where
             if analysis.stop[entry as usize] {
                 return (rebuild(model, graph, representative, &prefix), None);
             }
+            if graph.slots > 0 {
+                // The quotient's cycle may not be one of the model's: the cycle is searched on
+                // the model's own states over the entry's component (liveness/actors.rs).
+                let mut path = rebuild(model, graph, representative, &prefix);
+                let (entry_state, _) = path.pop().expect("a path has a last state");
+                let lasso_start = path.len();
+                let component = analysis.component[entry as usize];
+                let members = (0..graph.states())
+                    .filter(|state| {
+                        analysis.avoid[*state] && analysis.component[*state] == component
+                    })
+                    .map(|state| graph.fingerprints[state])
+                    .collect();
+                path.extend(actors::concrete_fair_cycle(
+                    model,
+                    graph,
+                    representative.expect("a per-actor quotient has a symmetry"),
+                    &members,
+                    entry_state,
+                    fair,
+                ));
+                return (path, Some(lasso_start));
+            }
             let cycle = fair_cycle(graph, &analysis, entry, fair);
             let lasso_start = prefix.families.len();
             let mut whole = prefix;
@@ -1117,5 +1242,6 @@ where
     }
 }
 
+mod actors;
 #[cfg(test)]
 mod tests;

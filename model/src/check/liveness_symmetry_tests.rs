@@ -150,3 +150,148 @@ fn families_named_per_agent_under_a_declared_liveness_symmetry_are_refused() {
     // are not the model's; the search refuses at the first state that shows it.
     run(toy(true), &symmetric(), &mut |_| {});
 }
+
+/// Per-actor families on the quotient (`Scale::actor_families`): two agents pass a token, and
+/// the one without it may grab it for good (the goal). Passing forever is fair — each agent is
+/// always enabled and each passes again and again — so "eventually grabbed" is violated. The
+/// quotient has one state before the grab, whose only cycle is A2's pass moving A2 into A1's
+/// slot: A1 serves itself there only through that renaming, which the closure over the
+/// permutations the cycle generates must see.
+#[derive(Clone)]
+struct GrabTheToken {
+    bounds: Bounds,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Hand {
+    Pass(usize),
+    Grab(usize),
+}
+
+/// (holder, grabbed).
+type Table = (usize, bool);
+
+impl Model for GrabTheToken {
+    type State = Table;
+    type Action = Hand;
+
+    fn init_states(&self) -> Vec<Table> {
+        vec![(0, false)]
+    }
+
+    fn actions(&self, (holder, grabbed): &Table, actions: &mut Vec<Hand>) {
+        if !grabbed {
+            actions.push(Hand::Pass(*holder));
+            actions.push(Hand::Grab(1 - holder));
+        }
+    }
+
+    fn next_state(&self, (holder, _): &Table, action: Hand) -> Option<Table> {
+        Some(match action {
+            Hand::Pass(agent) => (1 - agent, false),
+            Hand::Grab(_) => (*holder, true),
+        })
+    }
+}
+
+fn grabbed(_model: &GrabTheToken, state: &Table) -> bool {
+    state.1
+}
+
+/// The representative: A2 holds the token; renaming swaps the agents when A1 holds it.
+fn held_by_the_second(_model: &GrabTheToken, state: &Table) -> (Option<Table>, Renaming) {
+    let mut renaming = identity_renaming();
+    if state.0 == 0 {
+        renaming.swap(0, 1);
+        return (Some((1, state.1)), renaming);
+    }
+    (None, renaming)
+}
+
+fn held_by_the_second_only(model: &GrabTheToken, state: &Table) -> Option<Table> {
+    held_by_the_second(model, state).0
+}
+
+impl ModelSpec for GrabTheToken {
+    const NAME: &'static str = "grab-the-token";
+    const VARIANTS: &'static [&'static str] = &["toy"];
+    const BOUNDS: &'static [BoundSpec] = &[];
+
+    fn build(_variant: &str, bounds: &Bounds) -> Result<Self, SpecError> {
+        Ok(GrabTheToken {
+            bounds: bounds.clone(),
+        })
+    }
+
+    fn variant(&self) -> &'static str {
+        "toy"
+    }
+
+    fn bounds(&self) -> &Bounds {
+        &self.bounds
+    }
+
+    fn property_defs(&self) -> Vec<PropertyDef<Self>> {
+        Vec::new()
+    }
+
+    fn liveness_defs(&self) -> Vec<LivenessDef<Self>> {
+        vec![LivenessDef {
+            id: "X2",
+            name: "X2 the token is grabbed",
+            trigger: None,
+            goal: grabbed,
+            fair: &["A*"],
+        }]
+    }
+
+    fn fairness(&self, action: &Hand) -> Option<&'static str> {
+        let (Hand::Pass(agent) | Hand::Grab(agent)) = *action;
+        Some(["A1", "A2"][agent])
+    }
+
+    fn expected(&self, _property: &PropertyDef<Self>) -> Verdict {
+        Verdict::Violated
+    }
+
+    fn step_words(&self, _before: &Table, action: &Hand, _after: &Table) -> String {
+        format!("{action:?}")
+    }
+
+    fn scale(&self) -> Scale<Self> {
+        Scale {
+            symmetry: Some(held_by_the_second_only),
+            actor_families: Some(ActorFamilies {
+                families: |_| vec!["A1", "A2"],
+                representative: held_by_the_second,
+            }),
+            ..Scale::none()
+        }
+    }
+}
+
+#[test]
+fn a_fair_cycle_that_serves_an_actor_only_through_a_renaming_is_found_on_the_per_actor_quotient() {
+    let model = GrabTheToken::build("toy", &Bounds::resolve(&[], &[]).unwrap()).unwrap();
+    let plain = run_with_paths(&model, &CheckOptions::default(), &mut |_| {});
+    let reduced = run_with_paths(&model, &symmetric(), &mut |_| {});
+    assert_eq!(plain.report.liveness.as_ref().unwrap().unique_states, 4);
+    assert_eq!(reduced.report.liveness.as_ref().unwrap().unique_states, 2);
+    for checked in [&plain, &reduced] {
+        let property = &checked.report.properties[0];
+        assert_eq!(property.verdict, Verdict::Violated);
+        let path = &checked.paths["X2 the token is grabbed"];
+        let start = property.lasso_start.expect("a lasso, not a stop");
+        // A1 passes, A2 passes, back at the start: both agents pass on the model's own cycle.
+        let steps: Vec<(Table, Option<Hand>)> = path.clone();
+        assert_eq!(
+            steps,
+            vec![
+                ((0, false), Some(Hand::Pass(0))),
+                ((1, false), Some(Hand::Pass(1))),
+                ((0, false), None),
+            ]
+        );
+        assert_eq!(start, 0);
+    }
+}

@@ -76,10 +76,11 @@ where
     let reduced = reduced_checked.report;
     assert!(plain.complete && reduced.complete, "{label}");
     // The liveness graph is a quotient exactly when the model declares its fairness families
-    // invariant under the symmetry (`Scale::liveness_symmetry`); else it is the whole graph.
+    // invariant under the symmetry (`Scale::liveness_symmetry`) or gives the renaming of its
+    // actors' own families (`Scale::actor_families`); else it is the whole graph.
     if let (Some(plain_graph), Some(reduced_graph)) = (&plain.liveness, &reduced.liveness) {
         let scale = reduced_model.scale();
-        if scale.symmetry.is_some() && scale.liveness_symmetry {
+        if scale.symmetry.is_some() && (scale.liveness_symmetry || scale.actor_families.is_some()) {
             assert!(
                 reduced_graph.unique_states <= plain_graph.unique_states,
                 "{label}"
@@ -149,6 +150,82 @@ fn symmetry_keeps_every_verdict_and_trace_length_of_every_relay_variant() {
     assert!(reduced * 4 < plain, "{plain} -> {reduced}");
 }
 
+/// The relay names a fairness family per writer and per puller, so its liveness search runs on
+/// the per-actor quotient (`Scale::actor_families`, check/liveness/actors.rs): fewer states, and
+/// the same R6 and R10 verdicts as the whole graph for the liveness mutations that violate R6,
+/// for three interchangeable writers, and for two pullers (`compare` checks the verdicts and
+/// that every lasso is one of the model's; the cycle search checks it fair).
+#[test]
+fn the_relay_liveness_graph_is_the_per_actor_quotient_under_symmetry() {
+    let liveness_states = |build: &dyn Fn() -> RelayModel| {
+        let graph = |options: &CheckOptions| {
+            run(build(), options, &mut |_| {})
+                .liveness
+                .expect("R6 and R10 were checked")
+                .unique_states
+        };
+        let symmetric = CheckOptions {
+            symmetry: true,
+            ..CheckOptions::default()
+        };
+        (graph(&CheckOptions::default()), graph(&symmetric))
+    };
+    let fixed = || model::<RelayModel>("fixed", &[("lost_responses_max", 0)]);
+    assert_eq!(liveness_states(&fixed), (59_658, 29_924));
+    for (mutation, overrides) in [
+        (
+            Mutation::TopQueryForgetsFloor,
+            &[
+                ("push_rounds_max", 0),
+                ("lost_responses_max", 0),
+                ("legacy", 2),
+            ][..],
+        ),
+        (
+            Mutation::ClaimAnswerSentAgain,
+            &[
+                ("push_rounds_max", 0),
+                ("lost_responses_max", 0),
+                ("legacy", 0),
+            ][..],
+        ),
+        (
+            Mutation::NoFlip,
+            &[
+                ("legacy", 1),
+                ("lost_responses_max", 0),
+                ("push_rounds_max", 0),
+            ][..],
+        ),
+    ] {
+        compare(&format!("{mutation:?}, liveness"), || {
+            model::<RelayModel>("fixed", overrides).with_mutation(mutation)
+        });
+    }
+    let three_writers_two_pullers = || {
+        model::<RelayModel>(
+            "fixed",
+            &[
+                ("new_writers", 3),
+                ("repush_ops", 0),
+                ("ops_per_writer", 1),
+                ("pullers", 2),
+                ("pulls_per_puller", 1),
+                ("legacy", 1),
+                ("lost_responses_max", 0),
+                ("push_rounds_max", 2),
+            ],
+        )
+    };
+    compare("three writers, two pullers", three_writers_two_pullers);
+    let (plain, reduced) = liveness_states(&three_writers_two_pullers);
+    eprintln!("three writers, two pullers, liveness graph: {plain} -> {reduced} states");
+    assert!(reduced * 6 < plain, "{plain} -> {reduced}");
+    compare("counter-only, two pullers", || {
+        model::<RelayModel>("counter-only", &[("pullers", 2), ("pulls_per_puller", 2)])
+    });
+}
+
 #[test]
 fn symmetry_keeps_every_verdict_and_trace_length_of_every_idempotency_variant() {
     for variant in IdempotencyModel::VARIANTS {
@@ -186,6 +263,12 @@ fn symmetry_keeps_every_verdict_and_trace_length_of_every_token_variant() {
     for variant in TokenModel::VARIANTS {
         compare(variant, || model::<TokenModel>(variant, &[]));
     }
+    // T6 violated by a client that retries forever: the per-actor quotient (a family per
+    // client) finds it too, and its cycle is one of the model's.
+    compare("tokened, retries forever on in-progress", || {
+        model::<TokenModel>("tokened", &[])
+            .with_mutation(Some(crate::token::Mutation::RetriesForeverOnInProgress))
+    });
     // A shared token names its owner by index: no symmetry is declared, nothing is reduced.
     let (plain, reduced) = compare("tokened, shared token", || {
         model::<TokenModel>("tokened", &[("shared_token", 1)])

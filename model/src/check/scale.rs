@@ -18,6 +18,50 @@ use stateright::Model;
 /// its own representative (most are: nothing is cloned for them).
 pub type Representative<M> = fn(&M, &<M as Model>::State) -> Option<<M as Model>::State>;
 
+/// Actors a symmetry permutes whose fairness families it renames, at most this many per model.
+pub const ACTOR_SLOTS_MAX: usize = 16;
+
+/// How a symmetry moves the actors it permutes: `renaming[a]` is the slot that the actor in
+/// slot `a` of a state plays in the state's representative (slots at or past the model's actor
+/// count map to themselves).
+pub type Renaming = [u8; ACTOR_SLOTS_MAX];
+
+/// The identity renaming.
+pub const fn identity_renaming() -> Renaming {
+    let mut renaming = [0u8; ACTOR_SLOTS_MAX];
+    let mut slot = 0;
+    while slot < ACTOR_SLOTS_MAX {
+        renaming[slot] = slot as u8;
+        slot += 1;
+    }
+    renaming
+}
+
+/// A symmetry that permutes actors which are fairness families of their own (each writer, each
+/// puller): the liveness search then runs on the quotient with every edge annotated by how it
+/// moves the actors, and judges a component fair over the permutations its cycles generate
+/// (check/liveness.rs, "Per-actor families on the quotient").
+pub struct ActorFamilies<M: Model> {
+    /// The fairness family of each actor slot the symmetry permutes, in slot order; a family
+    /// not listed must be invariant under the symmetry.
+    pub families: fn(&M) -> Vec<&'static str>,
+    /// The representative exactly as [`Scale::symmetry`] gives it (`None` when the state is its
+    /// own), and the renaming that takes the state's actors to their slots in it.
+    pub representative: RenamedRepresentative<M>,
+}
+
+/// A representative with the renaming of the state's actors that reaches it.
+pub type RenamedRepresentative<M> =
+    fn(&M, &<M as Model>::State) -> (Option<<M as Model>::State>, Renaming);
+
+impl<M: Model> Clone for ActorFamilies<M> {
+    fn clone(&self) -> Self {
+        *self
+    }
+}
+
+impl<M: Model> Copy for ActorFamilies<M> {}
+
 /// A model's independence declaration for the partial-order reduction (`--partial-order`).
 /// `actor` names the actor an action belongs to (a writer, a puller, a client, the clock).
 /// `safe(state, action)` may be true only when the action, enabled at `state`, (1) commutes with
@@ -42,9 +86,13 @@ pub struct Scale<M: Model> {
     /// The liveness search may use the symmetry too: every fairness family is named per role,
     /// never per actor the symmetry permutes, so each permutation maps every family onto itself
     /// and a fair cycle of the quotient lifts to a fair cycle of the model (check/liveness.rs).
-    /// With families per actor (a writer's, a client's) the quotient could hide a fair cycle;
-    /// there the liveness search runs unreduced.
+    /// With families per actor (a writer's, a client's) the plain quotient could hide a fair
+    /// cycle: such a model declares [`Scale::actor_families`] instead, or its liveness search
+    /// runs unreduced.
     pub liveness_symmetry: bool,
+    /// The liveness search may use the symmetry although it permutes actors that are fairness
+    /// families of their own: the renaming of each state's actors, for the annotated quotient.
+    pub actor_families: Option<ActorFamilies<M>>,
     pub independence: Option<Independence<M>>,
 }
 
@@ -55,6 +103,7 @@ impl<M: Model> Scale<M> {
             codec: None,
             symmetry: None,
             liveness_symmetry: false,
+            actor_families: None,
             independence: None,
         }
     }

@@ -12,6 +12,16 @@ use crate::check::LivenessDef;
 const WRITER_FAMILIES: [&str; 8] = ["W1", "W2", "W3", "W4", "W5", "W6", "W7", "W8"];
 const PULLER_FAMILIES: [&str; 4] = ["P1", "P2", "P3", "P4"];
 
+/// The families of the actors the symmetry permutes, in its slot order: every writer's, then
+/// every puller's (relay/scale.rs).
+pub(super) fn permuted_families(model: &RelayModel) -> Vec<&'static str> {
+    WRITER_FAMILIES[..model.writers.len()]
+        .iter()
+        .chain(&PULLER_FAMILIES[..usize::from(model.bounds.pullers)])
+        .copied()
+        .collect()
+}
+
 pub(super) fn definitions() -> Vec<LivenessDef<RelayModel>> {
     vec![
         LivenessDef {

@@ -9,7 +9,7 @@
 //! fingerprint), a function of the orbit alone.
 
 use super::{Action, OpId, Phase, Puller, RelayModel, RelayState, Writer};
-use crate::check::{Independence, Scale, StateCodec};
+use crate::check::{identity_renaming, ActorFamilies, Independence, Renaming, Scale, StateCodec};
 use crate::ddb::{Key, Reason, TransactOutcome, Value};
 use std::hash::{Hash, Hasher};
 
@@ -18,8 +18,13 @@ pub(super) fn hooks(_model: &RelayModel) -> Scale<RelayModel> {
         codec: Some(StateCodec::<RelayState>::serde()),
         symmetry: Some(representative),
         // Each writer and each puller is a fairness family of its own (relay/liveness.rs): a
-        // permutation of writers maps W1's family onto W2's, so liveness runs unreduced.
+        // permutation of writers maps W1's family onto W2's, so the liveness search needs the
+        // renaming of every state's actors (the annotated quotient).
         liveness_symmetry: false,
+        actor_families: Some(ActorFamilies {
+            families: actor_families,
+            representative: representative_with_renaming,
+        }),
         independence: Some(Independence {
             actor,
             safe: response_cannot_be_lost,
@@ -137,6 +142,24 @@ fn permutations(order: &mut Vec<usize>, start: usize, visit: &mut dyn FnMut(&[us
 
 /// The representative of a state's orbit; `None` when the state is its own.
 fn representative(model: &RelayModel, state: &RelayState) -> Option<RelayState> {
+    representative_with_renaming(model, state).0
+}
+
+/// The fairness family of each actor the symmetry permutes, in slot order: the writers, then
+/// the pullers (relay/liveness.rs names them).
+fn actor_families(model: &RelayModel) -> Vec<&'static str> {
+    super::liveness::permuted_families(model)
+}
+
+/// The representative of a state's orbit (`None` when the state is its own) and where each
+/// actor goes in it: writer w to slot `to[w]`, puller p to the writers' count plus its place
+/// among the sorted pullers.
+fn representative_with_renaming(
+    model: &RelayModel,
+    state: &RelayState,
+) -> (Option<RelayState>, Renaming) {
+    let mut renaming = identity_renaming();
+    let writer_count = state.writers.len();
     let pullers_sorted = state
         .pullers
         .windows(2)
@@ -145,16 +168,20 @@ fn representative(model: &RelayModel, state: &RelayState) -> Option<RelayState> 
     let state_ref = if pullers_sorted {
         state
     } else {
+        // Stable, so pullers with equal keys (equal pullers) keep their order.
+        let mut order: Vec<usize> = (0..state.pullers.len()).collect();
+        order.sort_by(|a, b| puller_key(&state.pullers[*a]).cmp(&puller_key(&state.pullers[*b])));
         let mut owned = state.clone();
-        owned
-            .pullers
-            .sort_by(|a, b| puller_key(a).cmp(&puller_key(b)));
+        for (place, puller) in order.iter().enumerate() {
+            owned.pullers[place] = state.pullers[*puller].clone();
+            renaming[writer_count + puller] = (writer_count + place) as u8;
+        }
         sorted = owned;
         &sorted
     };
     let changed = !pullers_sorted;
     if model.symmetry.is_empty() {
-        return changed.then(|| state_ref.clone());
+        return (changed.then(|| state_ref.clone()), renaming);
     }
     let views: Vec<u64> = state_ref.writers.iter().map(writer_view).collect();
     // The least sequence of views over the group (identity included), and who reaches it.
@@ -174,17 +201,22 @@ fn representative(model: &RelayModel, state: &RelayState) -> Option<RelayState> 
         }
     }
     // Among equal views, the least fingerprint of the permuted state.
-    let mut chosen: Option<(u64, Option<RelayState>)> = None;
+    let mut chosen: Option<(u64, Option<&WriterPermutation>, Option<RelayState>)> = None;
     for winner in winners {
         let image = winner.map(|permutation| apply(permutation, state_ref));
         let key = crate::check::fingerprint_of(image.as_ref().unwrap_or(state_ref));
-        if chosen.as_ref().is_none_or(|(least, _)| key < *least) {
-            chosen = Some((key, image));
+        if chosen.as_ref().is_none_or(|(least, _, _)| key < *least) {
+            chosen = Some((key, winner, image));
         }
     }
-    match chosen.and_then(|(_, image)| image) {
-        Some(image) => Some(image),
-        None => changed.then(|| state_ref.clone()),
+    match chosen {
+        Some((_, Some(permutation), Some(image))) => {
+            for (writer, target) in permutation.to.iter().enumerate() {
+                renaming[writer] = *target as u8;
+            }
+            (Some(image), renaming)
+        }
+        _ => (changed.then(|| state_ref.clone()), renaming),
     }
 }
 

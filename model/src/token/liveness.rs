@@ -24,6 +24,11 @@ pub(super) fn definitions() -> Vec<LivenessDef<TokenModel>> {
     }]
 }
 
+/// The clients' families, in client order: the actors the symmetry permutes (token/scale.rs).
+pub(super) fn client_families(model: &TokenModel) -> Vec<&'static str> {
+    CLIENT_FAMILIES[..usize::from(model.limits().clients)].to_vec()
+}
+
 pub(super) fn family_of(action: &Action) -> Option<&'static str> {
     match *action {
         Action::ClientSends { client, .. }

@@ -8,18 +8,33 @@
 //! permutation does not keep: there the model declares no symmetry.
 
 use super::{ClientId, TokenModel, TokenState};
-use crate::check::Scale;
+use crate::check::{identity_renaming, ActorFamilies, Renaming, Scale};
 
 pub(super) fn hooks(model: &TokenModel) -> Scale<TokenModel> {
+    let symmetric = !model.limits.shared_token;
     Scale {
-        symmetry: (!model.limits.shared_token).then_some(representative as _),
+        symmetry: symmetric.then_some(representative as _),
         // Each client is a fairness family of its own (C1, C2: token/liveness.rs): a permutation
-        // maps one client's family onto another's, so liveness runs unreduced.
+        // maps one client's family onto another's, so the liveness search needs the renaming of
+        // every state's clients (the per-actor quotient).
+        actor_families: symmetric.then_some(ActorFamilies {
+            families: super::liveness::client_families,
+            representative: representative_with_renaming,
+        }),
         ..Scale::none()
     }
 }
 
-fn representative(_model: &TokenModel, state: &TokenState) -> Option<TokenState> {
+fn representative(model: &TokenModel, state: &TokenState) -> Option<TokenState> {
+    representative_with_renaming(model, state).0
+}
+
+/// The representative (`None` when the state is its own) and where each client goes in it.
+fn representative_with_renaming(
+    _model: &TokenModel,
+    state: &TokenState,
+) -> (Option<TokenState>, Renaming) {
+    let mut renaming = identity_renaming();
     let view = |client: usize| {
         let id = client as ClientId;
         (
@@ -33,15 +48,16 @@ fn representative(_model: &TokenModel, state: &TokenState) -> Option<TokenState>
     let mut order: Vec<usize> = (0..state.clients.len()).collect();
     order.sort_by(|a, b| view(*a).cmp(&view(*b)));
     if order.iter().enumerate().all(|(at, client)| at == *client) {
-        return None;
+        return (None, renaming);
     }
     // `order[at]`: the client that moves to `at`.
     let mut to = vec![0 as ClientId; order.len()];
     for (at, client) in order.iter().enumerate() {
         to[*client] = at as ClientId;
+        renaming[*client] = at as u8;
     }
     let rename = |id: ClientId| to[id as usize];
-    Some(TokenState {
+    let image = TokenState {
         clients: order
             .iter()
             .map(|client| state.clients[*client].clone())
@@ -61,5 +77,6 @@ fn representative(_model: &TokenModel, state: &TokenState) -> Option<TokenState>
             .collect(),
         now: state.now,
         damages_left: state.damages_left,
-    })
+    };
+    (Some(image), renaming)
 }
