@@ -400,11 +400,8 @@ impl MiddlewareTarget {
                     .fetch_one(store.pool())
                     .await
             }
-            Some(TraceDatabase::Memory(_)) => {
-                return Err(Fault::Environment(
-                    "the memory store holds no effects (`applicable` refuses `atomic`)".into(),
-                ))
-            }
+            // `applicable` refuses `atomic` on the memory store, which holds no effects.
+            Some(TraceDatabase::Memory(_)) => unreachable!("an atomic trace on the memory store"),
             None => return Err(Fault::Environment("no database".into())),
         };
         let counted =
@@ -1099,11 +1096,8 @@ impl MiddlewareTarget {
         let purged = match &self.database {
             Some(TraceDatabase::Sqlite(store)) => store.purge_expired(now).await,
             Some(TraceDatabase::Postgres { store, .. }) => store.purge_expired(now).await,
-            Some(TraceDatabase::Memory(_)) => {
-                return Err(Fault::Environment(
-                    "the memory store has no cleanup job (`applicable` refuses the step)".into(),
-                ))
-            }
+            // `applicable` refuses the cleanup step on the memory store, which has no job.
+            Some(TraceDatabase::Memory(_)) => unreachable!("a cleanup step on the memory store"),
             None => return Err(Fault::Environment("no database".into())),
         };
         purged
