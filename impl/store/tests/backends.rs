@@ -214,6 +214,18 @@ async fn invalid_input_is_refused_and_stores_nothing(backend: Backend) {
         empty_stream.error,
         Some(StoreError::InvalidInput { .. })
     ));
+    // The relay serves a shared store: through the `Arc`, the checks are the store's own.
+    let shared: &std::sync::Arc<dyn OpStore> = &backend.store;
+    assert!(matches!(
+        OpStore::check_op(shared, "s", &NewOp::new("", "x")),
+        Err(StoreError::InvalidInput { .. })
+    ));
+    let through_arc =
+        OpStore::append_batch(shared, "s", &[NewOp::new("", "x")], far_deadline()).await;
+    assert!(matches!(
+        through_arc.error,
+        Some(StoreError::InvalidInput { .. })
+    ));
     assert!(pull_all(store, "s").await.is_empty());
 }
 

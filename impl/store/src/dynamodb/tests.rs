@@ -516,3 +516,65 @@ fn a_claim_with_another_payloads_digest_is_a_conflict_and_one_without_a_digest_i
         }
     );
 }
+
+/// A failed request built by hand: a service error with `code` and `status`.
+fn service_failure(
+    code: &str,
+    status: u16,
+) -> SdkError<aws_sdk_dynamodb::operation::get_item::GetItemError, HttpResponse> {
+    let metadata = aws_sdk_dynamodb::error::ErrorMetadata::builder()
+        .code(code)
+        .message("from the test")
+        .build();
+    SdkError::service_error(
+        aws_sdk_dynamodb::operation::get_item::GetItemError::generic(metadata),
+        HttpResponse::new(
+            status.try_into().expect("a status code"),
+            aws_smithy_types::body::SdkBody::empty(),
+        ),
+    )
+}
+
+// Either a retryable code or a server status alone makes the outcome unknown (a 500 with an
+// unknown code may have committed); a client error with another code is refused for good.
+#[test]
+fn a_failed_request_is_unknown_on_a_retryable_code_or_a_server_status_and_refused_otherwise() {
+    assert!(matches!(
+        classify("GetItem", service_failure("InternalFailure", 500)),
+        Failure::Unknown
+    ));
+    assert!(matches!(
+        classify("GetItem", service_failure("ThrottlingException", 400)),
+        Failure::Unknown
+    ));
+    assert!(matches!(
+        classify("GetItem", service_failure("ValidationException", 400)),
+        Failure::Refused(StoreError::Backend { .. })
+    ));
+}
+
+/// A refused request's message names what failed in stable words, per kind of failure; the raw
+/// error (SDK internals) goes to the log only.
+#[test]
+fn a_refused_request_names_its_kind_of_failure_in_stable_words() {
+    let message = |error| match sdk_error("GetItem", error) {
+        StoreError::Backend { message } => message,
+        other => panic!("not a backend error: {other:?}"),
+    };
+    let unreadable: SdkError<aws_sdk_dynamodb::operation::get_item::GetItemError, HttpResponse> =
+        SdkError::response_error(
+            "a body cut short",
+            HttpResponse::new(
+                200u16.try_into().expect("a status code"),
+                aws_smithy_types::body::SdkBody::empty(),
+            ),
+        );
+    assert_eq!(
+        message(unreadable),
+        "DynamoDB GetItem failed with an unreadable response"
+    );
+    assert_eq!(
+        message(service_failure("ValidationException", 400)),
+        "DynamoDB GetItem failed with ValidationException: from the test"
+    );
+}
