@@ -231,3 +231,42 @@ fn capture_keeps_the_whole_body_or_cuts_at_exactly_the_cap() {
         panic!("capture invariant broken with CAPTURE_SEED={seed}: {error}");
     }
 }
+
+/// The live body's size hint is what the client's framing reads (a content length when it is
+/// exact, chunks otherwise): exact after a capture that read the whole body, and the queued
+/// bytes plus the unread rest's own hint after one that crossed the cap.
+#[test]
+fn the_live_body_hints_its_exact_size_when_the_handler_s_body_does() {
+    let exact = |body: &LiveBody| {
+        let hint = http_body::Body::size_hint(body);
+        (hint.lower(), hint.upper())
+    };
+    assert_eq!(
+        exact(&LiveBody::full(Bytes::from_static(b"abc"))),
+        (3, Some(3))
+    );
+    assert_eq!(exact(&LiveBody::empty()), (0, Some(0)));
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .build()
+        .expect("a runtime");
+    let full = |text: &'static str| -> BoxBody {
+        http_body_util::Full::new(Bytes::from_static(text.as_bytes()))
+            .map_err(|never| match never {})
+            .boxed_unsync()
+    };
+    let within = runtime.block_on(capture_up_to_cap(full("abcdef"), 8));
+    assert_eq!(exact(&LiveBody::after_capture(within)), (6, Some(6)));
+    // Two frames: the first crosses a cap of 4 (4 captured, 2 handed back), the second unread.
+    let frames: Vec<Result<Frame<Bytes>, BoxError>> = vec![
+        Ok(Frame::data(Bytes::from_static(b"abcdef"))),
+        Ok(Frame::data(Bytes::from_static(b"ghijk"))),
+    ];
+    let two_frames: BoxBody = StreamBody::new(futures_util::stream::iter(frames)).boxed_unsync();
+    let overflow = runtime.block_on(capture_up_to_cap(two_frames, 4));
+    let live = LiveBody::after_capture(overflow);
+    // The stream body hints nothing exact: lower 0, no upper; the queued 6 bytes are known.
+    assert_eq!(exact(&live), (6, None));
+    let over_full = runtime.block_on(capture_up_to_cap(full("abcdefghij"), 4));
+    // One frame crossed the cap whole: all 10 bytes are queued, the rest (empty) is exact.
+    assert_eq!(exact(&LiveBody::after_capture(over_full)), (10, Some(10)));
+}
