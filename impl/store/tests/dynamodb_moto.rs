@@ -510,3 +510,14 @@ async fn claims_never_show_in_pulls() {
     assert_eq!(stored_seqs(&all), vec![1, 2, 3]);
     assert!(all.iter().all(|op| op.seq > 0));
 }
+
+/// Creating the table is idempotent (a relay starting beside a running one, or a restart): the
+/// service's "in use" answer for an existing table is success, and the table keeps its ops.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn creating_an_existing_table_again_succeeds_and_keeps_its_ops() {
+    let store = ddb_store().await;
+    let first = store.append_batch("s", &one("o"), far_deadline()).await;
+    assert_eq!(first.error, None);
+    assert_eq!(store.create_table().await, Ok(()));
+    assert_eq!(op_ids(&pull_all(&*store, "s").await), vec!["o"]);
+}
