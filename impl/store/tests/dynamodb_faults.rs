@@ -346,3 +346,34 @@ async fn an_op_over_the_item_size_refuses_the_whole_push_before_any_write() {
         Some(StoreError::InvalidInput { .. })
     ));
 }
+
+/// DynamoDB may leave keys of a BatchGetItem unprocessed for load: the claim check asks for them
+/// again after a backoff, bounded by `lost_rounds_max` answers in a row that leave keys, then
+/// ends with `Unavailable`; fewer than that, and the push goes on as if nothing happened.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unprocessed_claim_keys_are_asked_again_within_the_budget() {
+    let tuning = AppendTuning {
+        lost_rounds_max: 2,
+        ..test_tuning()
+    };
+    let (table, proxy) = behind_proxy(tuning).await;
+    for _ in 0..2 {
+        proxy.fault_next("BatchGetItem", Fault::UnprocessedAll);
+    }
+    let outcome = table.append_batch("s", &ops("o", 2), far_deadline()).await;
+    assert_eq!(outcome.error, None);
+    assert_eq!(outcome.appended, vec![fresh(1), fresh(2)]);
+    assert_eq!(
+        proxy.count("BatchGetItem"),
+        3,
+        "two answers left keys, the third read them"
+    );
+    for _ in 0..3 {
+        proxy.fault_next("BatchGetItem", Fault::UnprocessedAll);
+    }
+    let before = proxy.count("TransactWriteItems");
+    let refused = table.append_batch("s", &ops("p", 2), far_deadline()).await;
+    assert_eq!(refused.error, Some(StoreError::Unavailable { attempts: 3 }));
+    assert_eq!(refused.appended, vec![]);
+    assert_eq!(proxy.count("TransactWriteItems"), before, "nothing written");
+}

@@ -34,6 +34,9 @@ pub enum Fault {
     Stall,
     /// Answer 503 without forwarding it.
     ServiceUnavailable,
+    /// A BatchGetItem: answer 200 with no items and every requested key unprocessed (DynamoDB
+    /// leaving keys for load), without forwarding it.
+    UnprocessedAll,
 }
 
 #[derive(Debug, Default)]
@@ -122,6 +125,24 @@ fn decide(plan: &Mutex<Plan>, operation: &str) -> Option<Fault> {
     fault
 }
 
+/// A BatchGetItem answer that returns nothing and hands every requested key back unprocessed.
+fn all_unprocessed(request_body: &[u8]) -> Vec<u8> {
+    let request: serde_json::Value =
+        serde_json::from_slice(request_body).expect("a BatchGetItem request is JSON");
+    let requested = request["RequestItems"].clone();
+    let responses: serde_json::Map<String, serde_json::Value> = requested
+        .as_object()
+        .expect("RequestItems names tables")
+        .keys()
+        .map(|table| (table.clone(), serde_json::Value::Array(Vec::new())))
+        .collect();
+    serde_json::to_vec(&serde_json::json!({
+        "Responses": responses,
+        "UnprocessedKeys": requested,
+    }))
+    .expect("an answer serializes")
+}
+
 /// Starts a fault-free proxy in front of `upstream`; answers its URL.
 pub async fn serialize_endpoint(upstream: String) -> String {
     FaultProxy::start(upstream).await.url
@@ -165,6 +186,12 @@ impl Connection {
                 Some(Fault::ServiceUnavailable) => {
                     let body = br#"{"__type":"com.amazonaws.dynamodb.v20120810#ServiceUnavailable","message":"injected"}"#;
                     if write_response(&mut socket, 503, &[], body).await.is_err() {
+                        return;
+                    }
+                }
+                Some(Fault::UnprocessedAll) => {
+                    let body = all_unprocessed(&request.body);
+                    if write_response(&mut socket, 200, &[], &body).await.is_err() {
                         return;
                     }
                 }
