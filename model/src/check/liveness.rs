@@ -44,18 +44,21 @@
 //! for any `--threads`; a verdict needs the whole graph: a run stopped by `states_max`,
 //! `memory_bytes_max` or the time limit leaves every liveness property `unknown`.
 //!
-//! Cost and limits: about 60 bytes per state (fingerprint map entry about 24, fingerprint 8, row
-//! start 4, enabled and cut family sets 4 each, property bits 4, hash table slack) plus 5 bytes
-//! per edge (target 4, family 1; 2 more on a per-actor quotient, the index of its renaming), and
-//! during the analysis of one property about 20 bytes per
-//! state more (Tarjan's numbering, low links, component ids and stack; the search's parents).
-//! Full states are held only for the current and the next level, as in the safety search. At
-//! most [`FAMILIES_MAX`] families per model, [`PROPERTIES_MAX`] liveness properties per model
+//! Cost and limits: about 45 bytes per state (the index's 12-byte entry in 256 shards, as the
+//! safety search's visited set, with its hash table slack; fingerprint 8, row start 4, enabled
+//! and cut family sets 4 each, property bits 4) plus 5 bytes per edge (target 4, family 1; 2 more
+//! on a per-actor quotient, the index of its renaming), and during the analysis of one property
+//! about 20 bytes per state more (Tarjan's numbering, low links, component ids and stack; the
+//! search's parents). States are held only for the current and the next level, as encoded
+//! records in blocks when the model has a codec (`Scale::codec`, check/frontier.rs), else whole.
+//! At most [`FAMILIES_MAX`] families per model, [`PROPERTIES_MAX`] liveness properties per model
 //! and `u32::MAX - 1` states.
 
+use super::frontier::{put_record, Frontier, Part, StateCodec};
 use super::scale::{identity_renaming, ActorFamilies, Renaming, Representative, ACTOR_SLOTS_MAX};
-use super::search::{fingerprint, key_of, limit_reached, FingerprintMap};
+use super::search::{fingerprint, key_of, limit_reached};
 use super::{CheckOptions, LivenessDef, ModelPath, ModelSpec, Progress, Stop};
+use index::StateIndex;
 use stateright::Model;
 use std::collections::VecDeque;
 use std::fmt::Debug;
@@ -71,8 +74,11 @@ pub const PROPERTIES_MAX: usize = 16;
 const UNFAIR: u8 = u8::MAX;
 /// States expanded per thread between two checks of the limits.
 const CHUNK_STATES_PER_THREAD: usize = 2048;
-/// Bytes a state costs in the stored graph, counted before the tables grow (see the module doc).
-const STATE_BYTES: usize = 60;
+/// Bytes a state costs in the graph's per-state vectors (fingerprint, row start, enabled and cut
+/// families, property bits), counted before they grow (see the module doc).
+const STATE_VECTOR_BYTES: usize = 24;
+/// The block size of an encoded level.
+const LEVEL_BLOCK_BYTES: usize = 4 << 20;
 /// Bytes an edge costs in the stored graph (with its renaming's index on a per-actor quotient).
 const EDGE_BYTES: usize = 7;
 
@@ -159,7 +165,8 @@ struct Expanded<S> {
 }
 
 struct Expansion<M: Model> {
-    part: Vec<M::State>,
+    part: Part<M::State>,
+    codec: Option<StateCodec<M::State>>,
     out: Vec<Expanded<M::State>>,
     families: LocalFamilies,
     actions: Vec<M::Action>,
@@ -183,9 +190,11 @@ where
         representative: Option<Representative<M>>,
         actors: Option<ActorFamilies<M>>,
         slot_families: &[&'static str],
+        codec: Option<StateCodec<M::State>>,
     ) -> Self {
         Expansion {
-            part: Vec::new(),
+            part: Part::new(),
+            codec,
             out: Vec::new(),
             // The permuted actors' families first, so a slot is its family's index everywhere.
             families: LocalFamilies(slot_families.to_vec()),
@@ -200,100 +209,108 @@ where
 
     fn expand(&mut self, model: &M, definitions: &[LivenessDef<M>]) {
         self.out.clear();
+        let mut part = std::mem::replace(&mut self.part, Part::new());
+        let codec = self.codec;
+        part.drain(codec.as_ref(), |state, _fingerprint| {
+            self.expand_one(model, definitions, state)
+        })
+        .expect("a liveness level holds what the model's codec wrote");
+        self.part = part;
+    }
+
+    fn expand_one(&mut self, model: &M, definitions: &[LivenessDef<M>], state: M::State) {
         let slots = self.slots;
-        for state in self.part.drain(..) {
-            // On a per-actor quotient everything is recorded in the representative's slots.
-            let (own_representative, here) = match self.actors {
-                Some(actors) => (actors.representative)(model, &state),
-                None => (None, identity_renaming()),
+        // On a per-actor quotient everything is recorded in the representative's slots.
+        let (own_representative, here) = match self.actors {
+            Some(actors) => (actors.representative)(model, &state),
+            None => (None, identity_renaming()),
+        };
+        let back = actors::inverse(&here);
+        let mut marks = 0;
+        for (index, def) in definitions.iter().enumerate() {
+            let trigger = def.trigger.is_some_and(|trigger| trigger(model, &state));
+            marks |= u32::from(trigger) << (2 * index);
+            marks |= u32::from((def.goal)(model, &state)) << (2 * index + 1);
+        }
+        let mut cut = 0u32;
+        self.cut_names.clear();
+        model.families_cut(&state, &mut self.cut_names);
+        for name in &self.cut_names {
+            cut |= 1 << self.families.index(name);
+        }
+        self.actions.clear();
+        model.actions(&state, &mut self.actions);
+        let mut enabled = 0u32;
+        let mut successors = Vec::with_capacity(self.actions.len());
+        for action in self.actions.drain(..) {
+            let family = model
+                .fairness(&action)
+                .map_or(UNFAIR, |name| self.families.index(name));
+            let Some(next) = model.next_state(&state, action) else {
+                continue;
             };
-            let back = actors::inverse(&here);
-            let mut marks = 0;
-            for (index, def) in definitions.iter().enumerate() {
-                let trigger = def.trigger.is_some_and(|trigger| trigger(model, &state));
-                marks |= u32::from(trigger) << (2 * index);
-                marks |= u32::from((def.goal)(model, &state)) << (2 * index + 1);
+            if family != UNFAIR {
+                enabled |= 1 << family;
             }
-            let mut cut = 0u32;
-            self.cut_names.clear();
-            model.families_cut(&state, &mut self.cut_names);
-            for name in &self.cut_names {
-                cut |= 1 << self.families.index(name);
-            }
-            self.actions.clear();
-            model.actions(&state, &mut self.actions);
-            let mut enabled = 0u32;
-            let mut successors = Vec::with_capacity(self.actions.len());
-            for action in self.actions.drain(..) {
-                let family = model
-                    .fairness(&action)
-                    .map_or(UNFAIR, |name| self.families.index(name));
-                let Some(next) = model.next_state(&state, action) else {
-                    continue;
-                };
+            if !model.within_boundary(&next) {
+                // The step exists but the boundary cuts it: the run is cut here.
                 if family != UNFAIR {
-                    enabled |= 1 << family;
+                    cut |= 1 << family;
                 }
-                if !model.within_boundary(&next) {
-                    // The step exists but the boundary cuts it: the run is cut here.
-                    if family != UNFAIR {
-                        cut |= 1 << family;
-                    }
-                    continue;
-                }
-                let (next_fingerprint, moved) = match self.actors {
-                    Some(actors) => {
-                        let (next_representative, there) = (actors.representative)(model, &next);
-                        let key = fingerprint(next_representative.as_ref().unwrap_or(&next));
-                        (key, actors::compose(&there, &back))
-                    }
-                    None => (
-                        key_of(self.representative, model, &next),
-                        identity_renaming(),
-                    ),
-                };
-                successors.push((next, next_fingerprint, family, moved));
+                continue;
             }
-            self.unreduced.clear();
-            if model.unreduced_actions(&state, &mut self.unreduced) {
-                enabled = 0;
-                for action in self.unreduced.drain(..) {
-                    if let Some(name) = model.fairness(&action) {
-                        enabled |= 1 << self.families.index(name);
-                    }
+            let (next_fingerprint, moved) = match self.actors {
+                Some(actors) => {
+                    let (next_representative, there) = (actors.representative)(model, &next);
+                    let key = fingerprint(next_representative.as_ref().unwrap_or(&next));
+                    (key, actors::compose(&there, &back))
+                }
+                None => (
+                    key_of(self.representative, model, &next),
+                    identity_renaming(),
+                ),
+            };
+            successors.push((next, next_fingerprint, family, moved));
+        }
+        self.unreduced.clear();
+        if model.unreduced_actions(&state, &mut self.unreduced) {
+            enabled = 0;
+            for action in self.unreduced.drain(..) {
+                if let Some(name) = model.fairness(&action) {
+                    enabled |= 1 << self.families.index(name);
                 }
             }
-            if self.actors.is_some() {
-                enabled = actors::rename_set(enabled, &here, slots);
-                cut = actors::rename_set(cut, &here, slots);
-                for successor in &mut successors {
-                    if usize::from(successor.2) < slots {
-                        successor.2 = here[usize::from(successor.2)];
-                    }
+        }
+        if self.actors.is_some() {
+            enabled = actors::rename_set(enabled, &here, slots);
+            cut = actors::rename_set(cut, &here, slots);
+            for successor in &mut successors {
+                if usize::from(successor.2) < slots {
+                    successor.2 = here[usize::from(successor.2)];
                 }
-                if let Some(other) = &own_representative {
-                    assert_eq!(
+            }
+            if let Some(other) = &own_representative {
+                assert_eq!(
                         enabled_families(&mut self.families, model, other),
                         enabled,
                         "the liveness search on a per-actor quotient: a state's enabled families, renamed, are not its representative's (Scale::actor_families is declared wrongly)"
                     );
-                }
-            } else {
-                assert_fairness_symmetric(
-                    self.representative,
-                    &mut self.families,
-                    model,
-                    &state,
-                    enabled,
-                );
             }
-            self.out.push(Expanded {
-                marks,
+        } else {
+            assert_fairness_symmetric(
+                self.representative,
+                &mut self.families,
+                model,
+                &state,
                 enabled,
-                cut,
-                successors,
-            });
+            );
         }
+        self.out.push(Expanded {
+            marks,
+            enabled,
+            cut,
+            successors,
+        });
     }
 }
 
@@ -396,10 +413,12 @@ where
 /// an index and join the next level.
 fn absorb<M: Model>(
     graph: &mut Graph,
-    index_of: &mut FingerprintMap<u32>,
-    next_level: &mut VecDeque<M::State>,
+    index_of: &mut StateIndex,
+    next_level: &mut Frontier<M::State>,
     expansion: &mut Expansion<M>,
 ) {
+    let mut encoded = Vec::new();
+    let mut record = Vec::new();
     let table: Vec<u8> = expansion
         .families
         .0
@@ -428,21 +447,24 @@ fn absorb<M: Model>(
                 let index = graph.renamings.index(moved);
                 graph.annotations.push(index);
             }
-            let target = match index_of.entry(next_fingerprint) {
-                std::collections::hash_map::Entry::Occupied(entry) => *entry.get(),
-                std::collections::hash_map::Entry::Vacant(entry) => {
-                    let index = graph.fingerprints.len();
-                    assert!(
-                        index < u32::MAX as usize,
-                        "more than {} states: beyond the liveness graph's indices",
-                        u32::MAX - 1
-                    );
-                    entry.insert(index as u32);
-                    graph.fingerprints.push(next_fingerprint);
-                    next_level.push_back(next);
-                    index as u32
-                }
-            };
+            let index = graph.fingerprints.len();
+            assert!(
+                index < u32::MAX as usize,
+                "more than {} states: beyond the liveness graph's indices",
+                u32::MAX - 1
+            );
+            let (target, new) = index_of.index_or_insert(next_fingerprint, index as u32);
+            if new {
+                graph.fingerprints.push(next_fingerprint);
+                push_to_level(
+                    next_level,
+                    expansion.codec.as_ref(),
+                    next,
+                    next_fingerprint,
+                    &mut encoded,
+                    &mut record,
+                );
+            }
             graph.targets.push(target);
             graph.families.push(if family == UNFAIR {
                 UNFAIR
@@ -456,6 +478,29 @@ fn absorb<M: Model>(
             u32::MAX - 1
         );
         graph.row_start.push(graph.targets.len() as u32);
+    }
+}
+
+/// Appends a state to a level: as an encoded record when the model has a codec (a level of the
+/// 4-writer relay held gigabytes of full states), else as it is.
+fn push_to_level<S>(
+    level: &mut Frontier<S>,
+    codec: Option<&StateCodec<S>>,
+    state: S,
+    fingerprint: u64,
+    encoded: &mut Vec<u8>,
+    record: &mut Vec<u8>,
+) {
+    match codec {
+        Some(codec) => {
+            encoded.clear();
+            (codec.encode)(&state, encoded)
+                .expect("the model's codec encodes every state it reaches");
+            record.clear();
+            put_record(record, fingerprint, encoded);
+            level.push_record(record);
+        }
+        None => level.push_state(state, fingerprint),
     }
 }
 
@@ -482,12 +527,14 @@ where
         slot_families.len() <= ACTOR_SLOTS_MAX,
         "a model permutes more than {ACTOR_SLOTS_MAX} actors with families of their own"
     );
-    let (mut graph, mut index_of, mut level) = initial_graph(model, representative, &slot_families);
+    let codec = model.scale().codec;
+    let (mut graph, mut index_of, mut level) =
+        initial_graph(model, representative, &slot_families, codec.as_ref());
     let mut expansions: Vec<Expansion<M>> = (0..threads)
-        .map(|_| Expansion::new(representative, actors, &slot_families))
+        .map(|_| Expansion::new(representative, actors, &slot_families, codec))
         .collect();
     let mut depth = 0;
-    let mut next_level: VecDeque<M::State> = VecDeque::new();
+    let mut next_level: Frontier<M::State> = Frontier::new(codec.is_some(), LEVEL_BLOCK_BYTES);
     while !level.is_empty() {
         while !level.is_empty() {
             let take = level.len().min(CHUNK_STATES_PER_THREAD * threads);
@@ -499,7 +546,9 @@ where
             let part_size = take.div_ceil(used);
             for expansion in &mut expansions[..used] {
                 let part = part_size.min(level.len());
-                expansion.part.extend(level.drain(..part));
+                level
+                    .take(part, &mut expansion.part, None)
+                    .expect("a liveness level never spills");
             }
             expand_parts(model, definitions, &mut expansions[..used]);
             for expansion in &mut expansions[..used] {
@@ -533,7 +582,8 @@ fn initial_graph<M>(
     model: &M,
     representative: Option<Representative<M>>,
     slot_families: &[&'static str],
-) -> (Graph, FingerprintMap<u32>, VecDeque<M::State>)
+    codec: Option<&StateCodec<M::State>>,
+) -> (Graph, StateIndex, Frontier<M::State>)
 where
     M: ModelSpec,
     M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
@@ -553,18 +603,25 @@ where
         annotations: Vec::new(),
         renamings: actors::Interned::new(identity_renaming()),
     };
-    let mut index_of: FingerprintMap<u32> = FingerprintMap::default();
-    let mut level: VecDeque<M::State> = VecDeque::new();
+    let mut index_of = StateIndex::default();
+    let mut level: Frontier<M::State> = Frontier::new(codec.is_some(), LEVEL_BLOCK_BYTES);
+    let (mut encoded, mut record) = (Vec::new(), Vec::new());
     for state in model.init_states() {
         if !model.within_boundary(&state) {
             continue;
         }
         let state_fingerprint = key_of(representative, model, &state);
-        if let std::collections::hash_map::Entry::Vacant(entry) = index_of.entry(state_fingerprint)
-        {
-            entry.insert(graph.fingerprints.len() as u32);
+        let next = graph.fingerprints.len() as u32;
+        if index_of.index_or_insert(state_fingerprint, next).1 {
             graph.fingerprints.push(state_fingerprint);
-            level.push_back(state);
+            push_to_level(
+                &mut level,
+                codec,
+                state,
+                state_fingerprint,
+                &mut encoded,
+                &mut record,
+            );
         }
     }
     graph.initial = graph.fingerprints.len();
@@ -573,11 +630,11 @@ where
 
 /// What the next chunk may allocate at once: the doubling of the fingerprint map and of the
 /// edge vectors, counted before it happens, as the safety search counts its own.
-fn growth_bytes(graph: &Graph, index_of: &FingerprintMap<u32>, threads: usize) -> usize {
+fn growth_bytes(graph: &Graph, index_of: &StateIndex, threads: usize) -> usize {
     let headroom = CHUNK_STATES_PER_THREAD * threads * 16;
-    let mut growth_bytes = 0;
-    if index_of.len() + headroom > index_of.capacity() {
-        growth_bytes += index_of.capacity() * 2 * STATE_BYTES;
+    let mut growth_bytes = index_of.growth_bytes(headroom);
+    if graph.fingerprints.len() + headroom > graph.fingerprints.capacity() {
+        growth_bytes += graph.fingerprints.capacity() * 2 * STATE_VECTOR_BYTES;
     }
     if graph.targets.len() + headroom * 8 > graph.targets.capacity() {
         growth_bytes += graph.targets.capacity() * 2 * EDGE_BYTES;
@@ -1243,5 +1300,6 @@ where
 }
 
 mod actors;
+mod index;
 #[cfg(test)]
 mod tests;

@@ -34,7 +34,7 @@ const ROOT: u16 = u16::MAX;
 /// A fingerprint at 4-byte alignment, so that an entry packs into 20 bytes, not 24.
 #[derive(Clone, Copy, PartialEq, Eq)]
 #[repr(C, packed(4))]
-pub(crate) struct Key(u64);
+pub(crate) struct Key(pub(crate) u64);
 
 impl Hash for Key {
     fn hash<H: Hasher>(&self, state: &mut H) {
@@ -95,6 +95,30 @@ impl Parent {
 
 type Shard = HashMap<Key, Parent, BuildHasherDefault<FingerprintHasher>>;
 
+/// What the next `new_states_max` insertions may allocate at once over shards of (length,
+/// capacity), slots of `slot_bytes`: the doublings of the fullest shards that many states can
+/// fill (every new state landing where room is shortest), counted before they happen.
+pub(crate) fn shards_growth_bytes(
+    shards: impl Iterator<Item = (usize, usize)>,
+    new_states_max: usize,
+    slot_bytes: usize,
+) -> usize {
+    let mut free: Vec<(usize, usize)> = shards
+        .map(|(len, capacity)| (capacity - len, capacity))
+        .collect();
+    free.sort_unstable();
+    let mut states_left = new_states_max;
+    let mut growth_bytes = 0;
+    for (free_slots, capacity) in free {
+        if free_slots >= states_left {
+            break;
+        }
+        states_left -= free_slots + 1;
+        growth_bytes += capacity.max(4) * 2 * slot_bytes;
+    }
+    growth_bytes
+}
+
 /// The visited set (see the module doc).
 pub(crate) struct Visited {
     shards: Vec<Shard>,
@@ -112,7 +136,7 @@ impl Default for Visited {
 
 /// The shard of a fingerprint: bits 40..48. The tables use the low bits for the bucket and the
 /// top 7 for the control byte, so these bits leave both as well mixed within a shard.
-fn shard_of(fingerprint: u64) -> usize {
+pub(crate) fn shard_of(fingerprint: u64) -> usize {
     ((fingerprint >> 40) as usize) % SHARDS
 }
 
@@ -149,22 +173,13 @@ impl Visited {
     /// the fewest free slots whose free slots (and one more each) they cover; each of those
     /// allocates its doubled table while the old one is still held.
     pub(crate) fn growth_bytes(&self, new_states_max: usize) -> usize {
-        let mut free: Vec<(usize, usize)> = self
-            .shards
-            .iter()
-            .map(|shard| (shard.capacity() - shard.len(), shard.capacity()))
-            .collect();
-        free.sort_unstable();
-        let mut states_left = new_states_max;
-        let mut growth_bytes = 0;
-        for (free_slots, capacity) in free {
-            if free_slots >= states_left {
-                break;
-            }
-            states_left -= free_slots + 1;
-            growth_bytes += capacity.max(4) * 2 * ENTRY_BYTES;
-        }
-        growth_bytes
+        shards_growth_bytes(
+            self.shards
+                .iter()
+                .map(|shard| (shard.len(), shard.capacity())),
+            new_states_max,
+            ENTRY_BYTES,
+        )
     }
 
     /// Slots allocated over all shards (for the tests of the memory accounting).
