@@ -432,8 +432,10 @@ pub struct CheckOptions {
     /// the states whose fingerprint falls in its part.
     pub shard: Option<Shard>,
     /// Keep one state per orbit of the model's symmetry (`ModelSpec::scale`), if it declares
-    /// one: the same verdicts and shortest trace lengths over fewer states (each model's spec
-    /// argues it; a test compares every variant reduced and unreduced).
+    /// one: the same verdicts and shortest safety traces over fewer states, in the liveness
+    /// search too where the model declares how (`Scale::liveness_symmetry`,
+    /// `Scale::actor_families`); each model's spec argues it, a test compares every variant
+    /// reduced and unreduced.
     pub symmetry: bool,
     /// Expand ample sets instead of every enabled action where the model's independence
     /// declaration allows it (`ModelSpec::scale`), with the cycle proviso: the same verdicts;

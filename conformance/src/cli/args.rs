@@ -210,7 +210,8 @@ pub struct CheckArgs {
     #[arg(long, value_name = "K/N", value_parser = crate::check::merge::parse_shard, requires = "json")]
     pub shard: Option<oncecheck_model::check::Shard>,
     /// Keep one state per orbit of the model's symmetry (interchangeable writers, pullers,
-    /// clients): the same verdicts and shortest trace lengths over fewer states.
+    /// clients), in the liveness search too: the same verdicts and shortest safety traces over
+    /// fewer states (a liveness lasso is a run of the model, not always the unreduced one).
     #[arg(long)]
     pub symmetry: bool,
     /// Expand ample sets (the model's independence declaration, with the cycle proviso):
