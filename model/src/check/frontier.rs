@@ -212,6 +212,29 @@ impl<S> Part<S> {
     }
 }
 
+/// Appends a state to `level`: as an encoded record when there is a codec, else whole.
+/// `encoded` and `record` are scratch buffers the caller keeps across calls.
+pub(crate) fn push_state_or_record<S>(
+    level: &mut Frontier<S>,
+    codec: Option<&StateCodec<S>>,
+    state: S,
+    fingerprint: u64,
+    encoded: &mut Vec<u8>,
+    record: &mut Vec<u8>,
+) {
+    match codec {
+        Some(codec) => {
+            encoded.clear();
+            (codec.encode)(&state, encoded)
+                .unwrap_or_else(|error| panic!("a state that does not encode: {error}"));
+            record.clear();
+            put_record(record, fingerprint, encoded);
+            level.push_record(record);
+        }
+        None => level.push_state(state, fingerprint),
+    }
+}
+
 /// Appends one record (fingerprint, length, encoding) to `out`.
 pub(crate) fn put_record(out: &mut Vec<u8>, fingerprint: u64, encoded: &[u8]) {
     out.extend_from_slice(&fingerprint.to_le_bytes());

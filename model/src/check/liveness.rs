@@ -54,7 +54,7 @@
 //! At most [`FAMILIES_MAX`] families per model, [`PROPERTIES_MAX`] liveness properties per model
 //! and `u32::MAX - 1` states.
 
-use super::frontier::{put_record, Frontier, Part, StateCodec};
+use super::frontier::{push_state_or_record, Frontier, Part, StateCodec};
 use super::scale::{identity_renaming, ActorFamilies, Renaming, Representative, ACTOR_SLOTS_MAX};
 use super::search::{fingerprint, key_of, limit_reached};
 use super::{CheckOptions, LivenessDef, ModelPath, ModelSpec, Progress, Stop};
@@ -456,7 +456,7 @@ fn absorb<M: Model>(
             let (target, new) = index_of.index_or_insert(next_fingerprint, index as u32);
             if new {
                 graph.fingerprints.push(next_fingerprint);
-                push_to_level(
+                push_state_or_record(
                     next_level,
                     expansion.codec.as_ref(),
                     next,
@@ -478,29 +478,6 @@ fn absorb<M: Model>(
             u32::MAX - 1
         );
         graph.row_start.push(graph.targets.len() as u32);
-    }
-}
-
-/// Appends a state to a level: as an encoded record when the model has a codec (a level of the
-/// 4-writer relay held gigabytes of full states), else as it is.
-fn push_to_level<S>(
-    level: &mut Frontier<S>,
-    codec: Option<&StateCodec<S>>,
-    state: S,
-    fingerprint: u64,
-    encoded: &mut Vec<u8>,
-    record: &mut Vec<u8>,
-) {
-    match codec {
-        Some(codec) => {
-            encoded.clear();
-            (codec.encode)(&state, encoded)
-                .expect("the model's codec encodes every state it reaches");
-            record.clear();
-            put_record(record, fingerprint, encoded);
-            level.push_record(record);
-        }
-        None => level.push_state(state, fingerprint),
     }
 }
 
@@ -614,7 +591,7 @@ where
         let next = graph.fingerprints.len() as u32;
         if index_of.index_or_insert(state_fingerprint, next).1 {
             graph.fingerprints.push(state_fingerprint);
-            push_to_level(
+            push_state_or_record(
                 &mut level,
                 codec,
                 state,

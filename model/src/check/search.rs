@@ -17,7 +17,9 @@
 //!   found before it is a real, shortest path.
 
 use super::codec::CodecError;
-use super::frontier::{put_record, Frontier, Part, Spill, SpillFailure, StateCodec};
+use super::frontier::{
+    push_state_or_record, put_record, Frontier, Part, Spill, SpillFailure, StateCodec,
+};
 use super::scale::{Independence, Representative};
 use super::visited::{Parent, Visited};
 use super::{CheckOptions, Progress, Shard, Stop, SHARD_LEVEL_STATES_MIN};
@@ -814,17 +816,14 @@ fn first_frontier<M: Model>(
     let mut encoded_state = Vec::new();
     let mut record = Vec::new();
     for (state, state_fingerprint) in first {
-        match &hooks.codec {
-            Some(codec) => {
-                encoded_state.clear();
-                record.clear();
-                (codec.encode)(&state, &mut encoded_state)
-                    .unwrap_or_else(|error| panic!("a state that does not encode: {error}"));
-                put_record(&mut record, state_fingerprint, &encoded_state);
-                level.push_record(&record);
-            }
-            None => level.push_state(state, state_fingerprint),
-        }
+        push_state_or_record(
+            &mut level,
+            hooks.codec.as_ref(),
+            state,
+            state_fingerprint,
+            &mut encoded_state,
+            &mut record,
+        );
     }
     level
 }
