@@ -51,6 +51,8 @@ use std::collections::{BTreeMap, BTreeSet};
 mod actions;
 pub mod encoding;
 mod liveness;
+#[cfg(test)]
+pub(crate) use liveness::R6_VIOLATING_MUTATIONS;
 mod properties;
 mod response;
 mod scale;

@@ -172,32 +172,7 @@ fn the_relay_liveness_graph_is_the_per_actor_quotient_under_symmetry() {
     };
     let fixed = || model::<RelayModel>("fixed", &[("lost_responses_max", 0)]);
     assert_eq!(liveness_states(&fixed), (59_658, 29_924));
-    for (mutation, overrides) in [
-        (
-            Mutation::TopQueryForgetsFloor,
-            &[
-                ("push_rounds_max", 0),
-                ("lost_responses_max", 0),
-                ("legacy", 2),
-            ][..],
-        ),
-        (
-            Mutation::ClaimAnswerSentAgain,
-            &[
-                ("push_rounds_max", 0),
-                ("lost_responses_max", 0),
-                ("legacy", 0),
-            ][..],
-        ),
-        (
-            Mutation::NoFlip,
-            &[
-                ("legacy", 1),
-                ("lost_responses_max", 0),
-                ("push_rounds_max", 0),
-            ][..],
-        ),
-    ] {
+    for (mutation, overrides) in crate::relay::R6_VIOLATING_MUTATIONS {
         compare(&format!("{mutation:?}, liveness"), || {
             model::<RelayModel>("fixed", overrides).with_mutation(mutation)
         });

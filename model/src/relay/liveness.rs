@@ -91,5 +91,36 @@ fn r10_every_op_pulled(_: &RelayModel, state: &RelayState) -> bool {
         .all(|puller| stored.keys().all(|seq| puller.received.contains(seq)))
 }
 
+/// The liveness mutations that violate R6, each with the bounds where it shows: what the
+/// reductions and the symmetry are checked against (relay/liveness/tests.rs,
+/// check/reduction_tests.rs).
+#[cfg(test)]
+pub(crate) const R6_VIOLATING_MUTATIONS: [(super::Mutation, &[(&str, u32)]); 3] = [
+    (
+        super::Mutation::TopQueryForgetsFloor,
+        &[
+            ("push_rounds_max", 0),
+            ("lost_responses_max", 0),
+            ("legacy", 2),
+        ],
+    ),
+    (
+        super::Mutation::ClaimAnswerSentAgain,
+        &[
+            ("push_rounds_max", 0),
+            ("lost_responses_max", 0),
+            ("legacy", 0),
+        ],
+    ),
+    (
+        super::Mutation::NoFlip,
+        &[
+            ("legacy", 1),
+            ("lost_responses_max", 0),
+            ("push_rounds_max", 0),
+        ],
+    ),
+];
+
 #[cfg(test)]
 mod tests;

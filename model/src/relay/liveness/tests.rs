@@ -194,32 +194,7 @@ fn reductions_keep_every_liveness_verdict() {
             compared += 1;
         }
     }
-    for (mutation, overrides) in [
-        (
-            Mutation::TopQueryForgetsFloor,
-            &[
-                ("push_rounds_max", 0),
-                ("lost_responses_max", 0),
-                ("legacy", 2),
-            ][..],
-        ),
-        (
-            Mutation::ClaimAnswerSentAgain,
-            &[
-                ("push_rounds_max", 0),
-                ("lost_responses_max", 0),
-                ("legacy", 0),
-            ][..],
-        ),
-        (
-            Mutation::NoFlip,
-            &[
-                ("legacy", 1),
-                ("lost_responses_max", 0),
-                ("push_rounds_max", 0),
-            ][..],
-        ),
-    ] {
+    for (mutation, overrides) in super::R6_VIOLATING_MUTATIONS {
         let reduced = check(model_with("fixed", overrides).with_mutation(mutation));
         let unreduced = check(
             model_with("fixed", overrides)
