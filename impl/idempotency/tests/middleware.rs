@@ -590,14 +590,7 @@ async fn fail_closed_holds_a_lapsed_key_until_reconciled<St: TestStore>(store: S
     clock.advance_secs(31);
     let held = send(&app, post(Some("k1"), "x")).await;
     assert_eq!(held.status, StatusCode::CONFLICT);
-    let problem: serde_json::Value = serde_json::from_slice(&held.data).unwrap();
-    assert!(
-        problem["type"]
-            .as_str()
-            .unwrap()
-            .ends_with("#outcome-unknown"),
-        "{problem}"
-    );
+    assert_eq!(held.problem_kind().as_deref(), Some("outcome-unknown"));
     assert_eq!(handler.runs(), 1, "the held key was not run again");
     assert_eq!(layer.unknown_outcomes().await.unwrap().len(), 1);
     let report = layer.reconcile_unknown(&EffectHappened).await.unwrap();
@@ -682,6 +675,50 @@ async fn key_validation<St: TestStore>(store: St) {
         bare.replayed(),
         Some("true"),
         "the quoted and the bare form name one key"
+    );
+}
+
+/// The request body is read whole for the fingerprint, up to its own limit: a body of exactly
+/// `request_body_bytes_max` is served, one byte more is 413 `request-too-large`, and a body
+/// that fails while read is 400 `request-body-unreadable`; neither claims the key or runs the
+/// handler, so the client may send the request again.
+async fn request_body_limit<St: TestStore>(store: St) {
+    let handler = Handler::new(vec![Script::ok(vec![Step::Data(5)])]);
+    let app = app(
+        layer_builder(store.clone(), &clock())
+            .request_body_bytes_max(4)
+            .build(),
+        handler.clone(),
+    );
+    let at_limit = send(&app, post(Some("k-at"), "abcd")).await;
+    assert_eq!(
+        at_limit.status,
+        StatusCode::OK,
+        "a body of exactly the limit"
+    );
+    assert_eq!(at_limit.replayed(), Some("false"));
+    let over = send(&app, post(Some("k-over"), "abcde")).await;
+    assert_eq!(over.status, StatusCode::PAYLOAD_TOO_LARGE);
+    assert_eq!(over.problem_kind().as_deref(), Some("request-too-large"));
+    let failing = futures_util::stream::iter([
+        Ok(bytes::Bytes::from_static(b"ab")),
+        Err(std::io::Error::other("the client went away")),
+    ]);
+    let unreadable = http::Request::post("/transfers")
+        .header("idempotency-key", "k-unreadable")
+        .body(axum::body::Body::from_stream(failing))
+        .unwrap();
+    let unreadable = send(&app, unreadable).await;
+    assert_eq!(unreadable.status, StatusCode::BAD_REQUEST);
+    assert_eq!(
+        unreadable.problem_kind().as_deref(),
+        Some("request-body-unreadable")
+    );
+    assert_eq!(handler.runs(), 1, "only the body within the limit ran");
+    assert_eq!(
+        store.row_count().await,
+        1,
+        "only the body within the limit claimed"
     );
 }
 
@@ -807,6 +844,7 @@ on_both_stores! {
     fail_closed_holds_a_lapsed_key_until_reconciled: 4,
     tenant_scoping: 4,
     key_validation: 4,
+    request_body_limit: 4,
     routing_and_principals: 4,
     row_expiry: 4,
     concurrent_duplicates: 4,

@@ -19,10 +19,15 @@ pub struct Answer {
 impl Answer {
     /// The problem type's fragment (`in-flight`, `outcome-unknown`, ...) of a problem+json body.
     pub fn problem_kind(&self) -> Option<String> {
-        let document: serde_json::Value = serde_json::from_str(&self.body).ok()?;
-        let kind = document["type"].as_str()?.rsplit_once('#')?.1;
-        Some(kind.to_string())
+        problem_kind(self.body.as_bytes())
     }
+}
+
+/// The problem type's fragment of a problem+json body; `None` for any other body.
+pub fn problem_kind(body: &[u8]) -> Option<String> {
+    let document: serde_json::Value = serde_json::from_slice(body).ok()?;
+    let kind = document["type"].as_str()?.rsplit_once('#')?.1;
+    Some(kind.to_string())
 }
 
 /// Sends one request to `address` (`host:port`) on a connection of its own.

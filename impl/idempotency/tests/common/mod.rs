@@ -485,6 +485,11 @@ impl Received {
             .get("idempotency-replayed")
             .map(|value| value.to_str().unwrap())
     }
+
+    /// The problem type's fragment (`in-flight`, `request-too-large`, ...) of a problem body.
+    pub fn problem_kind(&self) -> Option<String> {
+        http_client::problem_kind(&self.data)
+    }
 }
 
 pub async fn receive(response: Response<AxumBody>) -> Received {
