@@ -7,6 +7,7 @@ mod common;
 
 use common::*;
 use http::StatusCode;
+use oncecheck_idempotency::store::FinalizeOutcome;
 use oncecheck_idempotency::{ManualClock, Principal};
 use std::time::Duration;
 
@@ -602,6 +603,55 @@ async fn fail_closed_holds_a_lapsed_key_until_reconciled<St: TestStore>(store: S
     assert!(layer.unknown_outcomes().await.unwrap().is_empty());
 }
 
+/// An operator's resolution (`resolve_unknown`) settles the held key it names and no other; a
+/// key no longer held answers `Lost` and changes nothing.
+async fn an_operator_resolves_the_held_key_it_names<St: TestStore>(store: St) {
+    let clock = clock();
+    let mut held_response = Script::ok(vec![Step::Data(3)]);
+    held_response.gate_before_response = Some(0);
+    let handler = Handler::new(vec![held_response.clone(), held_response]);
+    let layer = layer_builder(store.clone(), &clock).fail_closed().build();
+    let app = app(layer.clone(), handler.clone());
+    for (key, runs) in [("k1", 1), ("k2", 2)] {
+        let dropped = tokio::spawn(send_owned(app.clone(), key));
+        while handler.runs() < runs {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        dropped.abort();
+        let _ = dropped.await;
+    }
+    clock.advance_secs(31);
+    let held_keys = |held: Vec<oncecheck_idempotency::store::UnknownOutcome>| {
+        let mut keys: Vec<String> = held.into_iter().map(|held| held.key.key).collect();
+        keys.sort();
+        keys
+    };
+    let held = layer.unknown_outcomes().await.unwrap();
+    let k2 = held
+        .iter()
+        .find(|held| held.key.key == "k2")
+        .expect("k2 is held")
+        .key
+        .clone();
+    assert_eq!(held_keys(held), ["k1", "k2"]);
+    assert_eq!(
+        layer.resolve_unknown(&k2, true).await.unwrap(),
+        FinalizeOutcome::Applied
+    );
+    assert_eq!(
+        held_keys(layer.unknown_outcomes().await.unwrap()),
+        ["k1"],
+        "k1 is still held"
+    );
+    assert_eq!(
+        layer.resolve_unknown(&k2, true).await.unwrap(),
+        FinalizeOutcome::Lost,
+        "k2 is no longer held"
+    );
+    assert_eq!(held_keys(layer.unknown_outcomes().await.unwrap()), ["k1"]);
+    assert_eq!(handler.runs(), 2);
+}
+
 /// A handler whose first run holds its response (3 bytes) until gate 0 is released; later
 /// runs answer 7 bytes at once.
 fn slow_then_fast() -> std::sync::Arc<Handler> {
@@ -842,6 +892,7 @@ on_both_stores! {
     heartbeat_stops_with_its_request: 4,
     without_heartbeat_the_lease_crossing_runs_twice: 4,
     fail_closed_holds_a_lapsed_key_until_reconciled: 4,
+    an_operator_resolves_the_held_key_it_names: 4,
     tenant_scoping: 4,
     key_validation: 4,
     request_body_limit: 4,
