@@ -539,6 +539,38 @@ async fn heartbeat_stops_with_its_request<St: TestStore>(store: St) {
     assert_eq!(layer.stats().lease_lost, 0);
 }
 
+/// A heartbeat whose renewal matches no row (here the row outlived its TTL while the handler
+/// ran) counts the lease lost for operators and stops beating; the handler's client still gets
+/// its response.
+async fn heartbeat_that_finds_its_claim_gone_counts_it_and_stops<St: TestStore>(store: St) {
+    let clock = clock();
+    let handler = slow_then_fast();
+    let layer = layer_builder(store.clone(), &clock)
+        .lease_renew_interval(Duration::from_secs(10))
+        .build();
+    let app = app(layer.clone(), handler.clone());
+    let first = start_first(&app, &handler).await;
+    clock.advance_secs(3601);
+    for _ in 0..1000 {
+        if layer.stats().lease_lost > 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    assert_eq!(
+        layer.stats().lease_lost,
+        1,
+        "the renewal past the row's TTL found no claim (stats {:?})",
+        layer.stats()
+    );
+    clock.advance_secs(11);
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    assert_eq!(layer.stats().lease_lost, 1, "the heartbeat stopped");
+    assert_eq!(layer.stats().lease_renewed, 0);
+    handler.release(0);
+    assert_eq!(first.await.unwrap().data, pattern(0, 3));
+}
+
 /// The same long handler with the heartbeat switched off: the duplicate takes the key over
 /// once the lease has run out and runs the handler a second time (the lease crossing the
 /// model's `fenced` variant shows, M1 violated); fencing keeps the stale finalize off the row.
@@ -890,6 +922,7 @@ on_both_stores! {
     lease_crossing: 4,
     heartbeat_outlives_the_lease: 4,
     heartbeat_stops_with_its_request: 4,
+    heartbeat_that_finds_its_claim_gone_counts_it_and_stops: 4,
     without_heartbeat_the_lease_crossing_runs_twice: 4,
     fail_closed_holds_a_lapsed_key_until_reconciled: 4,
     an_operator_resolves_the_held_key_it_names: 4,
