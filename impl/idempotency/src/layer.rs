@@ -1649,4 +1649,106 @@ mod tests {
             .build();
         assert_eq!(off.config().lease_renew_interval, None);
     }
+
+    /// The `event` field of every event logged while it is the default subscriber.
+    #[derive(Clone, Default)]
+    struct EventNames(Arc<std::sync::Mutex<Vec<String>>>);
+
+    impl EventNames {
+        fn names(&self) -> Vec<String> {
+            self.0.lock().unwrap().clone()
+        }
+    }
+
+    struct EventField<'a>(&'a mut Option<String>);
+
+    impl tracing::field::Visit for EventField<'_> {
+        fn record_str(&mut self, field: &tracing::field::Field, value: &str) {
+            if field.name() == "event" {
+                *self.0 = Some(value.to_string());
+            }
+        }
+
+        fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+    }
+
+    impl tracing::Subscriber for EventNames {
+        fn enabled(&self, _: &tracing::Metadata<'_>) -> bool {
+            true
+        }
+        fn new_span(&self, _: &tracing::span::Attributes<'_>) -> tracing::span::Id {
+            tracing::span::Id::from_u64(1)
+        }
+        fn record(&self, _: &tracing::span::Id, _: &tracing::span::Record<'_>) {}
+        fn record_follows_from(&self, _: &tracing::span::Id, _: &tracing::span::Id) {}
+        fn event(&self, event: &tracing::Event<'_>) {
+            let mut name = None;
+            event.record(&mut EventField(&mut name));
+            if let Some(name) = name {
+                self.0.lock().unwrap().push(name);
+            }
+        }
+        fn enter(&self, _: &tracing::span::Id) {}
+        fn exit(&self, _: &tracing::span::Id) {}
+    }
+
+    fn armed_guard(layer: &IdempotencyLayer<MemoryStore>) -> FinalizeGuard<MemoryStore> {
+        let owner = ClaimOwner {
+            shared: layer.shared.clone(),
+            key: key(),
+            generation: 1,
+            finalized: Arc::new(AtomicBool::new(false)),
+        };
+        FinalizeGuard::arm(&owner, 200, Vec::new())
+    }
+
+    /// A guard dropped where no runtime can finalize for it cannot write the sentinel: the
+    /// operator is told (the row stays processing until its lease runs out), and only then.
+    #[test]
+    fn a_guard_dropped_without_a_runtime_says_it_could_not_finalize() {
+        let store = MemoryStore::new();
+        claim_k(&store);
+        let layer = IdempotencyLayer::builder(store.clone())
+            .clock(ManualClock::new(0))
+            .build();
+        let events = EventNames::default();
+        tracing::subscriber::with_default(events.clone(), || drop(armed_guard(&layer)));
+        assert_eq!(
+            events.names(),
+            [
+                "idempotency.cancel_guard_fired",
+                "idempotency.cancel_guard_no_runtime"
+            ]
+        );
+        assert_eq!(layer.stats().guard_fired, 1);
+
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let events = EventNames::default();
+        tracing::subscriber::with_default(events.clone(), || {
+            runtime.block_on(async {
+                drop(armed_guard(&layer));
+                for _ in 0..1000 {
+                    if layer.stats().finalize_applied == 1 {
+                        break;
+                    }
+                    tokio::time::sleep(Duration::from_millis(1)).await;
+                }
+            })
+        });
+        assert_eq!(
+            layer.stats().finalize_applied,
+            1,
+            "the guard's finalize ran"
+        );
+        assert!(
+            !events
+                .names()
+                .contains(&"idempotency.cancel_guard_no_runtime".to_string()),
+            "{:?}",
+            events.names()
+        );
+    }
 }
