@@ -424,6 +424,23 @@ async fn lease_crossing<St: TestStore>(store: St) {
     assert_eq!(layer.stats().finalize_lost, 1);
 }
 
+/// Waits until the layer's statistics satisfy `done` (at most 5 s), naming `what` otherwise.
+async fn wait_for_stats<St>(
+    layer: &oncecheck_idempotency::IdempotencyLayer<St>,
+    what: &str,
+    done: impl Fn(&oncecheck_idempotency::StatsSnapshot) -> bool,
+) where
+    St: oncecheck_idempotency::store::CacheStore,
+{
+    for _ in 0..1000 {
+        if done(&layer.stats()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(5)).await;
+    }
+    panic!("{what} within 5 s (stats {:?})", layer.stats());
+}
+
 /// Waits until the layer has renewed leases `count` more times than `before`.
 async fn wait_for_renewals<St>(
     layer: &oncecheck_idempotency::IdempotencyLayer<St>,
@@ -432,16 +449,29 @@ async fn wait_for_renewals<St>(
 ) where
     St: oncecheck_idempotency::store::CacheStore,
 {
-    for _ in 0..1000 {
-        if layer.stats().lease_renewed >= before + count {
-            return;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    panic!(
-        "the heartbeat did not renew the lease within 5 s (stats {:?})",
-        layer.stats()
-    );
+    wait_for_stats(layer, "the heartbeat did not renew the lease", |stats| {
+        stats.lease_renewed >= before + count
+    })
+    .await;
+}
+
+/// The heartbeat scenarios' set-up: a 10 s heartbeat, and the handler whose first run holds
+/// its response until released.
+fn with_a_10_s_heartbeat<St: TestStore>(
+    store: &St,
+) -> (
+    ManualClock,
+    std::sync::Arc<Handler>,
+    oncecheck_idempotency::IdempotencyLayer<St>,
+    axum::Router,
+) {
+    let clock = clock();
+    let handler = slow_then_fast();
+    let layer = layer_builder(store.clone(), &clock)
+        .lease_renew_interval(Duration::from_secs(10))
+        .build();
+    let app = app(layer.clone(), handler.clone());
+    (clock, handler, layer, app)
 }
 
 /// The lease answer (the heartbeat): a handler that runs 45 s of the layer's clock under a
@@ -452,12 +482,7 @@ async fn wait_for_renewals<St>(
 //= specs/idempotency-middleware.md#M1
 //# The handler runs only for the request that won the atomic claim of its key.
 async fn heartbeat_outlives_the_lease<St: TestStore>(store: St) {
-    let clock = clock();
-    let handler = slow_then_fast();
-    let layer = layer_builder(store.clone(), &clock)
-        .lease_renew_interval(Duration::from_secs(10))
-        .build();
-    let app = app(layer.clone(), handler.clone());
+    let (clock, handler, layer, app) = with_a_10_s_heartbeat(&store);
     let first = start_first(&app, &handler).await;
     // 15 s steps, each past the 10 s period: one renewal each, read at the clock's new "now",
     // so the lease always ends 30 s after it.
@@ -491,12 +516,7 @@ async fn heartbeat_outlives_the_lease<St: TestStore>(store: St) {
 /// The heartbeat lives in the request's future: it stops when the handler has answered and
 /// when the request is dropped mid-handler (its claim then runs out with its lease).
 async fn heartbeat_stops_with_its_request<St: TestStore>(store: St) {
-    let clock = clock();
-    let handler = slow_then_fast();
-    let layer = layer_builder(store.clone(), &clock)
-        .lease_renew_interval(Duration::from_secs(10))
-        .build();
-    let app = app(layer.clone(), handler.clone());
+    let (clock, handler, layer, app) = with_a_10_s_heartbeat(&store);
     let settled = |layer: &oncecheck_idempotency::IdempotencyLayer<St>, clock: &ManualClock| {
         let (layer, clock) = (layer.clone(), clock.clone());
         async move {
@@ -543,26 +563,16 @@ async fn heartbeat_stops_with_its_request<St: TestStore>(store: St) {
 /// ran) counts the lease lost for operators and stops beating; the handler's client still gets
 /// its response.
 async fn heartbeat_that_finds_its_claim_gone_counts_it_and_stops<St: TestStore>(store: St) {
-    let clock = clock();
-    let handler = slow_then_fast();
-    let layer = layer_builder(store.clone(), &clock)
-        .lease_renew_interval(Duration::from_secs(10))
-        .build();
-    let app = app(layer.clone(), handler.clone());
+    let (clock, handler, layer, app) = with_a_10_s_heartbeat(&store);
     let first = start_first(&app, &handler).await;
     clock.advance_secs(3601);
-    for _ in 0..1000 {
-        if layer.stats().lease_lost > 0 {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(5)).await;
-    }
-    assert_eq!(
-        layer.stats().lease_lost,
-        1,
-        "the renewal past the row's TTL found no claim (stats {:?})",
-        layer.stats()
-    );
+    wait_for_stats(
+        &layer,
+        "the renewal past the row's TTL did not count the lease lost",
+        |stats| stats.lease_lost > 0,
+    )
+    .await;
+    assert_eq!(layer.stats().lease_lost, 1);
     clock.advance_secs(11);
     tokio::time::sleep(Duration::from_millis(100)).await;
     assert_eq!(layer.stats().lease_lost, 1, "the heartbeat stopped");
