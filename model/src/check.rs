@@ -18,7 +18,7 @@
 //!   run that stops where no fair step is enabled, and it is `unknown` whenever the graph was not
 //!   explored completely.
 
-mod codec;
+pub(crate) mod codec;
 mod frontier;
 mod liveness;
 mod merge;

@@ -29,6 +29,134 @@ pub type OpId = u8;
 /// allocation a loud error instead of a wrap (the implementation does the same at i64::MAX).
 pub const SEQ_MAX: Seq = 250;
 
+/// A set of seqs, inline: seqs are `u8`, so every set is a 256-bit map that costs no allocation
+/// to clone, hash or drop (the model's states are cloned for every step). It reads as the
+/// `BTreeSet<Seq>` it replaces, to the bit: members in ascending order, the same `Hash` (length,
+/// then each member), the same `Ord` (members compared in order), the same serialized form (the
+/// sequence of members) and `Debug` text; so fingerprints, representatives, encodings and traces
+/// do not depend on which of the two a state holds.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+pub struct SeqSet([u64; 4]);
+
+impl SeqSet {
+    pub const fn new() -> SeqSet {
+        SeqSet([0; 4])
+    }
+
+    fn word_and_bit(seq: Seq) -> (usize, u64) {
+        (usize::from(seq / 64), 1u64 << (seq % 64))
+    }
+
+    /// Adds `seq`; whether it was absent.
+    pub fn insert(&mut self, seq: Seq) -> bool {
+        let (word, bit) = Self::word_and_bit(seq);
+        let absent = self.0[word] & bit == 0;
+        self.0[word] |= bit;
+        absent
+    }
+
+    pub fn contains(&self, seq: &Seq) -> bool {
+        let (word, bit) = Self::word_and_bit(*seq);
+        self.0[word] & bit != 0
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0 == [0; 4]
+    }
+
+    pub fn len(&self) -> usize {
+        self.0.iter().map(|word| word.count_ones() as usize).sum()
+    }
+
+    /// The highest member.
+    pub fn last(&self) -> Option<Seq> {
+        let (index, word) = self
+            .0
+            .iter()
+            .enumerate()
+            .rev()
+            .find(|(_, word)| **word != 0)?;
+        Some((index * 64) as Seq + (63 - word.leading_zeros()) as Seq)
+    }
+
+    /// The members in ascending order.
+    pub fn iter(&self) -> impl Iterator<Item = Seq> + '_ {
+        self.0.iter().enumerate().flat_map(|(index, word)| {
+            let mut rest = *word;
+            std::iter::from_fn(move || {
+                (rest != 0).then(|| {
+                    let bit = rest.trailing_zeros();
+                    rest &= rest - 1;
+                    (index * 64) as Seq + bit as Seq
+                })
+            })
+        })
+    }
+}
+
+impl FromIterator<Seq> for SeqSet {
+    fn from_iter<I: IntoIterator<Item = Seq>>(seqs: I) -> SeqSet {
+        let mut set = SeqSet::new();
+        set.extend(seqs);
+        set
+    }
+}
+
+impl Extend<Seq> for SeqSet {
+    fn extend<I: IntoIterator<Item = Seq>>(&mut self, seqs: I) {
+        for seq in seqs {
+            self.insert(seq);
+        }
+    }
+}
+
+impl std::hash::Hash for SeqSet {
+    /// As `BTreeSet<u8>` hashes: its length, then each member in order.
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        state.write_usize(self.len());
+        for seq in self.iter() {
+            seq.hash(state);
+        }
+    }
+}
+
+impl Ord for SeqSet {
+    /// As `BTreeSet<u8>` orders: lexicographically by members in ascending order.
+    fn cmp(&self, other: &SeqSet) -> std::cmp::Ordering {
+        self.iter().cmp(other.iter())
+    }
+}
+
+impl PartialOrd for SeqSet {
+    fn partial_cmp(&self, other: &SeqSet) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl std::fmt::Debug for SeqSet {
+    fn fmt(&self, formatter: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        formatter.debug_set().entries(self.iter()).finish()
+    }
+}
+
+impl Serialize for SeqSet {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeSeq;
+        // The length first, as a BTreeSet's is: encoders that need it up front get it.
+        let mut members = serializer.serialize_seq(Some(self.len()))?;
+        for seq in self.iter() {
+            members.serialize_element(&seq)?;
+        }
+        members.end()
+    }
+}
+
+impl<'de> Deserialize<'de> for SeqSet {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<SeqSet, D::Error> {
+        Ok(Vec::<Seq>::deserialize(deserializer)?.into_iter().collect())
+    }
+}
+
 pub fn op_name(op: OpId) -> char {
     (b'a' + op) as char
 }
@@ -300,6 +428,75 @@ impl Table {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::collections::BTreeSet;
+
+    /// Seqs at the edges of the set's words, and the top of the range.
+    const EDGE_SEQS: [Seq; 8] = [0, 1, 63, 64, 127, 128, 192, SEQ_MAX];
+
+    /// Every subset of [`EDGE_SEQS`], as both kinds of set, in the same order.
+    fn every_subset() -> Vec<(SeqSet, BTreeSet<Seq>)> {
+        (0u32..1 << EDGE_SEQS.len())
+            .map(|mask| {
+                let members = EDGE_SEQS
+                    .iter()
+                    .enumerate()
+                    .filter(|(bit, _)| mask & 1 << bit != 0)
+                    .map(|(_, seq)| *seq);
+                (members.clone().collect(), members.collect())
+            })
+            .collect()
+    }
+
+    /// A state's fingerprint, order, encoding and printed form must not depend on how it holds
+    /// a set of seqs: the checker's counts, representatives and traces are pinned by tests.
+    #[test]
+    fn a_seq_set_hashes_orders_encodes_and_prints_as_the_btree_set_it_replaces() {
+        let subsets = every_subset();
+        for (inline, tree) in &subsets {
+            assert_eq!(
+                crate::check::fingerprint_of(inline),
+                crate::check::fingerprint_of(tree),
+                "{tree:?}"
+            );
+            assert_eq!(format!("{inline:?}"), format!("{tree:?}"));
+            let json = serde_json::to_string(tree).unwrap();
+            assert_eq!(serde_json::to_string(inline).unwrap(), json);
+            assert_eq!(serde_json::from_str::<SeqSet>(&json).unwrap(), *inline);
+            let (mut inline_bytes, mut tree_bytes) = (Vec::new(), Vec::new());
+            crate::check::codec::encode(inline, &mut inline_bytes).unwrap();
+            crate::check::codec::encode(tree, &mut tree_bytes).unwrap();
+            assert_eq!(inline_bytes, tree_bytes, "{tree:?}");
+            assert_eq!(
+                inline.iter().collect::<Vec<_>>(),
+                tree.iter().copied().collect::<Vec<_>>()
+            );
+            assert_eq!(inline.len(), tree.len());
+            assert_eq!(inline.is_empty(), tree.is_empty());
+            assert_eq!(inline.last(), tree.last().copied());
+            for seq in 0..=Seq::MAX {
+                assert_eq!(inline.contains(&seq), tree.contains(&seq), "{tree:?} {seq}");
+            }
+        }
+        for (inline, tree) in &subsets {
+            for (other_inline, other_tree) in &subsets {
+                assert_eq!(
+                    inline.cmp(other_inline),
+                    tree.cmp(other_tree),
+                    "{tree:?} {other_tree:?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn inserting_into_a_seq_set_answers_whether_the_seq_was_absent() {
+        let mut inline = SeqSet::new();
+        let mut tree = BTreeSet::new();
+        for seq in [5, 200, 5, 64, 0, 200, SEQ_MAX, 0] {
+            assert_eq!(inline.insert(seq), tree.insert(seq), "{seq}");
+        }
+        assert_eq!(inline.iter().collect::<BTreeSet<_>>(), tree);
+    }
 
     fn put(key: Key, value: Value) -> TransactItem {
         TransactItem {

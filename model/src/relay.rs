@@ -41,8 +41,8 @@
 
 use crate::check::{BoundSpec, Bounds, Kind, ModelSpec, PropertyDef, SpecError, Verdict};
 use crate::ddb::{
-    op_name, Condition, Key, OpId, Operation, Reason, Seq, Table, TransactItem, TransactOutcome,
-    Value, SEQ_MAX,
+    op_name, Condition, Key, OpId, Operation, Reason, Seq, SeqSet, Table, TransactItem,
+    TransactOutcome, Value, SEQ_MAX,
 };
 use serde::{Deserialize, Serialize};
 use stateright::{Model, Property};
@@ -241,9 +241,9 @@ impl RelayModel {
             && current.lost_in_a_row == 0
     }
 
-    fn initial_table(legacy: Legacy) -> (Table, BTreeSet<Seq>) {
+    fn initial_table(legacy: Legacy) -> (Table, SeqSet) {
         let mut table = Table::default();
-        let mut burned = BTreeSet::new();
+        let mut burned = SeqSet::new();
         let legacy_op = |seq: Seq| LEGACY_OP_BASE + seq;
         match legacy {
             Legacy::Empty => {}
@@ -310,7 +310,7 @@ impl Model for RelayModel {
                     pullers: (0..self.bounds.pullers)
                         .map(|_| Puller {
                             cursor: 0,
-                            received: BTreeSet::new(),
+                            received: SeqSet::new(),
                             pulls_left: self.bounds.pulls_per_puller,
                         })
                         .collect(),

@@ -146,7 +146,6 @@ fn appended_at(
                     .answers
                     .get(&op)
                     .and_then(|seqs| seqs.iter().next())
-                    .copied()
                     .unwrap_or(0);
                 vec![(writer, op, i64::from(seq), true)]
             } else {

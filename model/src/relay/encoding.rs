@@ -203,7 +203,7 @@ impl TraceEncoding for RelayModel {
             .map(|puller| {
                 json!({
                     "cursor": int(puller.cursor.into()),
-                    "received": set(puller.received.iter().map(|seq| int((*seq).into()))),
+                    "received": set(puller.received.iter().map(|seq| int(seq.into()))),
                     "pulls_left": int(puller.pulls_left.into()),
                 })
             })
@@ -211,7 +211,7 @@ impl TraceEncoding for RelayModel {
         let answers = map(state
             .answers
             .iter()
-            .map(|(op, seqs)| (op_text(*op), set(seqs.iter().map(|seq| int((*seq).into()))))));
+            .map(|(op, seqs)| (op_text(*op), set(seqs.iter().map(|seq| int(seq.into()))))));
         let mut vars = Map::new();
         vars.insert("items".to_string(), items);
         vars.insert("pending".to_string(), pending);
@@ -223,7 +223,7 @@ impl TraceEncoding for RelayModel {
             .iter()
             .map(|folder| {
                 json!({
-                    "folded": set(folder.folded.iter().map(|seq| int((*seq).into()))),
+                    "folded": set(folder.folded.iter().map(|seq| int(seq.into()))),
                     "watermark": int(folder.watermark.into()),
                 })
             })

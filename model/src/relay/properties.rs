@@ -35,7 +35,7 @@ fn r3_once_per_op_id(_: &RelayModel, state: &RelayState) -> bool {
     state
         .answers
         .iter()
-        .all(|(op, seqs)| seqs.len() == 1 && seqs.iter().all(|seq| stored.get(op) == Some(seq)))
+        .all(|(op, seqs)| seqs.len() == 1 && seqs.iter().all(|seq| stored.get(op) == Some(&seq)))
 }
 
 //= specs/relay-append.md#R4
@@ -111,7 +111,7 @@ fn reach_puller_receives_new_op(_: &RelayModel, state: &RelayState) -> bool {
         puller
             .received
             .iter()
-            .any(|seq| committed.get(seq).is_some_and(|op| *op < LEGACY_OP_BASE))
+            .any(|seq| committed.get(&seq).is_some_and(|op| *op < LEGACY_OP_BASE))
     })
 }
 
@@ -249,7 +249,7 @@ fn reach_record_out_of_order(_: &RelayModel, state: &RelayState) -> bool {
     state.folders.iter().any(|folder| {
         folder.folded.iter().any(|high| {
             stored
-                .range(..*high)
+                .range(..high)
                 .any(|(seq, _)| !folder.folded.contains(seq))
         })
     })

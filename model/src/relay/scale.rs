@@ -220,7 +220,7 @@ fn representative_with_renaming(
     }
 }
 
-fn puller_key(puller: &Puller) -> (u8, &std::collections::BTreeSet<u8>, u8) {
+fn puller_key(puller: &Puller) -> (u8, &crate::ddb::SeqSet, u8) {
     (puller.cursor, &puller.received, puller.pulls_left)
 }
 
@@ -331,7 +331,7 @@ fn apply(permutation: &WriterPermutation, state: &RelayState) -> RelayState {
     image.answers = state
         .answers
         .iter()
-        .map(|(op, seqs)| (permutation.op(*op), seqs.clone()))
+        .map(|(op, seqs)| (permutation.op(*op), *seqs))
         .collect();
     image.truncated = state
         .truncated

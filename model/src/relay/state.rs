@@ -146,7 +146,7 @@ pub struct WriterAnomalies {
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Puller {
     pub cursor: Seq,
-    pub received: BTreeSet<Seq>,
+    pub received: SeqSet,
     pub pulls_left: u8,
 }
 
@@ -154,7 +154,7 @@ pub struct Puller {
 /// item only, so records of different ops arrive in any order.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Folder {
-    pub folded: BTreeSet<Seq>,
+    pub folded: SeqSet,
     /// Every op at or below it is folded (R8).
     pub watermark: Seq,
 }
@@ -166,10 +166,10 @@ pub struct RelayState {
     pub pullers: Vec<Puller>,
     pub folders: Vec<Folder>,
     /// Every seq answered to a client, per op id (R3).
-    pub answers: BTreeMap<OpId, BTreeSet<Seq>>,
+    pub answers: BTreeMap<OpId, SeqSet>,
     pub lost_responses_left: u8,
     /// Seqs absent at the start below the counter: burned by an ADD-era relay (R5 exempts them).
-    pub legacy_burned: BTreeSet<Seq>,
+    pub legacy_burned: SeqSet,
     /// Ops truncation deleted, by seq: still stored as far as R1, R3, R5 and R8 are concerned.
     pub truncated: BTreeMap<Seq, OpId>,
     pub truncations_left: u8,

@@ -174,7 +174,6 @@ fn response_words(
                 .answers
                 .get(&round.op)
                 .and_then(|seqs| seqs.iter().next())
-                .copied()
                 .unwrap_or(0);
             format!("claim exists: {} answered with its seq {seq}; read the claims of the rest of the push", op_name(round.op))
         }
@@ -183,7 +182,6 @@ fn response_words(
                 .answers
                 .get(&round.op)
                 .and_then(|seqs| seqs.iter().next())
-                .copied()
                 .unwrap_or(0);
             format!(
                 "claim exists: {} answered with its seq {seq}",

@@ -296,15 +296,9 @@ impl RelayModel {
 
     /// The gap-aware fold watermark: it advances only over a dense prefix of folded (or
     /// known-burned) seqs. The `TrustingWatermark` mutation moves it to the highest seq folded.
-    pub(super) fn advance_watermark(&self, folder: &mut Folder, burned: &BTreeSet<Seq>) {
+    pub(super) fn advance_watermark(&self, folder: &mut Folder, burned: &SeqSet) {
         if self.has(Mutation::TrustingWatermark) {
-            folder.watermark = folder
-                .folded
-                .iter()
-                .next_back()
-                .copied()
-                .unwrap_or(0)
-                .max(folder.watermark);
+            folder.watermark = folder.folded.last().unwrap_or(0).max(folder.watermark);
             return;
         }
         //= specs/relay-append.md#R8

@@ -12,16 +12,15 @@ use super::{
     describe_items, describe_outcome, Counter, Phase, RelayModel, RelayState, TransactOutcome,
     LEGACY_OP_BASE,
 };
-use crate::ddb::{op_name, Key, OpId, Seq, Value};
+use crate::ddb::{op_name, Key, OpId, SeqSet, Value};
 use crate::view::element_name;
-use std::collections::BTreeSet;
 
-fn seqs(seqs: &BTreeSet<Seq>) -> String {
+fn seqs(seqs: &SeqSet) -> String {
     match seqs.len() {
         0 => "none".to_string(),
         _ => seqs
             .iter()
-            .map(Seq::to_string)
+            .map(|seq| seq.to_string())
             .collect::<Vec<_>>()
             .join(", "),
     }

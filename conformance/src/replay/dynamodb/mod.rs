@@ -521,7 +521,7 @@ fn expected_answers(model: &RelayModel, state: &RelayState, writer: usize) -> Ve
                 .answers
                 .get(op)
                 .and_then(|seqs| seqs.iter().next())
-                .map(|seq| i64::from(*seq))
+                .map(i64::from)
                 .unwrap_or(-1)
         })
         .collect()
