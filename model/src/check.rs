@@ -441,8 +441,9 @@ pub struct CheckOptions {
     /// declaration allows it (`ModelSpec::scale`), with the cycle proviso: the same verdicts;
     /// traces are real paths, but may be longer than the shortest.
     pub partial_order: bool,
-    /// Decide the liveness properties (their own exploration, after the safety search). False
-    /// leaves them `unknown` and the run incomplete: what a benchmark compares against.
+    /// Decide the liveness properties (on the safety search's exploration where the two walk
+    /// the same graph, else on their own after it). False leaves them `unknown` and the run
+    /// incomplete: what a benchmark compares against.
     pub liveness: bool,
 }
 
@@ -709,7 +710,8 @@ pub struct CheckReport {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shard: Option<ShardReport>,
     /// The liveness run, when the model declares liveness properties and the search was
-    /// exhaustive: its own exploration of the reachable graph.
+    /// exhaustive: the exploration that stored the reachable graph (also the safety search's,
+    /// when one exploration decided both).
     pub liveness: Option<LivenessRun>,
     pub properties: Vec<PropertyReport>,
 }
@@ -947,7 +949,14 @@ where
     M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
 {
     let definitions = model.liveness_defs();
-    let checked = liveness::check(model, &definitions, options, Instant::now(), &mut |_| {});
+    let checked = liveness::check(
+        model,
+        &definitions,
+        &[],
+        options,
+        Instant::now(),
+        &mut |_| {},
+    );
     definitions
         .iter()
         .zip(checked.properties)
@@ -1039,31 +1048,119 @@ where
     let started = Instant::now();
     let mut definitions = model.property_defs();
     let targets = targets_of(&definitions);
-    // Once every property is decided nothing is left to learn: stop, as stateright's
-    // `HasDiscoveries::All` did.
     let scale = model.scale();
     let hooks = Hooks {
         codec: scale.codec,
         representative: scale.symmetry.filter(|_| options.symmetry),
         independence: scale.independence.filter(|_| options.partial_order),
     };
+    let liveness_defs = model.liveness_defs();
+    let liveness_on = !liveness_defs.is_empty() && options.liveness;
+    // One exploration decides both kinds of property when the liveness graph is the graph the
+    // safety search walks: the same quotient, no ample sets, no shard (liveness::SafetyFound).
+    let one_exploration = liveness_on
+        && hooks.independence.is_none()
+        && options.shard.is_none()
+        && targets.len() <= liveness::SAFETY_TARGETS_MAX
+        && liveness::quotient(model, options).is_some() == hooks.representative.is_some();
+    let mut decided = BTreeMap::new();
+    let (paths, exhausted, measured) = 'run: {
+        if one_exploration {
+            let checked =
+                liveness::check(model, &liveness_defs, &targets, options, started, progress);
+            // A limit other than time could have let the safety search, which spills its
+            // frontier, go further alone: it runs as before, and the liveness properties stay
+            // unknown, stopped where the one exploration stopped.
+            let fall_back = matches!(
+                checked.stopped,
+                Some(Stop::Memory { .. } | Stop::States { .. } | Stop::Disk { .. })
+            );
+            if !fall_back {
+                break 'run one_exploration_outcome(
+                    &definitions,
+                    &liveness_defs,
+                    checked,
+                    started,
+                    &mut decided,
+                );
+            }
+            let stopped = checked.stopped;
+            drop(checked);
+            let (paths, exhausted, mut measured) = safety_search(
+                model,
+                &definitions,
+                &targets,
+                options,
+                &hooks,
+                started,
+                progress,
+            );
+            measured.complete = false;
+            measured.stopped = measured.stopped.or(stopped);
+            break 'run (paths, exhausted, measured);
+        }
+        let (mut paths, exhausted, mut measured) = safety_search(
+            model,
+            &definitions,
+            &targets,
+            options,
+            &hooks,
+            started,
+            progress,
+        );
+        if liveness_on && measured.stopped.is_none() {
+            let checked = liveness::check(model, &liveness_defs, &[], options, started, progress);
+            measured.liveness = Some(LivenessRun {
+                unique_states: checked.unique_states,
+                edges: checked.edges,
+                seconds: checked.seconds,
+            });
+            measured.stopped = checked.stopped;
+            measured.complete &= checked.stopped.is_none();
+            decide_liveness(&liveness_defs, checked.properties, &mut paths, &mut decided);
+        } else if !liveness_defs.is_empty() {
+            measured.complete = false;
+        }
+        (paths, exhausted, measured)
+    };
+    definitions.extend(liveness_defs.iter().map(LivenessDef::as_property));
+    checked(model, &definitions, paths, exhausted, &decided, measured)
+}
+
+/// The safety search alone: the paths it found (by property name), whether it exhausted the
+/// space, and its figures. Once every property is decided nothing is left to learn: it stops,
+/// as stateright's `HasDiscoveries::All` did.
+fn safety_search<M>(
+    model: &M,
+    definitions: &[PropertyDef<M>],
+    targets: &[search::Target<M>],
+    options: &CheckOptions,
+    hooks: &Hooks<M>,
+    started: Instant,
+    progress: &mut dyn FnMut(Progress),
+) -> (BTreeMap<&'static str, ModelPath<M>>, bool, Measured)
+where
+    M: ModelSpec,
+    M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
     let searched = search::search(
         model,
-        &targets,
+        targets,
         &Limits {
             options,
             stop_when_all_found: true,
         },
-        &hooks,
+        hooks,
         progress,
     );
-    let mut paths: BTreeMap<&'static str, ModelPath<M>> = definitions
+    let paths: BTreeMap<&'static str, ModelPath<M>> = definitions
         .iter()
         .zip(&searched.found)
         .filter_map(|(def, found)| found.map(|last| (def.name, searched.path_to(model, last))))
         .collect();
     let all_decided = searched.found.iter().all(Option::is_some);
-    let mut measured = Measured {
+    let measured = Measured {
         search: Search::Exhaustive,
         states: searched.generated,
         unique_states: searched.unique_states(),
@@ -1080,40 +1177,76 @@ where
         }),
         liveness: None,
     };
-    let exhausted = searched.exhausted;
-    // The safety search's visited map is not needed any more: free it before the liveness
-    // exploration builds its graph, so the two never share the peak.
-    drop(searched);
-    let liveness_defs = model.liveness_defs();
-    let mut decided = BTreeMap::new();
-    if !liveness_defs.is_empty() && measured.stopped.is_none() && options.liveness {
-        let checked = liveness::check(model, &liveness_defs, options, started, progress);
-        measured.liveness = Some(LivenessRun {
+    // The visited map goes with `searched`, before any liveness exploration builds its graph,
+    // so the two never share the peak.
+    (paths, searched.exhausted, measured)
+}
+
+/// The report's parts from one exploration that decided both kinds of property.
+fn one_exploration_outcome<M>(
+    definitions: &[PropertyDef<M>],
+    liveness_defs: &[LivenessDef<M>],
+    checked: liveness::Checked<M>,
+    started: Instant,
+    decided: &mut BTreeMap<&'static str, LivenessVerdict>,
+) -> (BTreeMap<&'static str, ModelPath<M>>, bool, Measured)
+where
+    M: ModelSpec,
+    M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let safety = checked.safety;
+    let mut paths: BTreeMap<&'static str, ModelPath<M>> = definitions
+        .iter()
+        .zip(safety.found)
+        .filter_map(|(def, found)| found.map(|path| (def.name, path)))
+        .collect();
+    let exhausted = checked.stopped.is_none();
+    let measured = Measured {
+        search: Search::Exhaustive,
+        states: safety.generated,
+        unique_states: checked.unique_states,
+        max_depth: safety.states_per_depth.len().saturating_sub(1),
+        states_per_depth: safety.states_per_depth,
+        action_coverage: safety.coverage,
+        started,
+        complete: exhausted,
+        stopped: checked.stopped,
+        shard: None,
+        liveness: Some(LivenessRun {
             unique_states: checked.unique_states,
             edges: checked.edges,
             seconds: checked.seconds,
-        });
-        measured.stopped = checked.stopped;
-        measured.complete &= checked.stopped.is_none();
-        for (def, outcome) in liveness_defs.iter().zip(checked.properties) {
-            let Some(outcome) = outcome else { continue };
-            let lasso_start = outcome.violation.as_ref().and_then(|(_, start)| *start);
-            if let Some((path, _)) = outcome.violation {
-                paths.insert(def.name, path);
-            }
-            decided.insert(
-                def.name,
-                LivenessVerdict {
-                    lasso_start,
-                    bound_cut_states: outcome.bound_cut_states,
-                },
-            );
+        }),
+    };
+    decide_liveness(liveness_defs, checked.properties, &mut paths, decided);
+    (paths, exhausted, measured)
+}
+
+/// Records each decided liveness property's verdict, and its counterexample among the paths.
+fn decide_liveness<M: ModelSpec>(
+    liveness_defs: &[LivenessDef<M>],
+    properties: Vec<Option<liveness::Decided<M>>>,
+    paths: &mut BTreeMap<&'static str, ModelPath<M>>,
+    decided: &mut BTreeMap<&'static str, LivenessVerdict>,
+) where
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    for (def, outcome) in liveness_defs.iter().zip(properties) {
+        let Some(outcome) = outcome else { continue };
+        let lasso_start = outcome.violation.as_ref().and_then(|(_, start)| *start);
+        if let Some((path, _)) = outcome.violation {
+            paths.insert(def.name, path);
         }
-    } else if !liveness_defs.is_empty() {
-        measured.complete = false;
+        decided.insert(
+            def.name,
+            LivenessVerdict {
+                lasso_start,
+                bound_cut_states: outcome.bound_cut_states,
+            },
+        );
     }
-    definitions.extend(liveness_defs.iter().map(LivenessDef::as_property));
-    checked(model, &definitions, paths, exhausted, &decided, measured)
 }
 
 /// Seeded random walks instead of an exhaustive search, for bounds too large to exhaust. The
@@ -1183,6 +1316,8 @@ where
 
 #[cfg(test)]
 mod liveness_symmetry_tests;
+#[cfg(test)]
+mod one_exploration_tests;
 #[cfg(test)]
 mod reduction_tests;
 #[cfg(test)]

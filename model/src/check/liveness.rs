@@ -16,7 +16,16 @@
 //!    and the family of the step), per state the set of enabled families (from the unreduced
 //!    actions when the model prunes interleavings, [`super::ModelSpec::unreduced_actions`]), the
 //!    families a bound withholds there ([`super::ModelSpec::families_cut`], and any step leaving
-//!    `within_boundary`), and two bits per property: trigger and goal.
+//!    `within_boundary`), and two bits per property: trigger and goal. Threads expand parts of
+//!    a chunk of a level: each looks its successors up in the index as it was before the chunk
+//!    and encodes only those it did not find, so taking a part in (serial, in chunk order) is
+//!    mostly appending indices.
+//!    Given the safety properties' targets ([`check`]'s `targets`), the same exploration is the
+//!    safety search ([`SafetyFound`]): states are examined in its order, so the first state
+//!    matching a target is the one it finds, and the path through each state's first
+//!    discoverer (one `u32` a state) is the one it rebuilds. `super::run_with_paths` uses it
+//!    whenever the liveness graph is the safety search's graph, so the reachable graph is
+//!    expanded once instead of twice.
 //! 2. Per property, the states that avoid the goal (a state where a bound withholds one of the
 //!    property's fair families counts as reaching the goal: the run is cut there) are split into
 //!    strongly connected components by an iterative Tarjan search. A component is fair when it
@@ -46,7 +55,8 @@
 //!
 //! Cost and limits: about 45 bytes per state (the index's 12-byte entry in 256 shards, as the
 //! safety search's visited set, with its hash table slack; fingerprint 8, row start 4, enabled
-//! and cut family sets 4 each, property bits 4) plus 5 bytes per edge (target 4, family 1; 2 more
+//! and cut family sets 4 each, property bits 4; the first discoverer 4 more when it decides the
+//! safety properties too) plus 5 bytes per edge (target 4, family 1; 2 more
 //! on a per-actor quotient, the index of its renaming), and during the analysis of one property
 //! about 20 bytes per state more (Tarjan's numbering, low links, component ids and stack; the
 //! search's parents). States are held only for the current and the next level, as encoded
@@ -54,13 +64,13 @@
 //! At most [`FAMILIES_MAX`] families per model, [`PROPERTIES_MAX`] liveness properties per model
 //! and `u32::MAX - 1` states.
 
-use super::frontier::{push_state_or_record, Frontier, Part, StateCodec};
+use super::frontier::{push_state_or_record, put_record, Frontier, Part, StateCodec};
 use super::scale::{identity_renaming, ActorFamilies, Renaming, Representative, ACTOR_SLOTS_MAX};
-use super::search::{fingerprint, key_of, limit_reached};
+use super::search::{fingerprint, key_of, limit_reached, Coverage, Target};
 use super::{CheckOptions, LivenessDef, ModelPath, ModelSpec, Progress, Stop};
 use index::StateIndex;
 use stateright::Model;
-use std::collections::VecDeque;
+use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Debug;
 use std::hash::Hash;
 use std::time::{Duration, Instant};
@@ -69,6 +79,9 @@ use std::time::{Duration, Instant};
 pub const FAMILIES_MAX: usize = 32;
 /// Liveness properties one model may declare (two bits each in a `u32`).
 pub const PROPERTIES_MAX: usize = 16;
+/// Safety targets one exploration may decide alongside the liveness properties (a state's
+/// matches are a `u64`); a model with more runs the safety search of its own.
+pub const SAFETY_TARGETS_MAX: usize = 64;
 
 /// The family of a step no run is obliged to take.
 const UNFAIR: u8 = u8::MAX;
@@ -99,6 +112,23 @@ pub(crate) struct Checked<M: Model> {
     pub edges: usize,
     pub stopped: Option<Stop>,
     pub seconds: f64,
+    /// What the same exploration found for the safety targets it was given (see [`check`]).
+    pub safety: SafetyFound<M>,
+}
+
+/// The safety search's findings, made by the liveness exploration: it visits the states in the
+/// safety search's order (level by level, each level in the order its states were first
+/// generated, actions in the model's order), so the first state matching a target is the one the
+/// safety search finds, and the path to it through first discoverers is the path that search
+/// rebuilds. Counted as that search counts.
+pub(crate) struct SafetyFound<M: Model> {
+    /// Per target, the path to the first state that matches it.
+    pub found: Vec<Option<ModelPath<M>>>,
+    /// Initial states within the boundary plus every step taken, repeats included.
+    pub generated: usize,
+    /// Unique states first reached at each depth; index 0 holds the initial states.
+    pub states_per_depth: Vec<usize>,
+    pub coverage: BTreeMap<String, usize>,
 }
 
 /// The reachable graph, compactly (see the module doc).
@@ -122,6 +152,9 @@ struct Graph {
     /// actors, from the source representative's slots to the target's (empty otherwise).
     annotations: Vec<u16>,
     renamings: actors::Interned<Renaming>,
+    /// Per state, when the exploration decides safety targets too: the state whose step first
+    /// reached it ([`UNSET`] for an initial state); empty otherwise.
+    parents: Vec<u32>,
 }
 
 impl Graph {
@@ -154,20 +187,56 @@ impl LocalFamilies {
     }
 }
 
-/// One state as a thread expanded it; families are the thread's own indices.
-struct Expanded<S> {
-    marks: u32,
-    enabled: u32,
-    cut: u32,
-    /// Successors in the model's action order: state, fingerprint, family, and on a per-actor
-    /// quotient how the step moves the actors (identity otherwise).
-    successors: Vec<(S, u64, u8, Renaming)>,
+/// What every thread reads while it expands a chunk: the liveness properties (trigger and goal),
+/// the safety targets not yet matched (bit t of `open`: target t is), and the graph's index as
+/// it was before the chunk.
+struct Chunk<'a, M: Model> {
+    definitions: &'a [LivenessDef<M>],
+    targets: &'a [Target<M>],
+    open: u64,
+    index_of: &'a StateIndex,
 }
 
+/// One state as a thread expanded it; families are the thread's own indices.
+struct Expanded {
+    marks: u32,
+    /// Bit t: the state matches safety target t (evaluated only for targets still open).
+    matched: u64,
+    enabled: u32,
+    cut: u32,
+    /// Its steps are the expansion's `steps` up to this one (from the previous state's end).
+    steps_end: usize,
+}
+
+/// One step a thread took, in the model's action order.
+struct Step {
+    /// The successor's fingerprint (its representative's on a quotient).
+    fingerprint: u64,
+    /// The successor's index when the graph held it before the chunk; else [`UNSET`], and the
+    /// successor waits in the expansion (its record ends at `record_end`, or it is the next of
+    /// the expansion's states).
+    known: u32,
+    record_end: usize,
+    family: u8,
+    /// On a per-actor quotient how the step moves the actors (identity otherwise).
+    moved: Renaming,
+}
+
+/// What one thread made of its part of a chunk. Its buffers are reused from chunk to chunk, and
+/// each successor is encoded and dropped as soon as it is made, as the safety search does
+/// (search.rs, `expand`): holding a chunk's states until it was absorbed made the allocator's
+/// consolidation of its free lists a tenth of the run.
 struct Expansion<M: Model> {
     part: Part<M::State>,
     codec: Option<StateCodec<M::State>>,
-    out: Vec<Expanded<M::State>>,
+    out: Vec<Expanded>,
+    steps: Vec<Step>,
+    /// The records of the steps' new-looking successors, back to back (an encoded level).
+    records: Vec<u8>,
+    /// The new-looking successors in step order (a level of states).
+    successor_states: Vec<M::State>,
+    /// A state's encoding (a reused buffer).
+    encoded: Vec<u8>,
     families: LocalFamilies,
     actions: Vec<M::Action>,
     unreduced: Vec<M::Action>,
@@ -179,6 +248,8 @@ struct Expansion<M: Model> {
     actors: Option<ActorFamilies<M>>,
     /// The permuted actors' families (indices `0..slots`) on a per-actor quotient, else 0.
     slots: usize,
+    /// How often each kind of action took a step, over the whole run.
+    coverage: Coverage<M::Action>,
 }
 
 impl<M: ModelSpec> Expansion<M>
@@ -196,6 +267,10 @@ where
             part: Part::new(),
             codec,
             out: Vec::new(),
+            steps: Vec::new(),
+            records: Vec::new(),
+            successor_states: Vec::new(),
+            encoded: Vec::new(),
             // The permuted actors' families first, so a slot is its family's index everywhere.
             families: LocalFamilies(slot_families.to_vec()),
             actions: Vec::new(),
@@ -204,21 +279,26 @@ where
             representative,
             actors,
             slots: slot_families.len(),
+            coverage: Coverage::new(),
         }
     }
 
-    fn expand(&mut self, model: &M, definitions: &[LivenessDef<M>]) {
+    fn expand(&mut self, model: &M, chunk: &Chunk<M>) {
         self.out.clear();
+        self.steps.clear();
+        self.records.clear();
+        self.successor_states.clear();
         let mut part = std::mem::replace(&mut self.part, Part::new());
         let codec = self.codec;
         part.drain(codec.as_ref(), |state, _fingerprint| {
-            self.expand_one(model, definitions, state)
+            self.expand_one(model, chunk, state)
         })
         .expect("a liveness level holds what the model's codec wrote");
         self.part = part;
     }
 
-    fn expand_one(&mut self, model: &M, definitions: &[LivenessDef<M>], state: M::State) {
+    fn expand_one(&mut self, model: &M, chunk: &Chunk<M>, state: M::State) {
+        let definitions = chunk.definitions;
         let slots = self.slots;
         // On a per-actor quotient everything is recorded in the representative's slots.
         let (own_representative, here) = match self.actors {
@@ -232,6 +312,13 @@ where
             marks |= u32::from(trigger) << (2 * index);
             marks |= u32::from((def.goal)(model, &state)) << (2 * index + 1);
         }
+        let mut matched = 0u64;
+        for (index, target) in chunk.targets.iter().enumerate() {
+            if chunk.open & 1 << index != 0 && (target.condition)(model, &state) == target.matching
+            {
+                matched |= 1 << index;
+            }
+        }
         let mut cut = 0u32;
         self.cut_names.clear();
         model.families_cut(&state, &mut self.cut_names);
@@ -241,11 +328,12 @@ where
         self.actions.clear();
         model.actions(&state, &mut self.actions);
         let mut enabled = 0u32;
-        let mut successors = Vec::with_capacity(self.actions.len());
+        let steps_start = self.steps.len();
         for action in self.actions.drain(..) {
             let family = model
                 .fairness(&action)
                 .map_or(UNFAIR, |name| self.families.index(name));
+            let slot = self.coverage.slot(&action);
             let Some(next) = model.next_state(&state, action) else {
                 continue;
             };
@@ -259,6 +347,7 @@ where
                 }
                 continue;
             }
+            self.coverage.fired(slot);
             let (next_fingerprint, moved) = match self.actors {
                 Some(actors) => {
                     let (next_representative, there) = (actors.representative)(model, &next);
@@ -270,7 +359,26 @@ where
                     identity_renaming(),
                 ),
             };
-            successors.push((next, next_fingerprint, family, moved));
+            let known = chunk.index_of.get(next_fingerprint).unwrap_or(UNSET);
+            if known == UNSET {
+                match &self.codec {
+                    Some(codec) => {
+                        self.encoded.clear();
+                        (codec.encode)(&next, &mut self.encoded).unwrap_or_else(|error| {
+                            panic!("a state that does not encode: {error}")
+                        });
+                        put_record(&mut self.records, next_fingerprint, &self.encoded);
+                    }
+                    None => self.successor_states.push(next),
+                }
+            }
+            self.steps.push(Step {
+                fingerprint: next_fingerprint,
+                known,
+                record_end: self.records.len(),
+                family,
+                moved,
+            });
         }
         self.unreduced.clear();
         if model.unreduced_actions(&state, &mut self.unreduced) {
@@ -284,9 +392,9 @@ where
         if self.actors.is_some() {
             enabled = actors::rename_set(enabled, &here, slots);
             cut = actors::rename_set(cut, &here, slots);
-            for successor in &mut successors {
-                if usize::from(successor.2) < slots {
-                    successor.2 = here[usize::from(successor.2)];
+            for step in &mut self.steps[steps_start..] {
+                if usize::from(step.family) < slots {
+                    step.family = here[usize::from(step.family)];
                 }
             }
             if let Some(other) = &own_representative {
@@ -307,9 +415,10 @@ where
         }
         self.out.push(Expanded {
             marks,
+            matched,
             enabled,
             cut,
-            successors,
+            steps_end: self.steps.len(),
         });
     }
 }
@@ -384,7 +493,7 @@ fn translate(set: u32, table: &[u8]) -> u32 {
 }
 
 /// Expands every part, each on a thread of its own (the first on this one).
-fn expand_parts<M>(model: &M, definitions: &[LivenessDef<M>], expansions: &mut [Expansion<M>])
+fn expand_parts<M>(model: &M, chunk: &Chunk<M>, expansions: &mut [Expansion<M>])
 where
     M: ModelSpec,
     M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
@@ -392,15 +501,15 @@ where
 {
     let used = expansions.len();
     if used == 1 {
-        expansions[0].expand(model, definitions);
+        expansions[0].expand(model, chunk);
     } else {
         std::thread::scope(|scope| {
             let (first, others) = expansions.split_first_mut().expect("one part");
             let handles: Vec<_> = others
                 .iter_mut()
-                .map(|expansion| scope.spawn(move || expansion.expand(model, definitions)))
+                .map(|expansion| scope.spawn(move || expansion.expand(model, chunk)))
                 .collect();
-            first.expand(model, definitions);
+            first.expand(model, chunk);
             for handle in handles {
                 handle.join().expect("a liveness thread panicked");
             }
@@ -410,15 +519,16 @@ where
 
 /// Adds the states one thread expanded to the graph: their marks, enabled and cut families
 /// (translated to the global family indices) and edges; successors seen for the first time get
-/// an index and join the next level.
+/// an index and join the next level. The parts are absorbed in order, so the state absorbed is
+/// the one with the next row: the first match of a target is the state of the lowest index that
+/// matches it, and a new successor's parent is the first state with a step to it.
 fn absorb<M: Model>(
     graph: &mut Graph,
     index_of: &mut StateIndex,
     next_level: &mut Frontier<M::State>,
     expansion: &mut Expansion<M>,
+    found: &mut [Option<u32>],
 ) {
-    let mut encoded = Vec::new();
-    let mut record = Vec::new();
     let table: Vec<u8> = expansion
         .families
         .0
@@ -438,40 +548,66 @@ fn absorb<M: Model>(
         )
         .collect();
     let per_actor = graph.slots > 0;
-    for expanded in expansion.out.drain(..) {
+    let track_parents = !found.is_empty();
+    let codec_used = expansion.codec.is_some();
+    let Expansion {
+        out,
+        steps,
+        records,
+        successor_states,
+        ..
+    } = expansion;
+    let mut states = successor_states.drain(..);
+    let mut record_start = 0;
+    let mut step_index = 0;
+    for expanded in out.drain(..) {
+        let current = graph.marks.len() as u32;
+        let mut matched = expanded.matched;
+        while matched != 0 {
+            let target = matched.trailing_zeros() as usize;
+            found[target].get_or_insert(current);
+            matched &= matched - 1;
+        }
         graph.marks.push(expanded.marks);
         graph.enabled.push(translate(expanded.enabled, &table));
         graph.cut.push(translate(expanded.cut, &table));
-        for (next, next_fingerprint, family, moved) in expanded.successors {
+        for step in &steps[step_index..expanded.steps_end] {
             if per_actor {
-                let index = graph.renamings.index(moved);
+                let index = graph.renamings.index(step.moved);
                 graph.annotations.push(index);
             }
-            let index = graph.fingerprints.len();
-            assert!(
-                index < u32::MAX as usize,
-                "more than {} states: beyond the liveness graph's indices",
-                u32::MAX - 1
-            );
-            let (target, new) = index_of.index_or_insert(next_fingerprint, index as u32);
-            if new {
-                graph.fingerprints.push(next_fingerprint);
-                push_state_or_record(
-                    next_level,
-                    expansion.codec.as_ref(),
-                    next,
-                    next_fingerprint,
-                    &mut encoded,
-                    &mut record,
+            let target = if step.known != UNSET {
+                step.known
+            } else {
+                let index = graph.fingerprints.len();
+                assert!(
+                    index < u32::MAX as usize,
+                    "more than {} states: beyond the liveness graph's indices",
+                    u32::MAX - 1
                 );
-            }
+                let (target, new) = index_of.index_or_insert(step.fingerprint, index as u32);
+                let state = if codec_used { None } else { states.next() };
+                if new {
+                    graph.fingerprints.push(step.fingerprint);
+                    if track_parents {
+                        graph.parents.push(current);
+                    }
+                    match state {
+                        Some(state) => next_level.push_state(state, step.fingerprint),
+                        None => next_level.push_record(&records[record_start..step.record_end]),
+                    }
+                }
+                record_start = step.record_end;
+                target
+            };
             graph.targets.push(target);
-            graph.families.push(if family == UNFAIR {
+            graph.families.push(if step.family == UNFAIR {
                 UNFAIR
             } else {
-                table[family as usize]
+                table[step.family as usize]
             });
         }
+        step_index = expanded.steps_end;
         assert!(
             graph.targets.len() < u32::MAX as usize,
             "more than {} edges: beyond the liveness graph's indices",
@@ -481,16 +617,29 @@ fn absorb<M: Model>(
     }
 }
 
-/// Explores the reachable graph; `Err` when a limit stopped it.
+/// An exploration: the graph (complete unless `stopped`), and what it found for the safety
+/// targets (empty when it was given none).
+struct Explored<A> {
+    graph: Graph,
+    stopped: Option<Stop>,
+    /// Per target, the index of the first state that matches it.
+    found: Vec<Option<u32>>,
+    generated: usize,
+    states_per_depth: Vec<usize>,
+    coverage: Coverage<A>,
+}
+
+/// Explores the reachable graph (the quotient of the symmetry given, per actor when the actors'
+/// renamings are given too), until a limit stops it.
 fn explore<M>(
     model: &M,
     definitions: &[LivenessDef<M>],
-    representative: Option<Representative<M>>,
-    actors: Option<ActorFamilies<M>>,
+    targets: &[Target<M>],
+    (representative, actors): (Option<Representative<M>>, Option<ActorFamilies<M>>),
     options: &CheckOptions,
     started: Instant,
     progress: &mut dyn FnMut(Progress),
-) -> Result<Graph, (Stop, usize, usize)>
+) -> Explored<M::Action>
 where
     M: ModelSpec,
     M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
@@ -504,15 +653,25 @@ where
         slot_families.len() <= ACTOR_SLOTS_MAX,
         "a model permutes more than {ACTOR_SLOTS_MAX} actors with families of their own"
     );
+    assert!(
+        targets.len() <= SAFETY_TARGETS_MAX,
+        "more than {SAFETY_TARGETS_MAX} safety targets for one exploration"
+    );
     let codec = model.scale().codec;
-    let (mut graph, mut index_of, mut level) =
+    let (mut graph, mut index_of, mut level, initial_generated) =
         initial_graph(model, representative, &slot_families, codec.as_ref());
+    if !targets.is_empty() {
+        graph.parents = vec![UNSET; graph.states()];
+    }
     let mut expansions: Vec<Expansion<M>> = (0..threads)
         .map(|_| Expansion::new(representative, actors, &slot_families, codec))
         .collect();
+    let mut found: Vec<Option<u32>> = vec![None; targets.len()];
+    let mut states_per_depth = vec![level.len()];
     let mut depth = 0;
+    let mut stopped = None;
     let mut next_level: Frontier<M::State> = Frontier::new(codec.is_some(), LEVEL_BLOCK_BYTES);
-    while !level.is_empty() {
+    'levels: while !level.is_empty() {
         while !level.is_empty() {
             let take = level.len().min(CHUNK_STATES_PER_THREAD * threads);
             let used = if threads == 1 || take < 2 * threads {
@@ -527,9 +686,26 @@ where
                     .take(part, &mut expansion.part, None)
                     .expect("a liveness level never spills");
             }
-            expand_parts(model, definitions, &mut expansions[..used]);
+            let open = found
+                .iter()
+                .enumerate()
+                .filter(|(_, first)| first.is_none())
+                .fold(0u64, |open, (target, _)| open | 1 << target);
+            let chunk = Chunk {
+                definitions,
+                targets,
+                open,
+                index_of: &index_of,
+            };
+            expand_parts(model, &chunk, &mut expansions[..used]);
             for expansion in &mut expansions[..used] {
-                absorb(&mut graph, &mut index_of, &mut next_level, expansion);
+                absorb(
+                    &mut graph,
+                    &mut index_of,
+                    &mut next_level,
+                    expansion,
+                    &mut found,
+                );
             }
             let now = Instant::now();
             if now.duration_since(last_progress) >= interval {
@@ -544,23 +720,43 @@ where
             let growth_bytes = growth_bytes(&graph, &index_of, threads);
             if let Some(stop) = limit_reached(options, graph.states(), growth_bytes as u64, started)
             {
-                return Err((stop, graph.states(), graph.targets.len()));
+                stopped = Some(stop);
+                break 'levels;
             }
         }
         depth += 1;
+        if !next_level.is_empty() {
+            states_per_depth.push(next_level.len());
+        }
         std::mem::swap(&mut level, &mut next_level);
     }
-    Ok(graph)
+    if stopped.is_some() && !next_level.is_empty() {
+        // The level being examined when the limit struck had already been counted.
+        states_per_depth.push(next_level.len());
+    }
+    let mut coverage = Coverage::new();
+    for expansion in expansions {
+        coverage.merge(expansion.coverage);
+    }
+    Explored {
+        generated: initial_generated + graph.targets.len(),
+        graph,
+        stopped,
+        found,
+        states_per_depth,
+        coverage,
+    }
 }
 
 /// The graph holding the initial states within the boundary (each distinct one once, as
-/// indices `0..initial`), the map from their fingerprints to indices, and the first level.
+/// indices `0..initial`), the map from their fingerprints to indices, the first level, and how
+/// many initial states are within the boundary (repeats included).
 fn initial_graph<M>(
     model: &M,
     representative: Option<Representative<M>>,
     slot_families: &[&'static str],
     codec: Option<&StateCodec<M::State>>,
-) -> (Graph, StateIndex, Frontier<M::State>)
+) -> (Graph, StateIndex, Frontier<M::State>, usize)
 where
     M: ModelSpec,
     M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
@@ -579,14 +775,17 @@ where
         slots: slot_families.len(),
         annotations: Vec::new(),
         renamings: actors::Interned::new(identity_renaming()),
+        parents: Vec::new(),
     };
     let mut index_of = StateIndex::default();
+    let mut within = 0;
     let mut level: Frontier<M::State> = Frontier::new(codec.is_some(), LEVEL_BLOCK_BYTES);
     let (mut encoded, mut record) = (Vec::new(), Vec::new());
     for state in model.init_states() {
         if !model.within_boundary(&state) {
             continue;
         }
+        within += 1;
         let state_fingerprint = key_of(representative, model, &state);
         let next = graph.fingerprints.len() as u32;
         if index_of.index_or_insert(state_fingerprint, next).1 {
@@ -602,7 +801,7 @@ where
         }
     }
     graph.initial = graph.fingerprints.len();
-    (graph, index_of, level)
+    (graph, index_of, level, within)
 }
 
 /// What the next chunk may allocate at once: the doubling of the fingerprint map and of the
@@ -611,7 +810,8 @@ fn growth_bytes(graph: &Graph, index_of: &StateIndex, threads: usize) -> usize {
     let headroom = CHUNK_STATES_PER_THREAD * threads * 16;
     let mut growth_bytes = index_of.growth_bytes(headroom);
     if graph.fingerprints.len() + headroom > graph.fingerprints.capacity() {
-        growth_bytes += graph.fingerprints.capacity() * 2 * STATE_VECTOR_BYTES;
+        let parent_bytes = if graph.parents.is_empty() { 0 } else { 4 };
+        growth_bytes += graph.fingerprints.capacity() * 2 * (STATE_VECTOR_BYTES + parent_bytes);
     }
     if graph.targets.len() + headroom * 8 > graph.targets.capacity() {
         growth_bytes += graph.targets.capacity() * 2 * EDGE_BYTES;
@@ -1153,10 +1353,27 @@ where
     panic!("a lifted lasso did not return to a state it left within {LIFT_ROUNDS_MAX} rounds");
 }
 
-/// Decides every liveness property of `definitions` over one exploration of the graph.
+/// The symmetry whose quotient the liveness graph is under `options`: the model's, where it
+/// declares how liveness may use it (`Scale::liveness_symmetry`, `Scale::actor_families`).
+pub(crate) fn quotient<M: ModelSpec>(model: &M, options: &CheckOptions) -> Option<Representative<M>>
+where
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let scale = model.scale();
+    scale
+        .symmetry
+        .filter(|_| options.symmetry && (scale.liveness_symmetry || scale.actor_families.is_some()))
+}
+
+/// Decides every liveness property of `definitions` over one exploration of the graph, and finds
+/// on the same exploration the first state matching each of `targets` with the path to it, as
+/// the safety search would ([`SafetyFound`]; the caller gives targets only when the safety
+/// search's quotient is this graph's, [`quotient`], and it prunes nothing more).
 pub(crate) fn check<M>(
     model: &M,
     definitions: &[LivenessDef<M>],
+    targets: &[Target<M>],
     options: &CheckOptions,
     started: Instant,
     progress: &mut dyn FnMut(Progress),
@@ -1171,43 +1388,110 @@ where
         "a model declares more than {PROPERTIES_MAX} liveness properties"
     );
     let own_start = Instant::now();
-    let scale = model.scale();
-    let actors = scale.actor_families.filter(|_| options.symmetry);
-    let representative = scale
-        .symmetry
-        .filter(|_| options.symmetry && (scale.liveness_symmetry || actors.is_some()));
-    let graph = match explore(
+    let actors = model.scale().actor_families.filter(|_| options.symmetry);
+    let representative = quotient(model, options);
+    let Explored {
+        graph,
+        stopped,
+        found,
+        generated,
+        states_per_depth,
+        coverage,
+    } = explore(
         model,
         definitions,
-        representative,
-        actors.filter(|_| representative.is_some()),
+        targets,
+        (representative, actors.filter(|_| representative.is_some())),
         options,
         started,
         progress,
-    ) {
-        Ok(graph) => graph,
-        Err((stop, unique_states, edges)) => {
-            return Checked {
-                properties: definitions.iter().map(|_| None).collect(),
-                unique_states,
-                edges,
-                stopped: Some(stop),
-                seconds: own_start.elapsed().as_secs_f64(),
-            }
-        }
+    );
+    // A stop leaves the discoveries made before it: shortest all the same.
+    let safety = SafetyFound {
+        found: found
+            .iter()
+            .map(|first| first.map(|last| first_path(model, &graph, representative, last)))
+            .collect(),
+        generated,
+        states_per_depth,
+        coverage: coverage.into_map(),
     };
-    let properties = definitions
-        .iter()
-        .enumerate()
-        .map(|(index, def)| Some(decide(model, &graph, representative, index, def)))
-        .collect();
+    let properties = match stopped {
+        Some(_) => definitions.iter().map(|_| None).collect(),
+        None => definitions
+            .iter()
+            .enumerate()
+            .map(|(index, def)| Some(decide(model, &graph, representative, index, def)))
+            .collect(),
+    };
     Checked {
         properties,
         unique_states: graph.states(),
         edges: graph.targets.len(),
-        stopped: None,
+        stopped,
         seconds: own_start.elapsed().as_secs_f64(),
+        safety,
     }
+}
+
+/// The path to state `last` through first discoverers, re-executed from its initial state: at
+/// each step the first action, in the model's order, whose successor within the boundary is
+/// known by the next state's fingerprint — the step the safety search records for it. Each step
+/// is checked against its fingerprint, as the safety search checks its paths.
+fn first_path<M>(
+    model: &M,
+    graph: &Graph,
+    representative: Option<Representative<M>>,
+    last: u32,
+) -> ModelPath<M>
+where
+    M: ModelSpec,
+    M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
+    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
+{
+    let mut indices = vec![last];
+    let mut cursor = last;
+    while cursor as usize >= graph.initial {
+        cursor = graph.parents[cursor as usize];
+        assert_ne!(
+            cursor, UNSET,
+            "a state found by a step has the state that took it"
+        );
+        assert!(
+            indices.len() < graph.states(),
+            "the first discoverers of a state lead back to it: the parents are not a tree"
+        );
+        indices.push(cursor);
+    }
+    indices.reverse();
+    let root = graph.fingerprints[indices[0] as usize];
+    let mut state = model
+        .init_states()
+        .into_iter()
+        .filter(|state| model.within_boundary(state))
+        .find(|state| key_of(representative, model, state) == root)
+        .expect("a path starts at an initial state");
+    let mut path = Vec::with_capacity(indices.len());
+    let mut actions = Vec::new();
+    for next_index in &indices[1..] {
+        let wanted = graph.fingerprints[*next_index as usize];
+        actions.clear();
+        model.actions(&state, &mut actions);
+        let (action, next) = actions
+            .drain(..)
+            .find_map(|action| {
+                let next = model.next_state(&state, action.clone())?;
+                (model.within_boundary(&next) && key_of(representative, model, &next) == wanted)
+                    .then_some((action, next))
+            })
+            .expect(
+                "re-executing a path reached another state: the model is nondeterministic or two states share a fingerprint",
+            );
+        path.push((state, Some(action)));
+        state = next;
+    }
+    path.push((state, None));
+    path
 }
 
 /// Decides property `index` over the explored graph: its goal-avoiding components, then the

@@ -160,7 +160,7 @@ impl<A: std::fmt::Debug> Coverage<A> {
         self.kinds[slot].2 += 1;
     }
 
-    fn merge(&mut self, other: Coverage<A>) {
+    pub(crate) fn merge(&mut self, other: Coverage<A>) {
         for (kind, name, count) in other.kinds {
             match self.kinds.iter_mut().find(|(known, _, _)| *known == kind) {
                 Some((_, _, total)) => *total += count,

@@ -44,6 +44,13 @@ impl StateIndex {
         }
     }
 
+    /// The index of `fingerprint`, if it has one.
+    pub(super) fn get(&self, fingerprint: u64) -> Option<u32> {
+        self.shards[shard_of(fingerprint)]
+            .get(&Key(fingerprint))
+            .copied()
+    }
+
     /// What the next `new_states_max` insertions may allocate at once.
     pub(super) fn growth_bytes(&self, new_states_max: usize) -> usize {
         shards_growth_bytes(
@@ -73,5 +80,8 @@ mod tests {
         assert_eq!(index.index_or_insert(7, 1), (0, false));
         assert_eq!(index.index_or_insert(1 << 50, 1), (1, true));
         assert_eq!(index.len(), 2);
+        assert_eq!(index.get(7), Some(0));
+        assert_eq!(index.get(1 << 50), Some(1));
+        assert_eq!(index.get(8), None);
     }
 }
