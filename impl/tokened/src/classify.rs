@@ -365,6 +365,23 @@ mod tests {
         AttributeValue::N(text.to_owned())
     }
 
+    /// The clauses' parts are split at top-level commas only, and each part is its own text:
+    /// no comma, no padding, none empty.
+    #[test]
+    fn a_clause_splits_at_its_top_level_commas_only() {
+        assert_eq!(
+            split_top_level(" a = :x, b = list_append(b, :y) ,c = if_not_exists(c, :z)"),
+            vec![
+                "a = :x",
+                "b = list_append(b, :y)",
+                "c = if_not_exists(c, :z)"
+            ]
+        );
+        assert_eq!(split_top_level("s :a,n :b"), vec!["s :a", "n :b"]);
+        assert_eq!(split_top_level("n :d,"), vec!["n :d"]);
+        assert_eq!(split_top_level(""), Vec::<&str>::new());
+    }
+
     //= specs/tokened-writes.md#T4
     //# For each pattern, what the retry table says is what the model shows.
     #[test]

@@ -135,6 +135,55 @@ async fn a_server_error_is_resent_identically() {
     assert_eq!(requests[0].1, requests[1].1);
 }
 
+/// A cancellation for a conflict with another transaction applied nothing: the identical
+/// request is resent and applies. A cancellation that names a failed condition as well is final,
+/// whatever else it names.
+#[tokio::test]
+async fn a_transaction_conflict_is_resent_and_a_failed_condition_beside_it_is_final() {
+    let fake = FakeEndpoint::start(vec![
+        Scripted::cancelled(&["TransactionConflict", "None", "None"]),
+        Scripted::ok(json!({})),
+    ])
+    .await;
+    let (resending_writer, _clock, _directory) = writer(&fake.url).await;
+    let report = resending_writer
+        .write(Intent::with_receipt(transfer(), receipt(TABLE, "c")))
+        .await
+        .unwrap();
+    assert_eq!(report.outcome, Outcome::Applied, "{report:?}");
+    assert_eq!(report.answers, vec![Answer::Conflict, Answer::Success]);
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2);
+    assert_eq!(
+        requests[0].1, requests[1].1,
+        "the resend is the identical request"
+    );
+
+    let fake = FakeEndpoint::start(vec![Scripted::cancelled(&[
+        "ConditionalCheckFailed",
+        "TransactionConflict",
+        "None",
+    ])])
+    .await;
+    let (final_writer, _clock, _directory) = writer(&fake.url).await;
+    let report = final_writer
+        .write(Intent::with_receipt(transfer(), receipt(TABLE, "f")))
+        .await
+        .unwrap();
+    assert_eq!(
+        report.outcome,
+        Outcome::Cancelled {
+            reasons: vec![
+                "ConditionalCheckFailed".to_owned(),
+                "TransactionConflict".to_owned(),
+                "None".to_owned(),
+            ]
+        },
+        "{report:?}"
+    );
+    assert_eq!(fake.requests().len(), 1, "a failed condition is not resent");
+}
+
 fn put_request(name: &str) -> WriteRequest {
     let item: HashMap<String, AttributeValue> = key(name);
     WriteRequest::builder()

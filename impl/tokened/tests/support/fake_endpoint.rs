@@ -35,6 +35,24 @@ impl Scripted {
         }
     }
 
+    /// A TransactionCanceledException with one cancellation reason per item, in request order
+    /// (`"None"` for an item that did not cause it).
+    pub fn cancelled(codes: &[&str]) -> Scripted {
+        let reasons: Vec<serde_json::Value> = codes
+            .iter()
+            .map(|code| serde_json::json!({ "Code": code }))
+            .collect();
+        let body = serde_json::json!({
+            "__type": "com.amazonaws.dynamodb.v20120810#TransactionCanceledException",
+            "message": "Transaction cancelled, please refer cancellation reasons for specific reasons",
+            "CancellationReasons": reasons,
+        });
+        Scripted {
+            status: 400,
+            body: body.to_string(),
+        }
+    }
+
     pub fn ok(body: serde_json::Value) -> Scripted {
         Scripted {
             status: 200,
