@@ -1064,65 +1064,54 @@ where
         && targets.len() <= liveness::SAFETY_TARGETS_MAX
         && liveness::quotient(model, options).is_some() == hooks.representative.is_some();
     let mut decided = BTreeMap::new();
-    let (paths, exhausted, measured) = 'run: {
-        if one_exploration {
-            let checked =
-                liveness::check(model, &liveness_defs, &targets, options, started, progress);
-            // A limit other than time could have let the safety search, which spills its
-            // frontier, go further alone: it runs as before, and the liveness properties stay
-            // unknown, stopped where the one exploration stopped.
-            let fall_back = matches!(
-                checked.stopped,
-                Some(Stop::Memory { .. } | Stop::States { .. } | Stop::Disk { .. })
-            );
-            if !fall_back {
-                break 'run one_exploration_outcome(
-                    &definitions,
-                    &liveness_defs,
-                    checked,
-                    started,
-                    &mut decided,
-                );
-            }
-            let stopped = checked.stopped;
-            drop(checked);
-            let (paths, exhausted, mut measured) = safety_search(
-                model,
-                &definitions,
-                &targets,
-                options,
-                &hooks,
-                started,
-                progress,
-            );
-            measured.complete = false;
-            measured.stopped = measured.stopped.or(stopped);
-            break 'run (paths, exhausted, measured);
-        }
-        let (mut paths, exhausted, mut measured) = safety_search(
-            model,
-            &definitions,
-            &targets,
-            options,
-            &hooks,
-            started,
-            progress,
+    let mut exploration_stopped = None;
+    if one_exploration {
+        let explored = liveness::check(model, &liveness_defs, &targets, options, started, progress);
+        // A limit other than time could have let the safety search, which spills its frontier,
+        // go further alone: it runs as before, and the liveness properties stay unknown,
+        // stopped where the one exploration stopped.
+        let fall_back = matches!(
+            explored.stopped,
+            Some(Stop::Memory { .. } | Stop::States { .. } | Stop::Disk { .. })
         );
-        if liveness_on && measured.stopped.is_none() {
-            let checked = liveness::check(model, &liveness_defs, &[], options, started, progress);
-            measured.liveness = Some(LivenessRun {
-                unique_states: checked.unique_states,
-                edges: checked.edges,
-                seconds: checked.seconds,
-            });
-            measured.stopped = checked.stopped;
-            measured.complete &= checked.stopped.is_none();
-            decide_liveness(&liveness_defs, checked.properties, &mut paths, &mut decided);
-        } else if !liveness_defs.is_empty() {
-            measured.complete = false;
+        if !fall_back {
+            let (paths, exhausted, measured) = one_exploration_outcome(
+                &definitions,
+                &liveness_defs,
+                explored,
+                started,
+                &mut decided,
+            );
+            definitions.extend(liveness_defs.iter().map(LivenessDef::as_property));
+            return checked(model, &definitions, paths, exhausted, &decided, measured);
         }
-        (paths, exhausted, measured)
-    };
+        exploration_stopped = explored.stopped;
+    }
+    let (mut paths, exhausted, mut measured) = safety_search(
+        model,
+        &definitions,
+        &targets,
+        options,
+        &hooks,
+        started,
+        progress,
+    );
+    if exploration_stopped.is_some() {
+        measured.complete = false;
+        measured.stopped = measured.stopped.or(exploration_stopped);
+    } else if liveness_on && measured.stopped.is_none() {
+        let checked = liveness::check(model, &liveness_defs, &[], options, started, progress);
+        measured.liveness = Some(LivenessRun {
+            unique_states: checked.unique_states,
+            edges: checked.edges,
+            seconds: checked.seconds,
+        });
+        measured.stopped = checked.stopped;
+        measured.complete &= checked.stopped.is_none();
+        decide_liveness(&liveness_defs, checked.properties, &mut paths, &mut decided);
+    } else if !liveness_defs.is_empty() {
+        measured.complete = false;
+    }
     definitions.extend(liveness_defs.iter().map(LivenessDef::as_property));
     checked(model, &definitions, paths, exhausted, &decided, measured)
 }

@@ -4,22 +4,11 @@
 //! verdicts, the same shortest traces step for step, the same counts per depth and per action,
 //! the same lassos — and the same for any number of threads.
 
+use super::reduction_tests::model;
 use super::*;
 use crate::idempotency::IdempotencyModel;
 use crate::relay::RelayModel;
 use crate::token::TokenModel;
-
-fn model<M: ModelSpec>(variant: &str, overrides: &[(&str, u32)]) -> M
-where
-    M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
-    M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
-{
-    let overrides: Vec<(String, u32)> = overrides
-        .iter()
-        .map(|(key, value)| (key.to_string(), *value))
-        .collect();
-    M::build(variant, &M::resolve_bounds(variant, &overrides).unwrap()).unwrap()
-}
 
 /// Checks `model` in one exploration and in two, with and without its symmetry; answers how
 /// many of its safety properties had a trace (so a caller can require that some did).

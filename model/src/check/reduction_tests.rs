@@ -44,7 +44,8 @@ where
     }
 }
 
-fn model<M: ModelSpec>(variant: &str, overrides: &[(&str, u32)]) -> M
+/// The model of `variant` at its embedded bounds with `overrides`.
+pub(super) fn model<M: ModelSpec>(variant: &str, overrides: &[(&str, u32)]) -> M
 where
     M::State: Clone + Debug + Hash + Eq + Send + Sync + 'static,
     M::Action: Clone + Debug + PartialEq + Send + Sync + 'static,
