@@ -576,6 +576,8 @@ fn absorb<M: Model>(
     let mut states = successor_states.drain(..);
     let mut record_start = 0;
     let mut step_index = 0;
+    // Steps in a row mostly move the actors alike: the last interned renaming is looked up first.
+    let mut last_moved = (identity_renaming(), 0u16);
     for expanded in out.drain(..) {
         let current = graph.marks.len() as u32;
         let mut matched = expanded.matched;
@@ -589,8 +591,10 @@ fn absorb<M: Model>(
         graph.cut.push(translate(expanded.cut, &table));
         for step in &steps[step_index..expanded.steps_end] {
             if per_actor {
-                let index = graph.renamings.index(step.moved);
-                graph.annotations.push(index);
+                if step.moved != last_moved.0 {
+                    last_moved = (step.moved, graph.renamings.index(step.moved));
+                }
+                graph.annotations.push(last_moved.1);
             }
             let target = if step.known != UNSET {
                 step.known
