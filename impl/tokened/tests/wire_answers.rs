@@ -11,7 +11,7 @@ use std::sync::Arc;
 use aws_sdk_dynamodb::types::{AttributeValue, PutRequest, WriteRequest};
 use oncecheck_tokened::{
     Answer, BatchOutcome, Intent, Journal, JournalError, Outcome, ReconcileCheck, ReliableWriter,
-    WriteError,
+    RetryAsk, SingleOutcome, WriteError,
 };
 use serde_json::json;
 use support::fake_endpoint::{FakeEndpoint, Scripted};
@@ -182,6 +182,75 @@ async fn a_transaction_conflict_is_resent_and_a_failed_condition_beside_it_is_fi
         "{report:?}"
     );
     assert_eq!(fake.requests().len(), 1, "a failed condition is not resent");
+}
+
+/// A fixed PutItem: its retry converges, so an unknown outcome is resent.
+fn fixed_put(name: &str) -> aws_sdk_dynamodb::types::TransactWriteItem {
+    let put = aws_sdk_dynamodb::types::Put::builder()
+        .table_name(TABLE)
+        .set_item(Some(key(name)))
+        .item("balance", AttributeValue::N("7".into()))
+        .build()
+        .unwrap();
+    aws_sdk_dynamodb::types::TransactWriteItem::builder()
+        .put(put)
+        .build()
+}
+
+/// A single-item write tells its service errors apart: a server error is an unknown outcome
+/// (resent, then applied), a validation error is the caller's (rejected, not resent), and only
+/// the operation's ConditionalCheckFailed is a failed condition.
+#[tokio::test]
+async fn a_single_write_tells_a_server_error_and_a_rejection_from_a_failed_condition() {
+    let fake = FakeEndpoint::start(vec![
+        Scripted::error(500, "InternalServerError", "outcome unknown"),
+        Scripted::ok(json!({})),
+    ])
+    .await;
+    let (resending_writer, _clock, _directory) = writer(&fake.url).await;
+    let outcome = resending_writer
+        .send_single(fixed_put("p"), RetryAsk::OnUnknownOutcome)
+        .await
+        .unwrap();
+    assert_eq!(outcome, SingleOutcome::Applied { attempts: 2 });
+    assert_eq!(fake.requests().len(), 2);
+
+    let fake = FakeEndpoint::start(vec![Scripted::error(
+        400,
+        "ValidationException",
+        "bad item",
+    )])
+    .await;
+    let (rejecting_writer, _clock, _directory) = writer(&fake.url).await;
+    let error = rejecting_writer
+        .send_single(fixed_put("q"), RetryAsk::OnUnknownOutcome)
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&error, WriteError::Rejected { code, .. } if code == "ValidationException"),
+        "{error:?}"
+    );
+    assert_eq!(fake.requests().len(), 1, "a rejection is not resent");
+
+    let fake = FakeEndpoint::start(vec![Scripted::error(
+        400,
+        "ConditionalCheckFailedException",
+        "the item exists",
+    )])
+    .await;
+    let (conditional_writer, _clock, _directory) = writer(&fake.url).await;
+    let outcome = conditional_writer
+        .send_single(fixed_put("r"), RetryAsk::OnUnknownOutcome)
+        .await
+        .unwrap();
+    assert_eq!(
+        outcome,
+        SingleOutcome::ConditionFailed {
+            attempts: 1,
+            after_unknown_outcome: false,
+            read_back_needed: false,
+        }
+    );
 }
 
 fn put_request(name: &str) -> WriteRequest {
