@@ -222,19 +222,21 @@ fn split_clauses(expression: &str) -> Vec<(String, &str)> {
     let bytes = expression.as_bytes();
     let is_word =
         |byte: u8| byte.is_ascii_alphanumeric() || byte == b'_' || byte == b'#' || byte == b':';
-    let mut index = 0;
-    while index < bytes.len() {
-        if is_word(bytes[index]) {
-            let start = index;
-            while index < bytes.len() && is_word(bytes[index]) {
-                index += 1;
+    // One pass over the bytes and a separator past the end, so every word ends inside the loop
+    // and the loop is bounded by the expression's length.
+    let mut word_start: Option<usize> = None;
+    let separated = bytes.iter().copied().chain(std::iter::once(b' '));
+    for (index, byte) in separated.enumerate() {
+        match (word_start, is_word(byte)) {
+            (None, true) => word_start = Some(index),
+            (Some(start), false) => {
+                word_start = None;
+                let word = expression[start..index].to_ascii_uppercase();
+                if KEYWORDS.contains(&word.as_str()) {
+                    starts.push((start, index, word));
+                }
             }
-            let word = expression[start..index].to_ascii_uppercase();
-            if KEYWORDS.contains(&word.as_str()) {
-                starts.push((start, index, word));
-            }
-        } else {
-            index += 1;
+            (None, false) | (Some(_), true) => {}
         }
     }
     starts

@@ -566,20 +566,15 @@ impl ReliableWriter {
 
     async fn drive(&self, mut open: Open) -> Result<WriteReport, WriteError> {
         let mut answers = Vec::new();
-        // `attempts_max` bounds the submissions of one call; `open.attempts` counts them all.
-        let mut submitted_now = 0u32;
-        loop {
+        // `attempts_max` bounds the submissions of one call, by the range itself;
+        // `open.attempts` counts them all.
+        for submitted_now in 1..=self.limits.attempts_max {
             if open.attempts == 0 {
                 // The journal row records this first submission.
                 open.attempts = 1;
             } else {
-                //= specs/tokened-writes.md#T6
-                //# Every client eventually learns its write's outcome within its retries, or gives up and reports what it knows: the outcome it reads back, or that the outcome is unknown.
-                if submitted_now >= self.limits.attempts_max {
-                    return self.out_of_attempts(open, answers).await;
-                }
                 if !answers.is_empty() {
-                    tokio::time::sleep(backoff(&self.limits, submitted_now)).await;
+                    tokio::time::sleep(backoff(&self.limits, submitted_now - 1)).await;
                 }
                 //= specs/tokened-writes.md#T1
                 //# The identical tokened request, retried within the window, applies its effects once.
@@ -589,14 +584,6 @@ impl ReliableWriter {
                 }
                 self.record_resend(&mut open).await?;
             }
-            submitted_now += 1;
-            //= specs/tokened-writes.md#T6
-            //# Every client eventually learns its write's outcome within its retries, or gives up and reports what it knows: the outcome it reads back, or that the outcome is unknown.
-            assert!(
-                submitted_now <= self.limits.attempts_max,
-                "submission {submitted_now} of one call passes attempts_max {}",
-                self.limits.attempts_max
-            );
             let answer = self.submit(&open).await;
             answers.push(answer.clone());
             match answer {
@@ -629,6 +616,9 @@ impl ReliableWriter {
                 Answer::NotSent(_) | Answer::Conflict => {}
             }
         }
+        //= specs/tokened-writes.md#T6
+        //# Every client eventually learns its write's outcome within its retries, or gives up and reports what it knows: the outcome it reads back, or that the outcome is unknown.
+        self.out_of_attempts(open, answers).await
     }
 
     /// Journals the resend about to be made (the journal counts every submission of the intent).
@@ -982,9 +972,9 @@ impl ReliableWriter {
             )));
         }
         let mut pending = requests;
-        let mut rounds = 0u32;
-        loop {
-            rounds += 1;
+        // The first send and `unprocessed_rounds_max` resends: bounded by the range itself.
+        let rounds_max = self.limits.unprocessed_rounds_max.saturating_add(1);
+        for rounds in 1..=rounds_max {
             let sent = self
                 .client
                 .batch_write_item()
@@ -1003,14 +993,10 @@ impl ReliableWriter {
                     if unprocessed.is_empty() {
                         return Ok(BatchOutcome::Done { rounds });
                     }
-                    if rounds > self.limits.unprocessed_rounds_max {
-                        return Ok(BatchOutcome::Unprocessed {
-                            rounds,
-                            items: unprocessed,
-                        });
-                    }
                     pending = unprocessed;
-                    tokio::time::sleep(backoff(&self.limits, rounds)).await;
+                    if rounds < rounds_max {
+                        tokio::time::sleep(backoff(&self.limits, rounds)).await;
+                    }
                 }
                 Err(error) => {
                     return match failure_of(&error) {
@@ -1027,6 +1013,10 @@ impl ReliableWriter {
                 }
             }
         }
+        Ok(BatchOutcome::Unprocessed {
+            rounds: rounds_max,
+            items: pending,
+        })
     }
 }
 
