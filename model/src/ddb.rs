@@ -17,8 +17,9 @@
 //! - Overwrites and counter regressions are not prevented here (the protocol's conditions do
 //!   that); they are recorded in [`Anomalies`] so properties can see them.
 
+use crate::sorted_map::SortedMap;
 use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeSet;
 
 /// A stream's seq. Small on purpose: state stays small and hashing cheap.
 pub type Seq = u8;
@@ -282,9 +283,9 @@ pub struct Anomalies {
 #[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct Table {
     /// Items visible to reads.
-    pub applied: BTreeMap<Key, Value>,
+    pub applied: SortedMap<Key, Value>,
     /// Items of committed transactions not yet visible: the visibility window. Locked.
-    pub pending: BTreeMap<Key, Value>,
+    pub pending: SortedMap<Key, Value>,
     pub anomalies: Anomalies,
 }
 
@@ -413,7 +414,7 @@ impl Table {
     }
 
     /// Every op a transaction has committed, visible or still pending, by seq.
-    pub fn committed_ops(&self) -> BTreeMap<Seq, OpId> {
+    pub fn committed_ops(&self) -> SortedMap<Seq, OpId> {
         self.applied
             .iter()
             .chain(self.pending.iter())

@@ -8,6 +8,7 @@ pub mod check;
 pub mod ddb;
 pub mod idempotency;
 pub mod relay;
+pub mod sorted_map;
 pub mod token;
 pub mod trace;
 pub mod view;

@@ -44,6 +44,7 @@ use crate::ddb::{
     op_name, Condition, Key, OpId, Operation, Reason, Seq, SeqSet, Table, TransactItem,
     TransactOutcome, Value, SEQ_MAX,
 };
+use crate::sorted_map::SortedMap;
 use serde::{Deserialize, Serialize};
 use stateright::{Model, Property};
 use std::collections::{BTreeMap, BTreeSet};
@@ -315,10 +316,10 @@ impl Model for RelayModel {
                         })
                         .collect(),
                     folders,
-                    answers: BTreeMap::new(),
+                    answers: SortedMap::new(),
                     lost_responses_left: self.bounds.lost_responses_max,
                     legacy_burned,
-                    truncated: BTreeMap::new(),
+                    truncated: SortedMap::new(),
                     truncations_left: self.bounds.truncations_max,
                     anomalies: WriterAnomalies::default(),
                 }

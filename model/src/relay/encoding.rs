@@ -85,7 +85,7 @@ fn value_json(value: Value) -> Json {
 
 /// Items by kind, keyed by plain values (ITF readers such as the `itf` crate refuse variants
 /// as map keys): `counter` (Some/None), `claims` (op id -> seq), `ops` (seq -> op id).
-fn table_json(items: &std::collections::BTreeMap<Key, Value>) -> Json {
+fn table_json(items: &crate::sorted_map::SortedMap<Key, Value>) -> Json {
     let counter = items
         .iter()
         .find(|(key, _)| **key == Key::Counter)

@@ -10,7 +10,10 @@ use super::*;
 
 impl RelayModel {
     pub(super) fn answer(state: &mut RelayState, op: OpId, seq: Seq) {
-        state.answers.entry(op).or_default().insert(seq);
+        state
+            .answers
+            .get_or_insert_with(op, SeqSet::new)
+            .insert(seq);
     }
 
     /// Moves `next_op` past the op just answered and past ops the fast path answered ahead;

@@ -166,19 +166,19 @@ pub struct RelayState {
     pub pullers: Vec<Puller>,
     pub folders: Vec<Folder>,
     /// Every seq answered to a client, per op id (R3).
-    pub answers: BTreeMap<OpId, SeqSet>,
+    pub answers: SortedMap<OpId, SeqSet>,
     pub lost_responses_left: u8,
     /// Seqs absent at the start below the counter: burned by an ADD-era relay (R5 exempts them).
     pub legacy_burned: SeqSet,
     /// Ops truncation deleted, by seq: still stored as far as R1, R3, R5 and R8 are concerned.
-    pub truncated: BTreeMap<Seq, OpId>,
+    pub truncated: SortedMap<Seq, OpId>,
     pub truncations_left: u8,
     pub anomalies: WriterAnomalies,
 }
 
 impl RelayState {
     /// Every op a transaction has stored: visible, pending, or deleted by truncation since.
-    pub fn stored_ops(&self) -> BTreeMap<Seq, OpId> {
+    pub fn stored_ops(&self) -> SortedMap<Seq, OpId> {
         let mut stored = self.table.committed_ops();
         stored.extend(self.truncated.iter().map(|(seq, op)| (*seq, *op)));
         stored
