@@ -116,6 +116,41 @@ async fn a_token_in_progress_is_a_typed_outcome_then_reconciled_past_the_window(
     assert_eq!(entry.outcome.as_deref(), Some("reconciled-applied"));
 }
 
+/// Past the window a receipt holding another intent's token is not this intent's commit: the
+/// write ends `receipt-taken` with the token found, and nothing is resent.
+//= specs/tokened-writes.md#T3
+//# An unknown outcome is all or nothing.
+#[tokio::test]
+async fn a_receipt_holding_another_token_is_reported_taken_not_applied() {
+    let attempts_max = test_limits().attempts_max as usize;
+    let mut script =
+        vec![Scripted::error(400, "TransactionInProgressException", "still running"); attempts_max];
+    script.push(Scripted::ok(json!({
+        "Item": {
+            "pk": { "S": "receipt#m" },
+            "receipt_token": { "S": "another-intents-token" },
+        }
+    })));
+    let fake = FakeEndpoint::start(script).await;
+    let (writer, clock, _directory) = writer(&fake.url).await;
+    let intent = Intent::with_receipt(transfer(), receipt(TABLE, "m"));
+    let token = intent.token_str().to_owned();
+    let report = writer.write(intent).await.unwrap();
+    assert_eq!(report.outcome, Outcome::InProgress);
+
+    clock.advance_secs(10 * 60);
+    let resumed = writer.resume(&token, None).await;
+    match resumed {
+        Err(WriteError::ReceiptTaken { found }) => assert_eq!(found, "another-intents-token"),
+        other => panic!("expected the receipt taken, got {other:?}"),
+    }
+    let requests = fake.requests();
+    assert_eq!(requests.len(), attempts_max + 1, "one read, no resend");
+    assert_eq!(requests[attempts_max].0, "GetItem");
+    let entry = writer.journal().entry(&token).await.unwrap().unwrap();
+    assert_eq!(entry.outcome.as_deref(), Some("receipt-taken"));
+}
+
 /// A 500 is an unknown outcome: resent with the same token, then success.
 #[tokio::test]
 async fn a_server_error_is_resent_identically() {
