@@ -123,7 +123,8 @@ impl<K: Ord, V> SortedMap<K, V> {
         self.entries.iter().map(|(_, value)| value)
     }
 
-    /// The entries whose keys lie in `range`, in ascending key order, as `BTreeMap::range`.
+    /// The entries whose keys lie in `range`, in ascending key order, as `BTreeMap::range`;
+    /// like it, panics on a range that starts after it ends.
     pub fn range<Q: Ord + ?Sized>(
         &self,
         range: impl RangeBounds<Q>,
@@ -131,6 +132,24 @@ impl<K: Ord, V> SortedMap<K, V> {
     where
         K: Borrow<Q>,
     {
+        if let (
+            Bound::Included(from) | Bound::Excluded(from),
+            Bound::Included(to) | Bound::Excluded(to),
+        ) = (range.start_bound(), range.end_bound())
+        {
+            assert!(
+                from <= to,
+                "range start is greater than range end in SortedMap"
+            );
+            let both_excluded = matches!(
+                (range.start_bound(), range.end_bound()),
+                (Bound::Excluded(_), Bound::Excluded(_))
+            );
+            assert!(
+                !(both_excluded && from == to),
+                "range start and end are equal and excluded in SortedMap"
+            );
+        }
         let start = match range.start_bound() {
             Bound::Included(from) => self.entries.partition_point(|(key, _)| key.borrow() < from),
             Bound::Excluded(from) => self
@@ -143,7 +162,7 @@ impl<K: Ord, V> SortedMap<K, V> {
             Bound::Excluded(to) => self.entries.partition_point(|(key, _)| key.borrow() < to),
             Bound::Unbounded => self.entries.len(),
         };
-        self.entries[start..end.max(start)]
+        self.entries[start..end]
             .iter()
             .map(|(key, value)| (key, value))
     }
@@ -162,8 +181,9 @@ impl<K: Ord, V> SortedMap<K, V> {
 }
 
 impl<K: Ord, V> FromIterator<(K, V)> for SortedMap<K, V> {
-    /// One allocation and one sort, whatever the order: of entries with one key the last
-    /// stays, as `BTreeMap` keeps it.
+    /// One allocation and one sort, whatever the order: of entries with one key, the last one's
+    /// value stays, as in a `BTreeMap` (which also keeps that entry's key; the model's keys that
+    /// compare equal are identical).
     fn from_iter<I: IntoIterator<Item = (K, V)>>(entries: I) -> Self {
         let mut entries: Vec<(K, V)> = entries.into_iter().collect();
         if !entries.is_sorted_by(|earlier, later| earlier.0 < later.0) {
@@ -300,22 +320,43 @@ mod tests {
 
     /// Every subset of six keys, each inserted in an order that is not ascending, with values
     /// that tell the keys apart; both as the map under test and as a `BTreeMap`.
+    /// Every subset of six keys, inserted in an order that lands keys at the front, the back
+    /// and between others; both as the map under test and as a `BTreeMap`. Inserting the same
+    /// entries in ascending or descending order gives the same map.
     fn every_subset() -> Vec<(SortedMap<u8, u16>, BTreeMap<u8, u16>)> {
-        const KEYS: [u8; 6] = [0, 1, 7, 63, 64, 255];
-        (0u32..1 << KEYS.len())
+        const KEYS_INTERLEAVED: [u8; 6] = [64, 0, 255, 7, 1, 63];
+        (0u32..1 << KEYS_INTERLEAVED.len())
             .map(|members| {
-                let chosen: Vec<u8> = KEYS
+                let chosen: Vec<u8> = KEYS_INTERLEAVED
                     .iter()
                     .enumerate()
-                    .rev()
                     .filter(|(index, _)| members & (1 << index) != 0)
                     .map(|(_, key)| *key)
                     .collect();
+                let value_of = |key: u8| u16::from(key) * 3 + 1;
                 let mut sorted = SortedMap::new();
                 let mut tree = BTreeMap::new();
-                for key in chosen {
-                    let value = u16::from(key) * 3 + 1;
-                    assert_eq!(sorted.insert(key, value), tree.insert(key, value));
+                for key in chosen.iter().copied() {
+                    assert_eq!(
+                        sorted.insert(key, value_of(key)),
+                        tree.insert(key, value_of(key))
+                    );
+                    assert!(
+                        sorted
+                            .entries
+                            .is_sorted_by(|earlier, later| earlier.0 < later.0),
+                        "{:?} after inserting {key}",
+                        sorted.entries
+                    );
+                }
+                let mut ascending = chosen.clone();
+                ascending.sort_unstable();
+                for order in [ascending.clone(), ascending.into_iter().rev().collect()] {
+                    let mut other = SortedMap::new();
+                    for key in order {
+                        other.insert(key, value_of(key));
+                    }
+                    assert_eq!(other, sorted);
                 }
                 (sorted, tree)
             })
@@ -359,6 +400,17 @@ mod tests {
             for (other_sorted, other_tree) in &subsets {
                 assert_eq!(sorted.cmp(other_sorted), tree.cmp(other_tree));
                 assert_eq!(sorted == other_sorted, tree == other_tree);
+            }
+            // The same keys with one value changed: order and equality read the values too.
+            if let Some((&key, &value)) = tree.iter().next() {
+                for changed_value in [value - 1, value + 1] {
+                    let (mut other_sorted, mut other_tree) = (sorted.clone(), tree.clone());
+                    other_sorted.insert(key, changed_value);
+                    other_tree.insert(key, changed_value);
+                    assert_eq!(sorted.cmp(&other_sorted), tree.cmp(&other_tree));
+                    assert_eq!(other_sorted.cmp(sorted), other_tree.cmp(tree));
+                    assert_ne!(&other_sorted, sorted);
+                }
             }
         }
     }
@@ -421,8 +473,15 @@ mod tests {
     }
 
     #[test]
-    fn collecting_out_of_order_entries_sorts_them_and_keeps_the_last_value_of_a_key() {
-        let entries = [(5u8, 1u16), (2, 2), (9, 3), (2, 4), (0, 5), (2, 6), (9, 7)];
+    fn collecting_entries_sorts_them_and_keeps_the_last_value_of_a_key() {
+        let unsorted = [(5u8, 1u16), (2, 2), (9, 3), (2, 4), (0, 5), (2, 6), (9, 7)];
+        let sorted_with_repeats = [(1u8, 1u16), (1, 2), (3, 3), (4, 4), (4, 5), (4, 6)];
+        for entries in [&unsorted[..], &sorted_with_repeats[..]] {
+            collects_as_a_btree_map(entries);
+        }
+    }
+
+    fn collects_as_a_btree_map(entries: &[(u8, u16)]) {
         for length in 0..=entries.len() {
             let sorted: SortedMap<u8, u16> = entries[..length].iter().copied().collect();
             let tree: BTreeMap<u8, u16> = entries[..length].iter().copied().collect();
@@ -434,5 +493,19 @@ mod tests {
             extended.extend(entries[..length].iter().copied());
             assert_eq!(extended, sorted);
         }
+    }
+
+    #[test]
+    #[should_panic(expected = "range start is greater than range end")]
+    fn a_range_that_starts_after_it_ends_panics_as_a_btree_map_s_does() {
+        let map: SortedMap<u8, u16> = [(1, 1), (5, 5)].into_iter().collect();
+        let _ = map.range((Bound::Included(5), Bound::Excluded(1))).count();
+    }
+
+    #[test]
+    #[should_panic(expected = "range start and end are equal and excluded")]
+    fn a_range_excluding_both_ends_at_one_key_panics_as_a_btree_map_s_does() {
+        let map: SortedMap<u8, u16> = [(1, 1), (5, 5)].into_iter().collect();
+        let _ = map.range((Bound::Excluded(3), Bound::Excluded(3))).count();
     }
 }
