@@ -568,13 +568,13 @@ impl ReliableWriter {
         let mut answers = Vec::new();
         // `attempts_max` bounds the submissions of one call, by the range itself;
         // `open.attempts` counts them all.
-        for submitted_now in 1..=self.limits.attempts_max {
+        for submitted_before in 0..self.limits.attempts_max {
             if open.attempts == 0 {
                 // The journal row records this first submission.
                 open.attempts = 1;
             } else {
                 if !answers.is_empty() {
-                    tokio::time::sleep(backoff(&self.limits, submitted_now - 1)).await;
+                    tokio::time::sleep(backoff(&self.limits, submitted_before)).await;
                 }
                 //= specs/tokened-writes.md#T1
                 //# The identical tokened request, retried within the window, applies its effects once.
@@ -994,9 +994,10 @@ impl ReliableWriter {
                         return Ok(BatchOutcome::Done { rounds });
                     }
                     pending = unprocessed;
-                    if rounds < rounds_max {
-                        tokio::time::sleep(backoff(&self.limits, rounds)).await;
+                    if rounds == rounds_max {
+                        break;
                     }
+                    tokio::time::sleep(backoff(&self.limits, rounds)).await;
                 }
                 Err(error) => {
                     return match failure_of(&error) {
