@@ -170,6 +170,67 @@ async fn a_server_error_is_resent_identically() {
     assert_eq!(requests[0].1, requests[1].1);
 }
 
+/// A throttled request (a 400 whose code says the service may not have run it) and a server
+/// fault whose code the client does not know (any 5xx) are unknown outcomes: resent with the
+/// same token, then applied. Neither is a rejection.
+//= specs/tokened-writes.md#T1
+//# The identical tokened request, retried within the window, applies its effects once.
+#[tokio::test]
+async fn a_throttled_request_and_an_unfamiliar_server_fault_are_resent() {
+    for first_answer in [
+        Scripted::error(400, "ThrottlingException", "slow down"),
+        Scripted::error(502, "SomeGatewayFault", "bad gateway"),
+    ] {
+        let fake = FakeEndpoint::start(vec![first_answer, Scripted::ok(json!({}))]).await;
+        let (writer, _clock, _directory) = writer(&fake.url).await;
+        let report = writer
+            .write(Intent::with_receipt(transfer(), receipt(TABLE, "t")))
+            .await
+            .unwrap();
+        assert_eq!(report.outcome, Outcome::Applied);
+        let requests = fake.requests();
+        assert_eq!(requests.len(), 2, "resent once");
+        assert_eq!(requests[0].1, requests[1].1, "the identical request");
+    }
+}
+
+/// A resend must finish inside the window: with less than one attempt's timeout left (the test
+/// limits' 3 s of a 600 s window) the writer reconciles instead, reading the receipt; with a
+/// little more it resends.
+//= specs/tokened-writes.md#T1
+//# The identical tokened request, retried within the window, applies its effects once.
+#[tokio::test]
+async fn a_resend_that_could_outlast_the_window_is_not_made() {
+    let attempts_max = test_limits().attempts_max as usize;
+    let window_secs = test_limits().window_secs;
+    for (elapsed_secs, resends) in [(window_secs - 2, false), (window_secs - 4, true)] {
+        let mut script =
+            vec![
+                Scripted::error(400, "TransactionInProgressException", "still running");
+                attempts_max
+            ];
+        script.push(Scripted::ok(json!({})));
+        let fake = FakeEndpoint::start(script).await;
+        let (writer, clock, _directory) = writer(&fake.url).await;
+        let intent = Intent::with_receipt(transfer(), receipt(TABLE, "w"));
+        let token = intent.token_str().to_owned();
+        assert_eq!(
+            writer.write(intent).await.unwrap().outcome,
+            Outcome::InProgress
+        );
+        clock.advance_secs(i64::try_from(elapsed_secs).unwrap());
+        let resumed = writer.resume(&token, None).await.unwrap();
+        let next = &fake.requests()[attempts_max].0;
+        if resends {
+            assert_eq!(next, "TransactWriteItems", "{elapsed_secs} s in");
+            assert_eq!(resumed.outcome, Outcome::Applied);
+        } else {
+            assert_eq!(next, "GetItem", "{elapsed_secs} s in: the receipt is read");
+            assert_eq!(resumed.outcome, Outcome::Reconciled { applied: false });
+        }
+    }
+}
+
 /// A cancellation for a conflict with another transaction applied nothing: the identical
 /// request is resent and applies. A cancellation that names a failed condition as well is final,
 /// whatever else it names.
@@ -340,6 +401,23 @@ async fn a_batch_gives_up_after_its_bound() {
         matches!(writer.send_batch(batch).await.unwrap(), BatchOutcome::Unprocessed { rounds, .. } if rounds == rounds_max)
     );
     assert_eq!(fake.requests().len(), rounds_max as usize);
+}
+
+/// A batch whose first request cannot reach the endpoint is the typed unreachable error, as a
+/// single write's is: nothing was sent, so nothing is left to reconcile.
+#[tokio::test]
+async fn a_batch_to_an_unreachable_endpoint_is_a_typed_error() {
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    let (writer, _clock, _directory) = writer(&url).await;
+    let batch: HashMap<String, Vec<WriteRequest>> =
+        [(TABLE.to_owned(), vec![put_request("u")])].into();
+    let outcome = writer.send_batch(batch).await;
+    assert!(
+        matches!(outcome, Err(WriteError::Unreachable(_))),
+        "{outcome:?}"
+    );
 }
 
 /// A journal that cannot be written: the write is not sent.
