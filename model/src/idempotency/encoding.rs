@@ -135,7 +135,7 @@ pub fn row_json(row: Option<&Row>) -> Json {
     )
 }
 
-fn by_generation<T>(entries: &BTreeMap<u8, T>, value: impl Fn(&T) -> Json) -> Json {
+fn by_generation<T>(entries: &SortedMap<u8, T>, value: impl Fn(&T) -> Json) -> Json {
     map(entries
         .iter()
         .map(|(generation, entry)| (int((*generation).into()), value(entry))))
@@ -247,7 +247,7 @@ impl TraceEncoding for IdempotencyModel {
                 "claimed_over": by_generation(&history.claimed_over, |seen| word(*seen)),
                 "ran_with": by_generation(&history.ran_with, |fingerprint| word(*fingerprint)),
                 "handler": by_generation(&history.handler, |outcome| word(*outcome)),
-                "effects": Json::Array(history.effects.iter().map(|generation| int((*generation).into())).collect()),
+                "effects": Json::Array(history.effects.iter().map(|generation| int(generation.into())).collect()),
                 "delivered": by_generation(&history.delivered, |received| received_json(*received)),
                 "written": Json::Array(history.written.iter().map(|(generation, stored)| {
                     json!({ "generation": int((*generation).into()), "stored": stored_json(*stored) })

@@ -53,7 +53,9 @@ pub use properties::*;
 pub use spec::*;
 
 use crate::check::Bounds;
-use std::collections::{BTreeMap, BTreeSet};
+use crate::ddb::SeqSet;
+use crate::sorted_map::SortedMap;
+use std::collections::BTreeSet;
 
 /// Ticks a claim's lease lasts (renewed by the heartbeat in `renewed`).
 pub const LEASE_TICKS: u8 = 1;
@@ -385,22 +387,22 @@ pub struct Client {
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
 pub struct History {
     /// What each claim that took the key read in the row (the row it took over).
-    pub claimed_over: BTreeMap<u8, Seen>,
+    pub claimed_over: SortedMap<u8, Seen>,
     /// The fingerprint each generation's handler ran with.
-    pub ran_with: BTreeMap<u8, Fingerprint>,
+    pub ran_with: SortedMap<u8, Fingerprint>,
     /// How each generation's handler answered.
-    pub handler: BTreeMap<u8, Outcome>,
+    pub handler: SortedMap<u8, Outcome>,
     /// The generations whose handler's effects committed: when the handler answers a 2xx, or
     /// (`atomic`) when the transaction carrying them and the success row commits.
-    pub effects: BTreeSet<u8>,
+    pub effects: SeqSet,
     /// What each generation's first client received, once its response ended.
-    pub delivered: BTreeMap<u8, Received>,
+    pub delivered: SortedMap<u8, Received>,
     /// The success bodies each generation wrote to the table (a replay serves one of them).
     pub written: BTreeSet<(u8, Stored)>,
     /// Finalize statements of each generation (inline and the drop guard's) answered an error.
-    pub finalize_errors: BTreeMap<u8, u8>,
+    pub finalize_errors: SortedMap<u8, u8>,
     /// How each claim's finalizing ended (inline or through the drop guard).
-    pub ended: BTreeMap<u8, Ending>,
+    pub ended: SortedMap<u8, Ending>,
     /// The generation whose claim began the key's current lifetime (took an absent or expired row).
     pub lifetime_start: u8,
 }
@@ -945,7 +947,10 @@ impl IdempotencyModel {
             }
             DbResult::Error { committed } => {
                 state.budget.finalize_faults -= 1;
-                *state.history.finalize_errors.entry(generation).or_default() += 1;
+                *state
+                    .history
+                    .finalize_errors
+                    .get_or_insert_with(generation, || 0) += 1;
                 committed && applies
             }
         };

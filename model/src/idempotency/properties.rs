@@ -31,8 +31,8 @@ fn committed_in_lifetime(state: &IdempotencyState) -> impl Iterator<Item = u8> +
     state
         .history
         .effects
-        .range(state.history.lifetime_start..)
-        .copied()
+        .iter()
+        .filter(|generation| *generation >= state.history.lifetime_start)
 }
 
 //= specs/idempotency-middleware.md#M1

@@ -182,7 +182,10 @@ impl IdempotencyModel {
             }
             DbResult::Error { committed } => {
                 state.budget.finalize_faults -= 1;
-                *state.history.finalize_errors.entry(generation).or_default() += 1;
+                *state
+                    .history
+                    .finalize_errors
+                    .get_or_insert_with(generation, || 0) += 1;
                 if committed && applies {
                     Self::apply_write(&mut state, generation, write);
                 }
@@ -316,7 +319,10 @@ impl IdempotencyModel {
             }
             DbResult::Error { committed } => {
                 state.budget.finalize_faults -= 1;
-                *state.history.finalize_errors.entry(generation).or_default() += 1;
+                *state
+                    .history
+                    .finalize_errors
+                    .get_or_insert_with(generation, || 0) += 1;
                 if committed && applies {
                     Self::apply_write(&mut state, generation, write);
                 }
