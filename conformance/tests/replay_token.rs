@@ -46,7 +46,9 @@ fn corpus_file(name: &str) -> PathBuf {
 
 //= specs/tokened-writes.md#T1
 //# The identical tokened request, retried within the window, applies its effects once.
-#[tokio::test]
+// On the CLI's runtime (multi-threaded): on one thread, eight traces at once under the CI
+// run's load starved a client past its attempt timeout (the proxy reported it gone).
+#[tokio::test(flavor = "multi_thread")]
 async fn the_token_corpus_replays_on_the_reliable_write_client_with_no_divergence() {
     let target = Target::TokenedDynamodb(Some(upstream()));
     let session = Arc::new(TokenSession::open(&target).await.expect("moto answers"));
@@ -60,9 +62,9 @@ async fn the_token_corpus_replays_on_the_reliable_write_client_with_no_divergenc
         .iter()
         .filter_map(|(_, trace)| session.reproduction(trace))
         .collect();
-    // Eight at a time, each on its own table and proxy, as `oncecheck replay --jobs 8` does:
+    // Four at a time, each on its own table and proxy, as `oncecheck replay --jobs 4` does:
     // one at a time, the corpus took 92 s, mostly waiting on lost responses.
-    let outcomes = replay_all(session, traces, 8, StopAt::Never, |_, _| {}).await;
+    let outcomes = replay_all(session, traces, 4, StopAt::Never, |_, _| {}).await;
     assert_eq!(outcomes.len(), files.len(), "every trace replayed");
     let mut lost = 0;
     for (file, outcome) in outcomes {
