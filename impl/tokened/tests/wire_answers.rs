@@ -151,33 +151,15 @@ async fn a_receipt_holding_another_token_is_reported_taken_not_applied() {
     assert_eq!(entry.outcome.as_deref(), Some("receipt-taken"));
 }
 
-/// A 500 is an unknown outcome: resent with the same token, then success.
-#[tokio::test]
-async fn a_server_error_is_resent_identically() {
-    let fake = FakeEndpoint::start(vec![
-        Scripted::error(500, "InternalServerError", "outcome unknown"),
-        Scripted::ok(json!({})),
-    ])
-    .await;
-    let (writer, _clock, _directory) = writer(&fake.url).await;
-    let report = writer
-        .write(Intent::with_receipt(transfer(), receipt(TABLE, "s")))
-        .await
-        .unwrap();
-    assert_eq!(report.outcome, Outcome::Applied);
-    let requests = fake.requests();
-    assert_eq!(requests.len(), 2);
-    assert_eq!(requests[0].1, requests[1].1);
-}
-
-/// A throttled request (a 400 whose code says the service may not have run it) and a server
-/// fault whose code the client does not know (any 5xx) are unknown outcomes: resent with the
-/// same token, then applied. Neither is a rejection.
+/// A server error, a throttled request (a 400 whose code says the service may not have run it)
+/// and a server fault whose code the client does not know (any 5xx) are unknown outcomes:
+/// resent with the same token, then applied. None is a rejection.
 //= specs/tokened-writes.md#T1
 //# The identical tokened request, retried within the window, applies its effects once.
 #[tokio::test]
-async fn a_throttled_request_and_an_unfamiliar_server_fault_are_resent() {
+async fn a_server_error_a_throttled_request_and_an_unfamiliar_server_fault_are_resent() {
     for first_answer in [
+        Scripted::error(500, "InternalServerError", "outcome unknown"),
         Scripted::error(400, "ThrottlingException", "slow down"),
         Scripted::error(502, "SomeGatewayFault", "bad gateway"),
     ] {
@@ -403,14 +385,19 @@ async fn a_batch_gives_up_after_its_bound() {
     assert_eq!(fake.requests().len(), rounds_max as usize);
 }
 
+/// The address of a port nothing listens on: it was bound, read and let go.
+async fn closed_endpoint() -> String {
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let url = format!("http://{}", closed.local_addr().unwrap());
+    drop(closed);
+    url
+}
+
 /// A batch whose first request cannot reach the endpoint is the typed unreachable error, as a
 /// single write's is: nothing was sent, so nothing is left to reconcile.
 #[tokio::test]
 async fn a_batch_to_an_unreachable_endpoint_is_a_typed_error() {
-    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", closed.local_addr().unwrap());
-    drop(closed);
-    let (writer, _clock, _directory) = writer(&url).await;
+    let (writer, _clock, _directory) = writer(&closed_endpoint().await).await;
     let batch: HashMap<String, Vec<WriteRequest>> =
         [(TABLE.to_owned(), vec![put_request("u")])].into();
     let outcome = writer.send_batch(batch).await;
@@ -449,10 +436,7 @@ async fn an_unwritable_journal_means_the_write_is_not_sent() {
 /// An endpoint that refuses connections: a typed error, the intent ended as not sent.
 #[tokio::test]
 async fn an_unreachable_endpoint_is_a_typed_error_and_the_intent_ends_not_sent() {
-    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let url = format!("http://{}", closed.local_addr().unwrap());
-    drop(closed);
-    let (writer, _clock, _directory) = writer(&url).await;
+    let (writer, _clock, _directory) = writer(&closed_endpoint().await).await;
     let intent = Intent::with_receipt(transfer(), receipt(TABLE, "u"));
     let token = intent.token_str().to_owned();
     let error = writer.write(intent).await;
