@@ -275,60 +275,66 @@ fn fixed_put(name: &str) -> aws_sdk_dynamodb::types::TransactWriteItem {
         .build()
 }
 
+/// A fixed PutItem named `name` sent once through a fresh writer against `script`, resent on
+/// an unknown outcome: what it answered, and how many requests reached the endpoint.
+async fn single_write(
+    script: Vec<Scripted>,
+    name: &str,
+) -> (Result<SingleOutcome, WriteError>, usize) {
+    let fake = FakeEndpoint::start(script).await;
+    let (writer, _clock, _directory) = writer(&fake.url).await;
+    let outcome = writer
+        .send_single(fixed_put(name), RetryAsk::OnUnknownOutcome)
+        .await;
+    (outcome, fake.requests().len())
+}
+
 /// A single-item write tells its service errors apart: a server error is an unknown outcome
 /// (resent, then applied), a validation error is the caller's (rejected, not resent), and only
 /// the operation's ConditionalCheckFailed is a failed condition.
 #[tokio::test]
 async fn a_single_write_tells_a_server_error_and_a_rejection_from_a_failed_condition() {
-    let fake = FakeEndpoint::start(vec![
-        Scripted::error(500, "InternalServerError", "outcome unknown"),
-        Scripted::ok(json!({})),
-    ])
+    let (outcome, requests) = single_write(
+        vec![
+            Scripted::error(500, "InternalServerError", "outcome unknown"),
+            Scripted::ok(json!({})),
+        ],
+        "p",
+    )
     .await;
-    let (resending_writer, _clock, _directory) = writer(&fake.url).await;
-    let outcome = resending_writer
-        .send_single(fixed_put("p"), RetryAsk::OnUnknownOutcome)
-        .await
-        .unwrap();
-    assert_eq!(outcome, SingleOutcome::Applied { attempts: 2 });
-    assert_eq!(fake.requests().len(), 2);
+    assert_eq!(outcome.unwrap(), SingleOutcome::Applied { attempts: 2 });
+    assert_eq!(requests, 2);
 
-    let fake = FakeEndpoint::start(vec![Scripted::error(
-        400,
-        "ValidationException",
-        "bad item",
-    )])
+    let (outcome, requests) = single_write(
+        vec![Scripted::error(400, "ValidationException", "bad item")],
+        "q",
+    )
     .await;
-    let (rejecting_writer, _clock, _directory) = writer(&fake.url).await;
-    let error = rejecting_writer
-        .send_single(fixed_put("q"), RetryAsk::OnUnknownOutcome)
-        .await
-        .unwrap_err();
+    let error = outcome.unwrap_err();
     assert!(
         matches!(&error, WriteError::Rejected { code, .. } if code == "ValidationException"),
         "{error:?}"
     );
-    assert_eq!(fake.requests().len(), 1, "a rejection is not resent");
+    assert_eq!(requests, 1, "a rejection is not resent");
 
-    let fake = FakeEndpoint::start(vec![Scripted::error(
-        400,
-        "ConditionalCheckFailedException",
-        "the item exists",
-    )])
+    let (outcome, requests) = single_write(
+        vec![Scripted::error(
+            400,
+            "ConditionalCheckFailedException",
+            "the item exists",
+        )],
+        "r",
+    )
     .await;
-    let (conditional_writer, _clock, _directory) = writer(&fake.url).await;
-    let outcome = conditional_writer
-        .send_single(fixed_put("r"), RetryAsk::OnUnknownOutcome)
-        .await
-        .unwrap();
     assert_eq!(
-        outcome,
+        outcome.unwrap(),
         SingleOutcome::ConditionFailed {
             attempts: 1,
             after_unknown_outcome: false,
             read_back_needed: false,
         }
     );
+    assert_eq!(requests, 1);
 }
 
 fn put_request(name: &str) -> WriteRequest {
