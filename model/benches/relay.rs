@@ -230,11 +230,12 @@ impl check::SpillStore for DirectorySpill {
         Ok(id)
     }
 
-    fn take(&self, id: u64) -> std::io::Result<Vec<u8>> {
-        let file = self.0.join(id.to_string());
-        let bytes = std::fs::read(&file)?;
-        std::fs::remove_file(&file)?;
-        Ok(bytes)
+    fn read(&self, id: u64) -> std::io::Result<Vec<u8>> {
+        std::fs::read(self.0.join(id.to_string()))
+    }
+
+    fn remove(&self, id: u64) -> std::io::Result<()> {
+        std::fs::remove_file(self.0.join(id.to_string()))
     }
 }
 

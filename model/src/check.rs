@@ -22,6 +22,7 @@ pub(crate) mod codec;
 mod frontier;
 mod liveness;
 mod merge;
+mod parents;
 mod scale;
 mod search;
 mod simulation;
@@ -417,14 +418,14 @@ pub struct CheckOptions {
     /// Measures the process's memory in bytes (the caller's: this crate does no I/O). Without
     /// a probe `memory_bytes_max` is not enforced.
     pub memory_probe: Option<fn() -> Option<u64>>,
-    /// Bytes of encoded frontier states kept in memory before blocks of them go to `spill`
-    /// (also spilled, whatever this says, when the memory limit is near). None: no budget of
-    /// its own.
+    /// Bytes of encoded frontier states and of the parent log (how each visited state was
+    /// first reached) kept in memory before blocks of them go to `spill` (also spilled,
+    /// whatever this says, when the memory limit is near). None: no budget of its own.
     pub frontier_bytes_max: Option<u64>,
-    /// Where the frontier spills (the caller's: this crate does no I/O). None: it never does,
-    /// and the memory limit stops the run.
+    /// Where the frontier and the parent log spill (the caller's: this crate does no I/O).
+    /// None: they never do, and the memory limit stops the run.
     pub spill: Option<std::sync::Arc<dyn SpillStore>>,
-    /// Stop once the spilled frontier would take more than this many bytes.
+    /// Stop once the spilled frontier and parent log would take more than this many bytes.
     pub disk_bytes_max: Option<u64>,
     /// Run one shard of the search (`oncecheck check --shard K/N`; `oncecheck merge` joins the
     /// shards' reports): a simulation runs its share of the walks; an exhaustive search keeps,
@@ -537,7 +538,7 @@ pub enum Stop {
         resident_bytes: u64,
         growth_bytes: u64,
     },
-    /// The spilled frontier reached `disk_bytes_max`, or its store failed (`os_error`: the
+    /// The spilled frontier and parent log reached `disk_bytes_max`, or their store failed (`os_error`: the
     /// system's error number, 28 for a full device; -1 for a store's own failure).
     Disk {
         disk_bytes_max: Option<u64>,
@@ -589,7 +590,7 @@ impl std::fmt::Display for Stop {
                 os_error: None,
             } => write!(
                 f,
-                "the disk limit of {} MiB ({} MiB of the frontier spilled)",
+                "the disk limit of {} MiB ({} MiB of the frontier and parent log spilled)",
                 disk_bytes_max / MIB,
                 spilled_bytes.div_ceil(MIB)
             ),
@@ -605,7 +606,7 @@ impl std::fmt::Display for Stop {
                 };
                 write!(
                     f,
-                    "the disk: {cause} ({} MiB of the frontier spilled)",
+                    "the disk: {cause} ({} MiB of the frontier and parent log spilled)",
                     spilled_bytes.div_ceil(MIB)
                 )
             }
@@ -808,13 +809,15 @@ where
         &Hooks::none(),
         &mut |_| {},
     );
-    wanted
+    let (names, lasts): (Vec<&'static str>, Vec<u64>) = wanted
         .iter()
         .zip(&searched.found)
-        .filter_map(|((name, _, _), found)| {
-            found.map(|last| (*name, searched.path_to(model, last)))
-        })
-        .collect()
+        .filter_map(|((name, _, _), found)| found.map(|last| (*name, last)))
+        .unzip();
+    let paths = searched
+        .paths_to(model, &lasts)
+        .unwrap_or_else(|_| unreachable!("a search without a spill store keeps its log in memory"));
+    names.into_iter().zip(paths).collect()
 }
 
 /// For every distinct key of a step (`key(state before, action)`), the shortest path ending
@@ -1143,12 +1146,20 @@ where
         hooks,
         progress,
     );
-    let paths: BTreeMap<&'static str, ModelPath<M>> = definitions
+    let (names, lasts): (Vec<&'static str>, Vec<u64>) = definitions
         .iter()
         .zip(&searched.found)
-        .filter_map(|(def, found)| found.map(|last| (def.name, searched.path_to(model, last))))
-        .collect();
-    let all_decided = searched.found.iter().all(Option::is_some);
+        .filter_map(|(def, found)| found.map(|last| (def.name, last)))
+        .unzip();
+    // A parent log that cannot be read back leaves what it found undecided: the disk stop.
+    let (paths, rebuild_stopped): (BTreeMap<&'static str, ModelPath<M>>, _) =
+        match searched.paths_to(model, &lasts) {
+            Ok(paths) => (names.into_iter().zip(paths).collect(), None),
+            Err(stop) => (BTreeMap::new(), Some(stop)),
+        };
+    // Without its paths, nothing found can be reported, and no absence proven either.
+    let exhausted = searched.exhausted && rebuild_stopped.is_none();
+    let all_decided = rebuild_stopped.is_none() && searched.found.iter().all(Option::is_some);
     let measured = Measured {
         search: Search::Exhaustive,
         states: searched.generated,
@@ -1157,8 +1168,8 @@ where
         states_per_depth: searched.states_per_depth.clone(),
         action_coverage: searched.coverage.clone(),
         started,
-        complete: searched.exhausted || all_decided,
-        stopped: searched.stopped,
+        complete: exhausted || all_decided,
+        stopped: searched.stopped.or(rebuild_stopped),
         shard: options.shard.map(|shard| ShardReport {
             index: shard.index,
             count: shard.count,
@@ -1168,7 +1179,7 @@ where
     };
     // The visited map goes with `searched`, before any liveness exploration builds its graph,
     // so the two never share the peak.
-    (paths, searched.exhausted, measured)
+    (paths, exhausted, measured)
 }
 
 /// The report's parts from one exploration that decided both kinds of property.

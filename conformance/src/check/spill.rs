@@ -1,11 +1,13 @@
-//! The directory the checker's frontier spills into past its memory budget
-//! (`oncecheck check --spill-dir`, the model crate's `SpillStore`): one file per block of
-//! encoded states, written once, read back once and deleted.
+//! The directory the checker's frontier and parent log spill into past their memory budget
+//! (`oncecheck check --spill-dir`, the model crate's `SpillStore`): one file per block, written
+//! once; a frontier block is read back once and deleted, a parent-log block is read when traces
+//! are rebuilt and deleted when the search is done.
 //!
 //! Invariants: the directory is this run's own (created fresh under the parent the user named,
-//! removed with everything in it when the store is dropped, also after a stopped run); a block
-//! file is deleted as soon as it is read back, so the disk holds only the frontier not yet
-//! expanded; every failure is an `io::Error` the checker turns into its disk stop.
+//! removed with everything in it when the store is dropped, also after a stopped run); a
+//! frontier block's file is deleted as soon as it is read back, so the disk holds the frontier
+//! not yet expanded and the parent log; every failure is an `io::Error` the checker turns into
+//! its disk stop.
 
 use oncecheck_model::check::SpillStore;
 use std::io::Write;
@@ -56,11 +58,12 @@ impl SpillStore for DirectorySpill {
         Ok(id)
     }
 
-    fn take(&self, id: u64) -> std::io::Result<Vec<u8>> {
-        let file = self.file(id);
-        let bytes = std::fs::read(&file)?;
-        std::fs::remove_file(&file)?;
-        Ok(bytes)
+    fn read(&self, id: u64) -> std::io::Result<Vec<u8>> {
+        std::fs::read(self.file(id))
+    }
+
+    fn remove(&self, id: u64) -> std::io::Result<()> {
+        std::fs::remove_file(self.file(id))
     }
 }
 
@@ -82,11 +85,19 @@ mod tests {
         let first = store.put(b"first block").unwrap();
         let second = store.put(b"second").unwrap();
         assert_eq!(store.take(first).unwrap(), b"first block");
-        assert!(store.take(first).is_err(), "a block is read back once");
+        assert!(store.take(first).is_err(), "a block is taken back once");
         assert_eq!(std::fs::read_dir(&directory).unwrap().count(), 1);
+        // A parent-log block is read in place, as often as traces are rebuilt, then removed.
+        for _ in 0..2 {
+            assert_eq!(store.read(second).unwrap(), b"second");
+        }
+        store.remove(second).unwrap();
+        assert!(store.read(second).is_err());
+        assert_eq!(std::fs::read_dir(&directory).unwrap().count(), 0);
+        let kept = store.put(b"kept").unwrap();
+        assert_eq!(store.read(kept).unwrap(), b"kept");
         drop(store);
-        assert!(!directory.exists());
-        let _ = second;
+        assert!(!directory.exists(), "the store's directory goes with it");
         std::fs::remove_dir_all(&parent).unwrap();
     }
 }

@@ -48,8 +48,16 @@ impl<S: Serialize + DeserializeOwned> StateCodec<S> {
 pub trait SpillStore: Send + Sync {
     /// Keeps `bytes` until taken back; answers the block's id.
     fn put(&self, bytes: &[u8]) -> std::io::Result<u64>;
+    /// The bytes of a block put earlier; the store keeps it.
+    fn read(&self, id: u64) -> std::io::Result<Vec<u8>>;
+    /// Forgets a block put earlier.
+    fn remove(&self, id: u64) -> std::io::Result<()>;
     /// The bytes of a block put earlier; the store forgets it.
-    fn take(&self, id: u64) -> std::io::Result<Vec<u8>>;
+    fn take(&self, id: u64) -> std::io::Result<Vec<u8>> {
+        let bytes = self.read(id)?;
+        self.remove(id)?;
+        Ok(bytes)
+    }
 }
 
 /// A store in this process's memory: what tests use to see that spilling changes nothing.
@@ -93,11 +101,21 @@ impl SpillStore for MemorySpill {
         Ok(id)
     }
 
-    fn take(&self, id: u64) -> std::io::Result<Vec<u8>> {
+    fn read(&self, id: u64) -> std::io::Result<Vec<u8>> {
+        self.blocks
+            .lock()
+            .expect("the lock is never poisoned")
+            .get(&id)
+            .cloned()
+            .ok_or_else(|| std::io::Error::other(format!("no spilled block {id}")))
+    }
+
+    fn remove(&self, id: u64) -> std::io::Result<()> {
         self.blocks
             .lock()
             .expect("the lock is never poisoned")
             .remove(&id)
+            .map(drop)
             .ok_or_else(|| std::io::Error::other(format!("no spilled block {id}")))
     }
 }

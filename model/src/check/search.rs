@@ -6,13 +6,14 @@
 //!   matching a target is therefore at the smallest depth, and the path rebuilt to it is the one
 //!   a single-threaded FIFO search finds, whatever the number of threads (threads split a chunk
 //!   of one level; their results are merged in chunk order).
-//! - Visited states are kept as fingerprints only: fingerprint -> (parent fingerprint, index of
-//!   the action taken). States live only in the part of the level not yet examined and in the
-//!   next level, as compact bytes when the model has a codec ([`super::frontier`]: spilled to
-//!   disk past a budget, read back in order, so nothing else changes). A path is rebuilt by
-//!   re-executing the action indices from its initial state; every step is checked against its
-//!   recorded fingerprint, so a nondeterministic model or a fingerprint collision on the path
-//!   panics instead of printing a wrong trace.
+//! - Visited states are kept as fingerprints only: fingerprint -> depth in the visited set, and
+//!   (parent fingerprint, index of the action taken) in the append-only parent log
+//!   ([`super::parents`], which spills with the frontier). States live only in the part of the
+//!   level not yet examined and in the next level, as compact bytes when the model has a codec
+//!   ([`super::frontier`]: spilled to disk past a budget, read back in order, so nothing else
+//!   changes). A path is rebuilt by re-executing the action indices from its initial state;
+//!   every step is checked against its recorded fingerprint, so a nondeterministic model or a
+//!   fingerprint collision on the path panics instead of printing a wrong trace.
 //! - The search stops only between chunks, and a stop never invalidates a discovery: what was
 //!   found before it is a real, shortest path.
 
@@ -20,8 +21,9 @@ use super::codec::CodecError;
 use super::frontier::{
     push_state_or_record, put_record, Frontier, Part, Spill, SpillFailure, StateCodec,
 };
+use super::parents::{Parent, ParentLog};
 use super::scale::{Independence, Representative};
-use super::visited::{Parent, Visited};
+use super::visited::Visited;
 use super::{CheckOptions, Progress, Shard, Stop, SHARD_LEVEL_STATES_MIN};
 use stateright::Model;
 use std::collections::{BTreeMap, HashMap, VecDeque};
@@ -37,6 +39,9 @@ const CHUNK_STATES_PER_THREAD: usize = 2048;
 /// own and handed back to the system when freed.
 const FRONTIER_BLOCK_BYTES_MAX: usize = 33 << 20;
 const FRONTIER_BLOCK_BYTES_MIN: usize = 4 << 10;
+
+/// The parent log's blocks in [`first_steps_by_key`], which keeps it in memory.
+const FIRST_STEPS_LOG_BLOCK_BYTES: usize = 1 << 20;
 
 /// What the search uses of a model beyond `Model`: each part optional (see [`super::Scale`]).
 pub(crate) struct Hooks<M: Model> {
@@ -203,6 +208,10 @@ pub(crate) struct Searched<M: Model> {
     pub stopped: Option<Stop>,
     initial: Vec<M::State>,
     visited: Visited,
+    parents: ParentLog,
+    /// The disk limit and what was spilled when the search ended (for a stop while rebuilding).
+    disk_bytes_max: Option<u64>,
+    spilled_bytes: u64,
     /// The symmetry the search ran with: a path is checked against representatives' fingerprints.
     representative: Option<Representative<M>>,
 }
@@ -217,16 +226,23 @@ where
         self.visited.len()
     }
 
-    /// The path from an initial state to the state with this fingerprint, rebuilt by
-    /// re-executing the recorded action indices.
-    pub fn path_to(&self, model: &M, last: u64) -> Vec<(M::State, Option<M::Action>)> {
-        rebuild_path(
-            model,
-            &self.initial,
-            &self.visited,
-            self.representative,
-            last,
-        )
+    /// The paths from an initial state to the states with these fingerprints, rebuilt by
+    /// re-executing the recorded action indices (one backward pass over the parent log finds
+    /// all of them). `Err`, the disk stop, when the log's spilled blocks cannot be read back.
+    #[allow(clippy::type_complexity)]
+    pub fn paths_to(
+        &self,
+        model: &M,
+        lasts: &[u64],
+    ) -> Result<Vec<Vec<(M::State, Option<M::Action>)>>, Stop> {
+        let links = self
+            .parents
+            .links(lasts)
+            .map_err(|failure| disk_stop_at(failure, self.disk_bytes_max, self.spilled_bytes))?;
+        Ok(lasts
+            .iter()
+            .map(|last| rebuild_path(model, &self.initial, &links, self.representative, *last))
+            .collect())
     }
 }
 
@@ -238,7 +254,7 @@ where
 fn rebuild_path<M>(
     model: &M,
     initial: &[M::State],
-    visited: &Visited,
+    links: &HashMap<u64, Parent>,
     representative: Option<Representative<M>>,
     last: u64,
 ) -> Vec<(M::State, Option<M::Action>)>
@@ -250,9 +266,9 @@ where
     let mut steps = Vec::new();
     let mut cursor = last;
     let root = loop {
-        let parent = visited
-            .get(cursor)
-            .expect("every state on a recorded path is visited");
+        let parent = *links
+            .get(&cursor)
+            .expect("every state on a recorded path has its link");
         let Some((from, action_index)) = parent.step_from() else {
             break parent.root_index();
         };
@@ -286,15 +302,17 @@ where
     path
 }
 
-/// The search's start: the initial states within the boundary, the visited map holding them
-/// as roots, and the first level (each distinct initial state once, in the model's order).
+/// The search's start: the initial states within the boundary, the visited map and parent log
+/// holding them as roots, and the first level (each distinct initial state once, in the model's
+/// order).
 type FirstLevel<M> = (
     Vec<<M as Model>::State>,
     Visited,
+    ParentLog,
     VecDeque<(<M as Model>::State, u64)>,
 );
 
-fn first_level<M>(model: &M, hooks: &Hooks<M>) -> FirstLevel<M>
+fn first_level<M>(model: &M, hooks: &Hooks<M>, log_block_bytes: usize) -> FirstLevel<M>
 where
     M: Model,
     M::State: Clone + Hash,
@@ -305,14 +323,16 @@ where
         .filter(|state| model.within_boundary(state))
         .collect();
     let mut visited = Visited::default();
+    let mut parents = ParentLog::new(log_block_bytes);
     let mut level: VecDeque<(M::State, u64)> = VecDeque::new();
     for (index, state) in initial.iter().enumerate() {
         let state_fingerprint = hooks.key(model, state);
-        if visited.insert_if_absent(state_fingerprint, Parent::root(index)) {
+        if visited.insert_if_absent(state_fingerprint, 0) {
+            parents.append(state_fingerprint, Parent::root(index));
             level.push_back((state.clone(), state_fingerprint));
         }
     }
-    (initial, visited, level)
+    (initial, visited, parents, level)
 }
 
 /// For every distinct key of a step (`key(before, action)`), the shortest path whose last step
@@ -331,7 +351,8 @@ where
     M::Action: Clone,
     K: Hash + Eq + Clone,
 {
-    let (initial, mut visited, mut level) = first_level(model, &Hooks::none());
+    let (initial, mut visited, mut parents, mut level) =
+        first_level(model, &Hooks::none(), FIRST_STEPS_LOG_BLOCK_BYTES);
     // Per key in the order met: the fingerprint of the step's state and the action's index.
     let mut met: HashMap<K, usize> = HashMap::new();
     let mut firsts: Vec<(K, u64, usize)> = Vec::new();
@@ -353,16 +374,23 @@ where
             }
             let next_fingerprint = fingerprint(&next);
             // Depth 0: these paths are only rebuilt, never read by a cycle proviso.
-            let parent = Parent::step(state_fingerprint, action_index, 0);
-            if visited.insert_if_absent(next_fingerprint, parent) {
+            if visited.insert_if_absent(next_fingerprint, 0) {
+                parents.append(
+                    next_fingerprint,
+                    Parent::step(state_fingerprint, action_index),
+                );
                 level.push_back((next, next_fingerprint));
             }
         }
     }
+    let froms: Vec<u64> = firsts.iter().map(|(_, from, _)| *from).collect();
+    let links = parents
+        .links(&froms)
+        .unwrap_or_else(|_| unreachable!("a log without a store never spilled"));
     firsts
         .into_iter()
         .map(|(step_key, from, action_index)| {
-            let mut path = rebuild_path(model, &initial, &visited, None, from);
+            let mut path = rebuild_path(model, &initial, &links, None, from);
             let before = path.last().expect("a path has a state").0.clone();
             actions.clear();
             model.actions(&before, &mut actions);
@@ -562,8 +590,8 @@ where
                 .filter(|next| model.within_boundary(next))
                 .is_some_and(|next| {
                     visited
-                        .get(hooks.key(model, &next))
-                        .is_some_and(|parent| parent.depth() <= depth as usize)
+                        .depth(hooks.key(model, &next))
+                        .is_some_and(|visited_depth| visited_depth <= depth as usize)
                 })
         });
         return (!closes_a_cycle).then_some(mine);
@@ -589,7 +617,7 @@ where
     let threads = options.threads.max(1);
     let encoded = hooks.codec.is_some();
     let block_bytes = frontier_block_bytes(options);
-    let (initial, visited, first) = first_level(model, hooks);
+    let (initial, visited, parents, first) = first_level(model, hooks, block_bytes);
     let level = first_frontier(hooks, first, block_bytes);
     let mut levels = Levels {
         options,
@@ -599,12 +627,13 @@ where
         last_progress: started,
         encoded,
         block_bytes,
-        spill: spill_of(options, encoded),
+        spill: spill_of(options),
         states_per_depth: vec![level.len()],
         level,
         next_level: Frontier::new(encoded, block_bytes),
         found: vec![None; targets.len()],
         visited,
+        parents,
         generated: initial.len(),
         stopped: None,
         all_found: targets.is_empty() && limits.stop_when_all_found,
@@ -613,6 +642,11 @@ where
         shard_level: None,
     };
     levels.run(model, targets, limits, hooks, progress);
+    assert_eq!(
+        levels.parents.len(),
+        levels.visited.len(),
+        "every visited state has exactly one record in the parent log"
+    );
     let exhausted = !levels.cut_short && levels.level.is_empty();
     Searched {
         found: levels.found,
@@ -624,6 +658,9 @@ where
         stopped: levels.stopped,
         initial,
         visited: levels.visited,
+        parents: levels.parents,
+        disk_bytes_max: options.disk_bytes_max,
+        spilled_bytes: levels.spill.as_ref().map_or(0, |spill| spill.spilled_bytes),
         representative: hooks.representative,
     }
 }
@@ -644,6 +681,7 @@ struct Levels<'a, M: Model> {
     states_per_depth: Vec<usize>,
     found: Vec<Option<u64>>,
     visited: Visited,
+    parents: ParentLog,
     generated: usize,
     stopped: Option<Stop>,
     all_found: bool,
@@ -753,6 +791,7 @@ where
                 expansion,
                 &mut self.found,
                 &mut self.visited,
+                &mut self.parents,
                 &mut self.next_level,
                 next_depth,
                 self.encoded,
@@ -784,6 +823,7 @@ where
     fn limit_or_spill(&mut self) -> Option<Stop> {
         let growth_bytes = growth_bytes(
             &self.visited,
+            &self.parents,
             self.threads,
             self.encoded,
             self.block_bytes,
@@ -801,6 +841,7 @@ where
             self.block_bytes,
             &mut self.level,
             &mut self.next_level,
+            &mut self.parents,
             &mut self.spill,
         )
     }
@@ -904,6 +945,7 @@ fn absorb<M: Model>(
     expansion: &mut Expansion<M>,
     found: &mut [Option<u64>],
     visited: &mut Visited,
+    parents: &mut ParentLog,
     next_level: &mut Frontier<M::State>,
     next_depth: u32,
     encoded: bool,
@@ -920,8 +962,8 @@ fn absorb<M: Model>(
     let mut start = 0;
     for &(state_fingerprint, parent, action, end) in &expansion.successors {
         let state = if encoded { None } else { states.next() };
-        let first = Parent::step(parent, action as usize, next_depth as usize);
-        if visited.insert_if_absent(state_fingerprint, first) {
+        if visited.insert_if_absent(state_fingerprint, next_depth as usize) {
+            parents.append(state_fingerprint, Parent::step(parent, action as usize));
             match state {
                 Some(state) => next_level.push_state(state, state_fingerprint),
                 None => next_level.push_record(&expansion.records[start..end]),
@@ -946,16 +988,14 @@ fn frontier_block_bytes(options: &CheckOptions) -> usize {
         })
 }
 
-/// Where the frontier spills: only an encoded frontier can, and only with a store configured.
-fn spill_of(options: &CheckOptions, encoded: bool) -> Option<Spill> {
-    match (&options.spill, encoded) {
-        (Some(store), true) => Some(Spill {
-            store: store.clone(),
-            disk_bytes_max: options.disk_bytes_max,
-            spilled_bytes: 0,
-        }),
-        _ => None,
-    }
+/// Where the frontier and the parent log spill, when a store is configured (a frontier of
+/// plain states never spills: it has no bytes to write).
+fn spill_of(options: &CheckOptions) -> Option<Spill> {
+    options.spill.as_ref().map(|store| Spill {
+        store: store.clone(),
+        disk_bytes_max: options.disk_bytes_max,
+        spilled_bytes: 0,
+    })
 }
 
 /// Takes a part of `part_size` states (fewer at the level's end) off the level for each
@@ -977,10 +1017,11 @@ fn take_parts<M: Model>(
 }
 
 /// What the next chunk may allocate at once: it may double the visited map or the next level's
-/// vector, and that allocation is counted before it happens, so the limit is not overshot by a
-/// doubling.
+/// vector, and start a block of the parent log; that allocation is counted before it happens,
+/// so the limit is not overshot by a doubling.
 fn growth_bytes<S>(
     visited: &Visited,
+    parents: &ParentLog,
     threads: usize,
     encoded: bool,
     block_bytes: usize,
@@ -989,7 +1030,7 @@ fn growth_bytes<S>(
     // The states a chunk may add, as the search has always counted them: 8 new successors per
     // expanded state (more than the models enable on average).
     let new_states_max = CHUNK_STATES_PER_THREAD * threads * 8;
-    let mut growth_bytes = visited.growth_bytes(new_states_max);
+    let mut growth_bytes = visited.growth_bytes(new_states_max) + parents.growth_bytes();
     growth_bytes += if encoded {
         block_bytes
     } else {
@@ -998,26 +1039,31 @@ fn growth_bytes<S>(
     growth_bytes
 }
 
-/// Near the memory limit (`stopped` says so), or past the frontier's own budget, the frontier
-/// goes to disk (the newest states first: they are read last); only what cannot be spilled (the
-/// visited fingerprints, the blocks being read and written) stops the run. Answers the stop
-/// that stands after spilling.
+/// Near the memory limit (`stopped` says so), or past the frontier's own budget, the parent
+/// log's full blocks and the frontier go to disk (the log first: the search never reads it;
+/// then the newest states: they are read last); only what cannot be spilled (the visited
+/// fingerprints, the blocks being read and written) stops the run. Answers the stop that stands
+/// after spilling.
 fn spill_if_tight<S>(
     options: &CheckOptions,
     mut stopped: Option<Stop>,
     block_bytes: usize,
     level: &mut Frontier<S>,
     next_level: &mut Frontier<S>,
+    parents: &mut ParentLog,
     spill: &mut Option<Spill>,
 ) -> Option<Stop> {
-    let in_memory = level.memory_bytes() + next_level.memory_bytes();
+    let in_memory = level.memory_bytes() + next_level.memory_bytes() + parents.spillable_bytes();
     let over_budget = options
         .frontier_bytes_max
         .is_some_and(|max| in_memory as u64 > max);
     let spillable = in_memory > 2 * block_bytes;
     let memory_tight = matches!(stopped, Some(Stop::Memory { .. })) && spillable;
     if let Some(spill) = spill.as_mut().filter(|_| over_budget || memory_tight) {
-        let spilled = next_level.spill(spill).and_then(|_| level.spill(spill));
+        let spilled = parents
+            .spill(spill)
+            .and_then(|_| next_level.spill(spill))
+            .and_then(|_| level.spill(spill));
         match spilled {
             Ok(_) if memory_tight => stopped = None,
             Ok(_) => {}
@@ -1055,14 +1101,18 @@ where
 /// The stop a failed spill or read-back means: the disk limit, or the store's error.
 fn disk_stop(failure: SpillFailure, options: &CheckOptions, spill: Option<&Spill>) -> Stop {
     let spilled_bytes = spill.map_or(0, |spill| spill.spilled_bytes);
+    disk_stop_at(failure, options.disk_bytes_max, spilled_bytes)
+}
+
+fn disk_stop_at(failure: SpillFailure, disk_bytes_max: Option<u64>, spilled_bytes: u64) -> Stop {
     match failure {
         SpillFailure::Limit => Stop::Disk {
-            disk_bytes_max: options.disk_bytes_max,
+            disk_bytes_max,
             spilled_bytes,
             os_error: None,
         },
         SpillFailure::Io(error) => Stop::Disk {
-            disk_bytes_max: options.disk_bytes_max,
+            disk_bytes_max,
             spilled_bytes,
             // Every I/O error is one a caller can act on: an OS error's number names it (28:
             // no space left on the device); another (a store's own) is reported as -1.
@@ -1070,7 +1120,7 @@ fn disk_stop(failure: SpillFailure, options: &CheckOptions, spill: Option<&Spill
         },
         // Bytes this process wrote came back otherwise: the store's own failure.
         SpillFailure::Damaged => Stop::Disk {
-            disk_bytes_max: options.disk_bytes_max,
+            disk_bytes_max,
             spilled_bytes,
             os_error: Some(-1),
         },

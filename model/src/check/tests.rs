@@ -5,6 +5,7 @@
 use super::*;
 use crate::relay::RelayModel;
 use crate::trace::{from_itf, to_itf, TraceMeta};
+use std::sync::Arc;
 
 fn relay(variant: &str, overrides: &[(&str, u32)]) -> RelayModel {
     let overrides: Vec<(String, u32)> = overrides
@@ -94,6 +95,81 @@ fn a_frontier_spilled_past_a_tiny_budget_changes_nothing() {
     }
 }
 
+/// A store whose frontier blocks come back (`take`) but whose blocks cannot be read in place
+/// (`read`, what a trace's rebuild does with the parent log): a disk lost after the search.
+struct ReadsFail(Arc<MemorySpill>);
+
+impl SpillStore for ReadsFail {
+    fn put(&self, bytes: &[u8]) -> std::io::Result<u64> {
+        self.0.put(bytes)
+    }
+    fn read(&self, _id: u64) -> std::io::Result<Vec<u8>> {
+        Err(std::io::Error::other("the spill directory is gone"))
+    }
+    fn remove(&self, id: u64) -> std::io::Result<()> {
+        self.0.remove(id)
+    }
+    fn take(&self, id: u64) -> std::io::Result<Vec<u8>> {
+        self.0.take(id)
+    }
+}
+
+#[test]
+fn traces_rebuilt_from_a_spilled_parent_log_are_the_ones_kept_in_memory() {
+    // `counter-only` violates R1, R2 and R4 and reaches every partner: every trace is rebuilt
+    // from the parent log, here from blocks of 4 KiB on the store (all but the newest).
+    let safety_only = CheckOptions {
+        liveness: false,
+        ..CheckOptions::default()
+    };
+    let in_memory = run(relay("counter-only", &[]), &safety_only, &mut |_| {});
+    let store = MemorySpill::new();
+    let spilled = run(
+        relay("counter-only", &[]),
+        &CheckOptions {
+            frontier_bytes_max: Some(16 << 10),
+            spill: Some(store.clone()),
+            ..safety_only.clone()
+        },
+        &mut |_| {},
+    );
+    assert!(in_memory
+        .properties
+        .iter()
+        .any(|property| property.verdict == Verdict::Violated));
+    assert!(in_memory
+        .properties
+        .iter()
+        .filter(|property| matches!(property.verdict, Verdict::Violated | Verdict::Reached))
+        .all(|property| property.trace.is_some()));
+    same_results(&in_memory, &spilled);
+
+    // The same run whose store cannot give the log back: the search is not lost, but what it
+    // found cannot be shown, so it is reported undecided and the run stopped by the disk.
+    let lost = run(
+        relay("counter-only", &[]),
+        &CheckOptions {
+            frontier_bytes_max: Some(16 << 10),
+            spill: Some(Arc::new(ReadsFail(MemorySpill::new()))),
+            ..safety_only
+        },
+        &mut |_| {},
+    );
+    assert_eq!(lost.unique_states, in_memory.unique_states);
+    assert!(matches!(
+        lost.stopped,
+        Some(Stop::Disk {
+            os_error: Some(-1),
+            ..
+        })
+    ));
+    assert!(!lost.complete);
+    for property in &lost.properties {
+        assert_eq!(property.verdict, Verdict::Unknown, "{}", property.name);
+        assert!(property.trace.is_none(), "{}", property.name);
+    }
+}
+
 #[test]
 fn a_disk_limit_stops_the_run_with_unknown_and_names_itself() {
     // Liveness off: the safety search is the one that spills (see the test above).
@@ -133,7 +209,7 @@ fn a_disk_limit_stops_the_run_with_unknown_and_names_itself() {
     };
     assert_eq!(
         stop.to_string(),
-        "the disk limit of 512 MiB (500 MiB of the frontier spilled)"
+        "the disk limit of 512 MiB (500 MiB of the frontier and parent log spilled)"
     );
     let stop = Stop::Disk {
         disk_bytes_max: None,
@@ -142,7 +218,7 @@ fn a_disk_limit_stops_the_run_with_unknown_and_names_itself() {
     };
     assert_eq!(
         stop.to_string(),
-        "the disk: no space left on the device (3 MiB of the frontier spilled)"
+        "the disk: no space left on the device (3 MiB of the frontier and parent log spilled)"
     );
 }
 

@@ -1,5 +1,6 @@
-//! The safety search's visited set: per state fingerprint, how the state was first reached
-//! (the parent's fingerprint, the action's index, the depth), and nothing of the state itself.
+//! The safety search's visited set: per state fingerprint, the depth it was first reached at,
+//! and nothing of the state itself. How it was reached (its parent and action) is in the
+//! append-only parent log ([`super::parents`]), which can leave memory; this set cannot.
 //!
 //! Invariants:
 //! - Memory grows in small steps, never by the whole table at once: the set is split into
@@ -7,8 +8,10 @@
 //!   each grows on its own. One table doubling at 58.7 million states needed its old 1.6 GiB and
 //!   a new 3.2 GiB at once; a shard's doubling needs 1/256 of that, so a run can fill what its
 //!   memory limit holds (issue: "memory bounded by design, not by the bound").
-//! - An entry is 20 bytes (a fingerprint and a parent packed to 4-byte alignment) plus the table's
-//!   control byte: [`ENTRY_BYTES`] is what the memory limit counts per slot.
+//! - An entry is 10 bytes (a fingerprint and a 16-bit depth packed to 2-byte alignment) plus the
+//!   table's control byte: [`ENTRY_BYTES`] is what the memory limit counts per slot. With the
+//!   parent in the entry it was 21: the parent log is what let one lost response's 3-writer
+//!   space fit 4 GiB.
 //! - Deterministic: which shard holds a fingerprint depends on the fingerprint only, and no
 //!   caller iterates the set, so verdicts and paths are the same for any thread count.
 
@@ -22,18 +25,14 @@ use std::hash::{BuildHasherDefault, Hash, Hasher};
 pub(crate) const SHARDS: usize = 256;
 
 /// Bytes a slot of a shard's table takes: the entry and its control byte.
-pub(crate) const ENTRY_BYTES: usize = std::mem::size_of::<(Key, Parent)>() + 1;
+pub(crate) const ENTRY_BYTES: usize = std::mem::size_of::<(Key, Depth)>() + 1;
 
-/// Deepest depth and largest action index a parent records (both are 16 bits).
-pub(crate) const DEPTH_MAX: usize = u16::MAX as usize - 1;
-pub(crate) const ACTION_INDEX_MAX: usize = u16::MAX as usize - 1;
+/// Deepest depth the set records (16 bits).
+pub(crate) const DEPTH_MAX: usize = u16::MAX as usize;
 
-/// The action index that marks an initial state (`from` is then its index among them).
-const ROOT: u16 = u16::MAX;
-
-/// A fingerprint at 4-byte alignment, so that an entry packs into 20 bytes, not 24.
+/// A fingerprint at 2-byte alignment, so that an entry with its depth packs into 10 bytes.
 #[derive(Clone, Copy, PartialEq, Eq)]
-#[repr(C, packed(4))]
+#[repr(C, packed(2))]
 pub(crate) struct Key(pub(crate) u64);
 
 impl Hash for Key {
@@ -43,57 +42,12 @@ impl Hash for Key {
     }
 }
 
-/// How a visited state was first reached.
+/// The depth a visited state was first reached at (the partial-order reduction's cycle
+/// proviso reads it).
 #[derive(Clone, Copy)]
-#[repr(C, packed(4))]
-pub(crate) struct Parent {
-    /// The parent's fingerprint, or for an initial state its index among the initial states.
-    from: u64,
-    action: u16,
-    depth: u16,
-}
+struct Depth(u16);
 
-impl Parent {
-    /// An initial state, the `index`-th of the model's.
-    pub(crate) fn root(index: usize) -> Parent {
-        Parent {
-            from: index as u64,
-            action: ROOT,
-            depth: 0,
-        }
-    }
-
-    /// A state first reached from `from` by the action at `action_index`, at `depth`.
-    pub(crate) fn step(from: u64, action_index: usize, depth: usize) -> Parent {
-        assert!(
-            action_index <= ACTION_INDEX_MAX,
-            "a state enables more than {ACTION_INDEX_MAX} actions"
-        );
-        assert!(depth <= DEPTH_MAX, "a search deeper than {DEPTH_MAX} steps");
-        Parent {
-            from,
-            action: action_index as u16,
-            depth: depth as u16,
-        }
-    }
-
-    /// `None` for an initial state; else the parent's fingerprint and the action's index.
-    pub(crate) fn step_from(self) -> Option<(u64, usize)> {
-        let action = self.action;
-        (action != ROOT).then_some((self.from, usize::from(action)))
-    }
-
-    /// The initial state's index (meaningful only when `step_from` is `None`).
-    pub(crate) fn root_index(self) -> usize {
-        self.from as usize
-    }
-
-    pub(crate) fn depth(self) -> usize {
-        usize::from(self.depth)
-    }
-}
-
-type Shard = HashMap<Key, Parent, BuildHasherDefault<FingerprintHasher>>;
+type Shard = HashMap<Key, Depth, BuildHasherDefault<FingerprintHasher>>;
 
 /// What the next `new_states_max` insertions may allocate at once over shards of (length,
 /// capacity), slots of `slot_bytes`: the doublings of the fullest shards that many states can
@@ -145,12 +99,14 @@ impl Visited {
         self.len
     }
 
-    /// Records `parent` for `fingerprint` unless it is known; answers whether it was new.
-    pub(crate) fn insert_if_absent(&mut self, fingerprint: u64, parent: Parent) -> bool {
+    /// Records `fingerprint` as first reached at `depth` unless it is known; answers whether it
+    /// was new.
+    pub(crate) fn insert_if_absent(&mut self, fingerprint: u64, depth: usize) -> bool {
+        assert!(depth <= DEPTH_MAX, "a search deeper than {DEPTH_MAX} steps");
         let shard = &mut self.shards[shard_of(fingerprint)];
         match shard.entry(Key(fingerprint)) {
             std::collections::hash_map::Entry::Vacant(entry) => {
-                entry.insert(parent);
+                entry.insert(Depth(depth as u16));
                 self.len += 1;
                 true
             }
@@ -158,10 +114,11 @@ impl Visited {
         }
     }
 
-    pub(crate) fn get(&self, fingerprint: u64) -> Option<Parent> {
+    /// The depth `fingerprint` was first reached at, if it is visited.
+    pub(crate) fn depth(&self, fingerprint: u64) -> Option<usize> {
         self.shards[shard_of(fingerprint)]
             .get(&Key(fingerprint))
-            .copied()
+            .map(|depth| usize::from(depth.0))
     }
 
     pub(crate) fn contains(&self, fingerprint: u64) -> bool {
@@ -194,25 +151,23 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_entry_packs_into_20_bytes() {
-        assert_eq!(std::mem::size_of::<(Key, Parent)>(), 20);
-        assert_eq!(ENTRY_BYTES, 21);
+    fn an_entry_packs_into_10_bytes() {
+        assert_eq!(std::mem::size_of::<(Key, Depth)>(), 10);
+        assert_eq!(ENTRY_BYTES, 11);
     }
 
     #[test]
-    fn a_fingerprint_is_known_once_and_keeps_its_first_parent() {
+    fn a_fingerprint_is_known_once_and_keeps_its_first_depth() {
         let mut visited = Visited::default();
-        assert!(visited.insert_if_absent(7, Parent::root(3)));
-        assert!(!visited.insert_if_absent(7, Parent::step(1, 2, 1)));
-        assert!(visited.insert_if_absent(8, Parent::step(7, 5, 1)));
+        assert!(visited.insert_if_absent(7, 0));
+        assert!(!visited.insert_if_absent(7, 1));
+        assert!(visited.insert_if_absent(8, 1));
         assert_eq!(visited.len(), 2);
-        assert_eq!(visited.get(7).unwrap().step_from(), None);
-        assert_eq!(visited.get(7).unwrap().root_index(), 3);
-        assert_eq!(visited.get(8).unwrap().step_from(), Some((7, 5)));
-        assert_eq!(visited.get(8).unwrap().depth(), 1);
+        assert_eq!(visited.depth(7), Some(0));
+        assert_eq!(visited.depth(8), Some(1));
         assert!(visited.contains(8));
         assert!(!visited.contains(9));
-        assert!(visited.get(9).is_none());
+        assert_eq!(visited.depth(9), None);
     }
 
     #[test]
@@ -222,7 +177,7 @@ mod tests {
         for index in 0..states {
             // Fingerprints are well-mixed hashes; a multiplicative hash of the index is one.
             let fingerprint = (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            assert!(visited.insert_if_absent(fingerprint, Parent::step(0, 0, 1)));
+            assert!(visited.insert_if_absent(fingerprint, 1));
         }
         assert_eq!(visited.len(), states);
         let smallest = visited.shards.iter().map(Shard::len).min().unwrap();
@@ -240,6 +195,6 @@ mod tests {
     #[test]
     #[should_panic(expected = "a search deeper than")]
     fn a_depth_past_the_limit_is_refused() {
-        Parent::step(0, 0, DEPTH_MAX + 1);
+        Visited::default().insert_if_absent(0, DEPTH_MAX + 1);
     }
 }
