@@ -69,6 +69,49 @@ fn a_spilled_frontier_stops_at_the_disk_limit_and_leaves_nothing_behind() {
 }
 
 #[test]
+fn a_safety_only_run_decides_every_safety_property_and_says_liveness_was_not_checked() {
+    let output = oncecheck(&["check", "relay", "--variant", "fixed", "--safety-only"]);
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    assert!(stdout.contains("SAFETY ONLY"), "{stdout}");
+    assert!(
+        stdout.contains("the liveness properties were not checked (--safety-only): 2 undecided"),
+        "{stdout}"
+    );
+    // The CI bounds and the variant's bound set `reach`, each for safety only.
+    assert!(stdout.contains("2 checked for safety only"), "{stdout}");
+    assert!(!stdout.contains("FAIL"), "{stdout}");
+    assert!(!stdout.contains("MISMATCH"), "{stdout}");
+
+    let output = oncecheck(&[
+        "check",
+        "relay",
+        "--variant",
+        "fixed",
+        "--safety-only",
+        "--json",
+    ]);
+    assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+    let document: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    let report = &document["reports"][0];
+    assert_eq!(report["liveness"], serde_json::Value::Null);
+    assert_eq!(report["complete"], false);
+    let properties = report["properties"].as_array().unwrap();
+    let verdicts = |kind: &str| -> Vec<&str> {
+        properties
+            .iter()
+            .filter(|property| property["kind"] == kind)
+            .map(|property| property["verdict"].as_str().unwrap())
+            .collect()
+    };
+    assert!(verdicts("always").iter().all(|verdict| *verdict == "holds"));
+    assert!(verdicts("always").len() >= 9);
+    assert!(verdicts("sometimes").contains(&"reached"));
+    let liveness: Vec<&str> = [verdicts("eventually"), verdicts("leads-to")].concat();
+    assert_eq!(liveness, ["unknown", "unknown"]);
+}
+
+#[test]
 fn an_unusable_spill_directory_is_bad_input() {
     let file = std::env::temp_dir().join(format!("check-scale-file-{}", std::process::id()));
     std::fs::write(&file, b"not a directory").unwrap();

@@ -218,6 +218,11 @@ pub struct CheckArgs {
     /// the same verdicts over fewer states; traces are real paths but may be longer.
     #[arg(long)]
     pub partial_order: bool,
+    /// Decide the safety properties only (`always`, `sometimes`): the liveness properties stay
+    /// `unknown` and the run incomplete (exit 1). For bounds whose liveness graph does not fit
+    /// the memory limit, where the safety search, which keeps fingerprints only, still can.
+    #[arg(long)]
+    pub safety_only: bool,
 }
 
 #[derive(clap::Args)]

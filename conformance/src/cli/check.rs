@@ -40,6 +40,7 @@ pub fn check(args: CheckArgs) -> ExitCode {
         shard,
         symmetry,
         partial_order,
+        safety_only,
     } = args;
     if model.is_none() && !bounds.is_empty() {
         return bad_input(crate::check::model_facts::bound_without_a_model(&bounds));
@@ -75,6 +76,7 @@ pub fn check(args: CheckArgs) -> ExitCode {
         shard,
         symmetry,
         partial_order,
+        liveness: !safety_only,
         ..CheckOptions::default()
     };
     let simulation = simulate.then(|| {
@@ -237,6 +239,9 @@ fn run_checks(
     }
 }
 
+/// How often a check whose stderr is no terminal prints its progress as a line.
+const PLAIN_PROGRESS_INTERVAL_SECS: u64 = 30;
+
 /// One job's check (exhaustive, simulated, or a shard), with a spinner naming its progress; a
 /// shard's traces as ITF go to `shard_itfs`.
 fn check_job(
@@ -252,6 +257,10 @@ fn check_job(
         Some(set) => format!("{}/{} (bound set `{set}`)", job.model, job.variant),
         None => format!("{}/{}", job.model, job.variant),
     };
+    // Where stderr is no terminal (a CI log, a file), the spinner draws nothing: the same
+    // message goes out as a plain line every PLAIN_PROGRESS_INTERVAL_SECS instead.
+    let plain = bar.is_hidden();
+    let mut last_plain = Duration::ZERO;
     let mut last = (0usize, Duration::ZERO);
     let mut on_progress = |progress: oncecheck_model::check::Progress| {
         // The liveness exploration, which follows the safety search, counts from zero again.
@@ -262,10 +271,19 @@ fn check_job(
                 .as_secs_f64()
                 .max(1e-3);
         last = (progress.states, progress.elapsed);
-        bar.set_message(format!(
+        let message = format!(
             "{label}: {} states, {} unique, {:.0} states/s, depth {}",
             progress.states, progress.unique_states, rate, progress.max_depth
-        ));
+        );
+        if plain {
+            let interval = Duration::from_secs(PLAIN_PROGRESS_INTERVAL_SECS);
+            if progress.elapsed.saturating_sub(last_plain) >= interval {
+                last_plain = progress.elapsed;
+                eprintln!("{message} ({:.0} s)", progress.elapsed.as_secs_f64());
+            }
+        } else {
+            bar.set_message(message);
+        }
     };
     let report = match (simulation, options.shard) {
         (_, Some(_)) => crate::check::merge::run_shard(job, options, simulation, &mut on_progress)

@@ -25,6 +25,9 @@ pub enum RunOutcome {
     AsExpected,
     /// A limit stopped the run; what it had not decided is `unknown`.
     Stopped(Stop),
+    /// The liveness properties were not checked (`--safety-only`) and stay `unknown`; every
+    /// other verdict equals its expectation.
+    SafetyOnly { undecided: usize },
     /// Verdicts differ, and the bounds differ from the CI bounds the expectations are stated for.
     DiffersAtChangedBounds { differing: usize, changes: String },
     /// Verdicts differ at the CI bounds: a regression (or a buggy variant that stopped failing).
@@ -58,6 +61,18 @@ pub fn outcome(report: &CheckReport, ci_bounds: &Bounds) -> RunOutcome {
         .iter()
         .filter(|property| !report.as_expected(property))
         .count();
+    // Only a run without its liveness exploration leaves a liveness verdict `unknown` unstopped.
+    let liveness_unchecked = report.liveness.is_none()
+        && report
+            .properties
+            .iter()
+            .filter(|property| !report.as_expected(property))
+            .all(|property| property.kind.is_liveness() && property.verdict == Verdict::Unknown);
+    if liveness_unchecked {
+        return RunOutcome::SafetyOnly {
+            undecided: differing,
+        };
+    }
     let changes = changed_bounds(&report.bounds, ci_bounds);
     if changes.is_empty() {
         RunOutcome::Mismatch { differing }
@@ -72,6 +87,7 @@ impl RunOutcome {
         match self {
             RunOutcome::AsExpected => "ok",
             RunOutcome::Stopped(_) => "STOPPED",
+            RunOutcome::SafetyOnly { .. } => "SAFETY ONLY",
             RunOutcome::DiffersAtChangedBounds { .. } => "DIFFERS AT THESE BOUNDS",
             RunOutcome::Mismatch { .. } => "MISMATCH",
         }
@@ -85,6 +101,9 @@ impl RunOutcome {
                 "stopped at {} before the state space was exhausted: what it had not decided is unknown ({})",
                 limit_words(stop),
                 limit_advice(stop)
+            )),
+            RunOutcome::SafetyOnly { undecided } => Some(format!(
+                "the liveness properties were not checked (--safety-only): {undecided} undecided, every other verdict as expected"
             )),
             RunOutcome::DiffersAtChangedBounds { differing, changes } => Some(format!(
                 "{differing} {} from the expectations, which are stated for the CI bounds; these bounds differ: {changes}. A changed bound adds or removes cases, so this is what the change does, not a regression",
@@ -102,7 +121,9 @@ impl RunOutcome {
     pub fn mark(&self, report: &CheckReport, property: &PropertyReport) -> &'static str {
         if report.as_expected(property) {
             "ok"
-        } else if property.verdict == Verdict::Unknown && report.stopped.is_some() {
+        } else if property.verdict == Verdict::Unknown
+            && (report.stopped.is_some() || matches!(self, RunOutcome::SafetyOnly { .. }))
+        {
             "?"
         } else if matches!(self, RunOutcome::DiffersAtChangedBounds { .. }) {
             "DIFF"
@@ -156,7 +177,7 @@ pub fn limit_words(stop: &Stop) -> String {
             spilled_bytes,
             os_error: None,
         } => format!(
-            "the disk limit (--disk-max-mb {}) with {} MiB of the frontier spilled",
+            "the disk limit (--disk-max-mb {}) with {} MiB of the frontier and parent log spilled",
             disk_bytes_max / MIB,
             spilled_bytes.div_ceil(MIB)
         ),
@@ -189,6 +210,7 @@ pub fn summary(outcomes: &[(&CheckReport, RunOutcome)]) -> String {
     };
     let as_expected = count(|outcome| matches!(outcome, RunOutcome::AsExpected));
     let stopped = count(|outcome| matches!(outcome, RunOutcome::Stopped(_)));
+    let safety_only = count(|outcome| matches!(outcome, RunOutcome::SafetyOnly { .. }));
     let changed = count(|outcome| matches!(outcome, RunOutcome::DiffersAtChangedBounds { .. }));
     let mismatched = count(|outcome| matches!(outcome, RunOutcome::Mismatch { .. }));
     let states: usize = outcomes
@@ -202,10 +224,15 @@ pub fn summary(outcomes: &[(&CheckReport, RunOutcome)]) -> String {
         "NOT every verdict equals its expectation"
     };
     format!(
-        "summary: {} checked: {as_expected} as expected, {mismatched} mismatched, {changed} differing at changed bounds, {stopped} stopped by a limit; {states} unique states in {seconds:.2}s; {verdict}",
+        "summary: {} checked: {as_expected} as expected, {mismatched} mismatched, {changed} differing at changed bounds, {stopped} stopped by a limit{}; {states} unique states in {seconds:.2}s; {verdict}",
         match outcomes.len() {
             1 => "1 variant".to_string(),
             count => format!("{count} variants"),
+        },
+        if safety_only > 0 {
+            format!(", {safety_only} checked for safety only")
+        } else {
+            String::new()
         }
     )
 }
