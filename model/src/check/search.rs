@@ -322,7 +322,8 @@ where
         .into_iter()
         .filter(|state| model.within_boundary(state))
         .collect();
-    let mut visited = Visited::default();
+    // Depths only for the cycle proviso of the partial-order reduction: 9 bytes a slot, not 11.
+    let mut visited = Visited::new(hooks.independence.is_some());
     let mut parents = ParentLog::new(log_block_bytes);
     let mut level: VecDeque<(M::State, u64)> = VecDeque::new();
     for (index, state) in initial.iter().enumerate() {

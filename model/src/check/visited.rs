@@ -1,6 +1,7 @@
-//! The safety search's visited set: per state fingerprint, the depth it was first reached at,
-//! and nothing of the state itself. How it was reached (its parent and action) is in the
-//! append-only parent log ([`super::parents`]), which can leave memory; this set cannot.
+//! The safety search's visited set: per state fingerprint, and under the partial-order
+//! reduction the depth it was first reached at; nothing of the state itself. How it was reached
+//! (its parent and action) is in the append-only parent log ([`super::parents`]), which can
+//! leave memory; this set cannot.
 //!
 //! Invariants:
 //! - Memory grows in small steps, never by the whole table at once: the set is split into
@@ -8,15 +9,16 @@
 //!   each grows on its own. One table doubling at 58.7 million states needed its old 1.6 GiB and
 //!   a new 3.2 GiB at once; a shard's doubling needs 1/256 of that, so a run can fill what its
 //!   memory limit holds (issue: "memory bounded by design, not by the bound").
-//! - An entry is 10 bytes (a fingerprint and a 16-bit depth packed to 2-byte alignment) plus the
-//!   table's control byte: [`ENTRY_BYTES`] is what the memory limit counts per slot. With the
-//!   parent in the entry it was 21: the parent log is what let one lost response's 3-writer
-//!   space fit 4 GiB.
+//! - A slot is a fingerprint and the table's control byte, 9 bytes ([`FINGERPRINT_SLOT_BYTES`]);
+//!   with a depth, which only the partial-order reduction's cycle proviso reads, 11
+//!   ([`DEPTH_SLOT_BYTES`]: the fingerprint packed to 2-byte alignment beside a 16-bit depth).
+//!   What the memory limit counts per slot is the mode's. With the parent in the entry it was
+//!   21: the parent log is what let one lost response's 3-writer spaces fit 4 GiB.
 //! - Deterministic: which shard holds a fingerprint depends on the fingerprint only, and no
 //!   caller iterates the set, so verdicts and paths are the same for any thread count.
 
 use super::search::FingerprintHasher;
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::hash::{BuildHasherDefault, Hash, Hasher};
 
 /// Shards of the set: enough that one doubling is a small step under any memory limit a run is
@@ -24,8 +26,11 @@ use std::hash::{BuildHasherDefault, Hash, Hasher};
 /// nothing worth counting.
 pub(crate) const SHARDS: usize = 256;
 
-/// Bytes a slot of a shard's table takes: the entry and its control byte.
-pub(crate) const ENTRY_BYTES: usize = std::mem::size_of::<(Key, Depth)>() + 1;
+/// Bytes a slot of a shard's table takes, fingerprints alone: the key and its control byte.
+pub(crate) const FINGERPRINT_SLOT_BYTES: usize = std::mem::size_of::<Key>() + 1;
+
+/// Bytes a slot takes with depths: the entry and its control byte.
+pub(crate) const DEPTH_SLOT_BYTES: usize = std::mem::size_of::<(Key, Depth)>() + 1;
 
 /// Deepest depth the set records (16 bits).
 pub(crate) const DEPTH_MAX: usize = u16::MAX as usize;
@@ -42,12 +47,11 @@ impl Hash for Key {
     }
 }
 
-/// The depth a visited state was first reached at (the partial-order reduction's cycle
-/// proviso reads it).
+/// The depth a visited state was first reached at.
 #[derive(Clone, Copy)]
 struct Depth(u16);
 
-type Shard = HashMap<Key, Depth, BuildHasherDefault<FingerprintHasher>>;
+type Hashing = BuildHasherDefault<FingerprintHasher>;
 
 /// What the next `new_states_max` insertions may allocate at once over shards of (length,
 /// capacity), slots of `slot_bytes`: the doublings of the fullest shards that many states can
@@ -75,17 +79,13 @@ pub(crate) fn shards_growth_bytes(
 
 /// The visited set (see the module doc).
 pub(crate) struct Visited {
-    shards: Vec<Shard>,
+    shards: Shards,
     len: usize,
 }
 
-impl Default for Visited {
-    fn default() -> Self {
-        Visited {
-            shards: (0..SHARDS).map(|_| Shard::default()).collect(),
-            len: 0,
-        }
-    }
+enum Shards {
+    Fingerprints(Vec<HashSet<Key, Hashing>>),
+    WithDepths(Vec<HashMap<Key, Depth, Hashing>>),
 }
 
 /// The shard of a fingerprint: bits 40..48. The tables use the low bits for the bucket and the
@@ -95,6 +95,17 @@ pub(crate) fn shard_of(fingerprint: u64) -> usize {
 }
 
 impl Visited {
+    /// An empty set that keeps each state's depth when `depths` (the partial-order reduction's
+    /// cycle proviso reads it), else fingerprints alone.
+    pub(crate) fn new(depths: bool) -> Visited {
+        let shards = if depths {
+            Shards::WithDepths((0..SHARDS).map(|_| HashMap::default()).collect())
+        } else {
+            Shards::Fingerprints((0..SHARDS).map(|_| HashSet::default()).collect())
+        };
+        Visited { shards, len: 0 }
+    }
+
     pub(crate) fn len(&self) -> usize {
         self.len
     }
@@ -102,27 +113,41 @@ impl Visited {
     /// Records `fingerprint` as first reached at `depth` unless it is known; answers whether it
     /// was new.
     pub(crate) fn insert_if_absent(&mut self, fingerprint: u64, depth: usize) -> bool {
-        assert!(depth <= DEPTH_MAX, "a search deeper than {DEPTH_MAX} steps");
-        let shard = &mut self.shards[shard_of(fingerprint)];
-        match shard.entry(Key(fingerprint)) {
-            std::collections::hash_map::Entry::Vacant(entry) => {
-                entry.insert(Depth(depth as u16));
-                self.len += 1;
-                true
+        let shard = shard_of(fingerprint);
+        let new = match &mut self.shards {
+            Shards::Fingerprints(shards) => shards[shard].insert(Key(fingerprint)),
+            Shards::WithDepths(shards) => {
+                assert!(depth <= DEPTH_MAX, "a search deeper than {DEPTH_MAX} steps");
+                match shards[shard].entry(Key(fingerprint)) {
+                    std::collections::hash_map::Entry::Vacant(entry) => {
+                        entry.insert(Depth(depth as u16));
+                        true
+                    }
+                    std::collections::hash_map::Entry::Occupied(_) => false,
+                }
             }
-            std::collections::hash_map::Entry::Occupied(_) => false,
+        };
+        self.len += usize::from(new);
+        new
+    }
+
+    /// The depth `fingerprint` was first reached at, if it is visited. Only a set made to keep
+    /// depths can answer: asking another is a bug of the search.
+    pub(crate) fn depth(&self, fingerprint: u64) -> Option<usize> {
+        match &self.shards {
+            Shards::WithDepths(shards) => shards[shard_of(fingerprint)]
+                .get(&Key(fingerprint))
+                .map(|depth| usize::from(depth.0)),
+            Shards::Fingerprints(_) => panic!("the visited set keeps no depths: made without them"),
         }
     }
 
-    /// The depth `fingerprint` was first reached at, if it is visited.
-    pub(crate) fn depth(&self, fingerprint: u64) -> Option<usize> {
-        self.shards[shard_of(fingerprint)]
-            .get(&Key(fingerprint))
-            .map(|depth| usize::from(depth.0))
-    }
-
     pub(crate) fn contains(&self, fingerprint: u64) -> bool {
-        self.shards[shard_of(fingerprint)].contains_key(&Key(fingerprint))
+        let shard = shard_of(fingerprint);
+        match &self.shards {
+            Shards::Fingerprints(shards) => shards[shard].contains(&Key(fingerprint)),
+            Shards::WithDepths(shards) => shards[shard].contains_key(&Key(fingerprint)),
+        }
     }
 
     /// The most that inserting up to `new_states_max` states can allocate at once: a shard grows
@@ -130,19 +155,34 @@ impl Visited {
     /// the fewest free slots whose free slots (and one more each) they cover; each of those
     /// allocates its doubled table while the old one is still held.
     pub(crate) fn growth_bytes(&self, new_states_max: usize) -> usize {
-        shards_growth_bytes(
-            self.shards
-                .iter()
-                .map(|shard| (shard.len(), shard.capacity())),
-            new_states_max,
-            ENTRY_BYTES,
-        )
+        match &self.shards {
+            Shards::Fingerprints(shards) => shards_growth_bytes(
+                shards.iter().map(|shard| (shard.len(), shard.capacity())),
+                new_states_max,
+                FINGERPRINT_SLOT_BYTES,
+            ),
+            Shards::WithDepths(shards) => shards_growth_bytes(
+                shards.iter().map(|shard| (shard.len(), shard.capacity())),
+                new_states_max,
+                DEPTH_SLOT_BYTES,
+            ),
+        }
     }
 
-    /// Slots allocated over all shards (for the tests of the memory accounting).
+    /// Slots allocated over all shards, and their lengths (for the tests of the memory
+    /// accounting and of the spread).
     #[cfg(test)]
-    pub(crate) fn capacity(&self) -> usize {
-        self.shards.iter().map(Shard::capacity).sum()
+    fn shard_sizes(&self) -> Vec<(usize, usize)> {
+        match &self.shards {
+            Shards::Fingerprints(shards) => shards
+                .iter()
+                .map(|shard| (shard.len(), shard.capacity()))
+                .collect(),
+            Shards::WithDepths(shards) => shards
+                .iter()
+                .map(|shard| (shard.len(), shard.capacity()))
+                .collect(),
+        }
     }
 }
 
@@ -151,14 +191,16 @@ mod tests {
     use super::*;
 
     #[test]
-    fn an_entry_packs_into_10_bytes() {
+    fn a_slot_is_9_bytes_and_11_with_its_depth() {
+        assert_eq!(std::mem::size_of::<Key>(), 8);
         assert_eq!(std::mem::size_of::<(Key, Depth)>(), 10);
-        assert_eq!(ENTRY_BYTES, 11);
+        assert_eq!(FINGERPRINT_SLOT_BYTES, 9);
+        assert_eq!(DEPTH_SLOT_BYTES, 11);
     }
 
     #[test]
     fn a_fingerprint_is_known_once_and_keeps_its_first_depth() {
-        let mut visited = Visited::default();
+        let mut visited = Visited::new(true);
         assert!(visited.insert_if_absent(7, 0));
         assert!(!visited.insert_if_absent(7, 1));
         assert!(visited.insert_if_absent(8, 1));
@@ -171,30 +213,49 @@ mod tests {
     }
 
     #[test]
+    fn a_set_of_fingerprints_alone_knows_each_once_and_refuses_depths() {
+        let mut visited = Visited::new(false);
+        assert!(visited.insert_if_absent(7, 0));
+        assert!(!visited.insert_if_absent(7, 1));
+        // Deeper than a depth entry holds: nothing records it.
+        assert!(visited.insert_if_absent(8, DEPTH_MAX + 1));
+        assert_eq!(visited.len(), 2);
+        assert!(visited.contains(7));
+        assert!(!visited.contains(9));
+        let asked = std::panic::catch_unwind(|| visited.depth(7));
+        assert!(asked.is_err(), "a set without depths cannot answer one");
+    }
+
+    #[test]
     fn fingerprints_spread_over_every_shard_and_no_doubling_is_the_whole_set() {
-        let mut visited = Visited::default();
-        let states = 1 << 20;
-        for index in 0..states {
-            // Fingerprints are well-mixed hashes; a multiplicative hash of the index is one.
-            let fingerprint = (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
-            assert!(visited.insert_if_absent(fingerprint, 1));
+        for (depths, slot_bytes) in [(false, FINGERPRINT_SLOT_BYTES), (true, DEPTH_SLOT_BYTES)] {
+            let mut visited = Visited::new(depths);
+            let states = 1 << 20;
+            for index in 0..states {
+                // Fingerprints are well-mixed hashes; a multiplicative hash of the index is one.
+                let fingerprint = (index as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+                assert!(visited.insert_if_absent(fingerprint, 1));
+            }
+            assert_eq!(visited.len(), states);
+            let sizes = visited.shard_sizes();
+            let smallest = sizes.iter().map(|(len, _)| *len).min().unwrap();
+            let largest = sizes.iter().map(|(len, _)| *len).max().unwrap();
+            assert!(smallest * 2 > largest, "{smallest} .. {largest}");
+            // A chunk's growth is the doubling of the few shards it can fill, not the whole
+            // set's, counted at the mode's slot size.
+            let capacity: usize = sizes.iter().map(|(_, capacity)| *capacity).sum();
+            let whole_doubling = capacity * 2 * slot_bytes;
+            let growth = visited.growth_bytes(4096);
+            assert!(growth > 0, "some shard is within 4,096 states of growing");
+            assert!(growth * 16 < whole_doubling, "{growth} of {whole_doubling}");
+            // Enough new states to fill every shard make every shard count.
+            assert_eq!(visited.growth_bytes(states * 2), whole_doubling);
         }
-        assert_eq!(visited.len(), states);
-        let smallest = visited.shards.iter().map(Shard::len).min().unwrap();
-        let largest = visited.shards.iter().map(Shard::len).max().unwrap();
-        assert!(smallest * 2 > largest, "{smallest} .. {largest}");
-        // A chunk's growth is the doubling of the few shards it can fill, not the whole set's.
-        let whole_doubling = visited.capacity() * 2 * ENTRY_BYTES;
-        let growth = visited.growth_bytes(4096);
-        assert!(growth > 0, "some shard is within 4,096 states of growing");
-        assert!(growth * 16 < whole_doubling, "{growth} of {whole_doubling}");
-        // Enough new states to fill every shard make every shard count.
-        assert_eq!(visited.growth_bytes(states * 2), whole_doubling);
     }
 
     #[test]
     #[should_panic(expected = "a search deeper than")]
     fn a_depth_past_the_limit_is_refused() {
-        Visited::default().insert_if_absent(0, DEPTH_MAX + 1);
+        Visited::new(true).insert_if_absent(0, DEPTH_MAX + 1);
     }
 }
