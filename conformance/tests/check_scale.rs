@@ -112,6 +112,29 @@ fn a_safety_only_run_decides_every_safety_property_and_says_liveness_was_not_che
 }
 
 #[test]
+fn a_check_off_a_terminal_prints_its_progress_as_lines() {
+    // stderr is a pipe here, as in a CI log: no spinner, a line a second instead (the CI
+    // bounds take several seconds in this build); `--progress-interval-secs 0` prints none.
+    let arguments = ["check", "relay", "--variant", "fixed", "--safety-only"];
+    let progress_lines = |interval: &str| -> Vec<String> {
+        let output = oncecheck(&[&arguments[..], &["--progress-interval-secs", interval]].concat());
+        assert_eq!(output.status.code(), Some(1), "{}", text(&output));
+        String::from_utf8_lossy(&output.stderr)
+            .lines()
+            .filter(|line| line.starts_with("relay/fixed: "))
+            .map(str::to_string)
+            .collect()
+    };
+    let lines = progress_lines("1");
+    assert!(!lines.is_empty(), "no progress line");
+    for line in &lines {
+        assert!(line.contains(" unique, "), "{line}");
+        assert!(line.contains(" states/s, depth "), "{line}");
+    }
+    assert_eq!(progress_lines("0"), Vec::<String>::new());
+}
+
+#[test]
 fn an_unusable_spill_directory_is_bad_input() {
     let file = std::env::temp_dir().join(format!("check-scale-file-{}", std::process::id()));
     std::fs::write(&file, b"not a directory").unwrap();

@@ -223,6 +223,10 @@ pub struct CheckArgs {
     /// the memory limit, where the safety search, which keeps fingerprints only, still can.
     #[arg(long)]
     pub safety_only: bool,
+    /// Where stderr is no terminal (a CI log, a file), print the progress as a plain line
+    /// every this many seconds (0: never); on a terminal a spinner shows it instead.
+    #[arg(long, value_name = "SECONDS", default_value_t = 30)]
+    pub progress_interval_secs: u64,
 }
 
 #[derive(clap::Args)]

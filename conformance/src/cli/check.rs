@@ -41,6 +41,7 @@ pub fn check(args: CheckArgs) -> ExitCode {
         symmetry,
         partial_order,
         safety_only,
+        progress_interval_secs,
     } = args;
     if model.is_none() && !bounds.is_empty() {
         return bad_input(crate::check::model_facts::bound_without_a_model(&bounds));
@@ -98,6 +99,7 @@ pub fn check(args: CheckArgs) -> ExitCode {
         diagrams: diagrams.as_deref(),
         html: html.as_deref(),
         junit: junit.as_deref(),
+        progress_interval_secs,
     };
     // At the CI bounds, each variant's named bound sets run too (S6: the reaches the CI
     // bounds miss); a simulation reaches nothing it could call unreached.
@@ -184,6 +186,8 @@ struct Outputs<'a> {
     diagrams: Option<&'a std::path::Path>,
     html: Option<&'a std::path::Path>,
     junit: Option<&'a std::path::Path>,
+    /// Off a terminal, seconds between two progress lines (0: none).
+    progress_interval_secs: u64,
 }
 
 /// What the checks of a run found and wrote so far.
@@ -209,7 +213,13 @@ fn run_checks(
     let mut all_match = true;
     let mut checked = Checked::default();
     for job in jobs {
-        let report = match check_job(job, options, simulation, &mut checked.shard_itfs) {
+        let report = match check_job(
+            job,
+            options,
+            simulation,
+            outputs.progress_interval_secs,
+            &mut checked.shard_itfs,
+        ) {
             Ok(report) => report,
             Err(error) => return bad_input(error),
         };
@@ -239,15 +249,13 @@ fn run_checks(
     }
 }
 
-/// How often a check whose stderr is no terminal prints its progress as a line.
-const PLAIN_PROGRESS_INTERVAL_SECS: u64 = 30;
-
 /// One job's check (exhaustive, simulated, or a shard), with a spinner naming its progress; a
 /// shard's traces as ITF go to `shard_itfs`.
 fn check_job(
     job: &Job,
     options: &CheckOptions,
     simulation: Option<&SimulationOptions>,
+    progress_interval_secs: u64,
     shard_itfs: &mut Vec<Itfs>,
 ) -> Result<CheckReport, SpecError> {
     let bar = ProgressBar::new_spinner();
@@ -258,8 +266,12 @@ fn check_job(
         None => format!("{}/{}", job.model, job.variant),
     };
     // Where stderr is no terminal (a CI log, a file), the spinner draws nothing: the same
-    // message goes out as a plain line every PLAIN_PROGRESS_INTERVAL_SECS instead.
-    let plain = bar.is_hidden();
+    // message goes out as a plain line every `--progress-interval-secs` instead.
+    let plain_interval = bar
+        .is_hidden()
+        .then_some(progress_interval_secs)
+        .filter(|secs| *secs > 0)
+        .map(Duration::from_secs);
     let mut last_plain = Duration::ZERO;
     let mut last = (0usize, Duration::ZERO);
     let mut on_progress = |progress: oncecheck_model::check::Progress| {
@@ -275,8 +287,7 @@ fn check_job(
             "{label}: {} states, {} unique, {:.0} states/s, depth {}",
             progress.states, progress.unique_states, rate, progress.max_depth
         );
-        if plain {
-            let interval = Duration::from_secs(PLAIN_PROGRESS_INTERVAL_SECS);
+        if let Some(interval) = plain_interval {
             if progress.elapsed.saturating_sub(last_plain) >= interval {
                 last_plain = progress.elapsed;
                 eprintln!("{message} ({:.0} s)", progress.elapsed.as_secs_f64());
