@@ -262,6 +262,47 @@ async fn a_transaction_conflict_is_resent_and_a_failed_condition_beside_it_is_fi
     assert_eq!(fake.requests().len(), 1, "a failed condition is not resent");
 }
 
+/// A cancellation whose failed condition is the receipt's: the receipt is read (no image came
+/// back). Holding this intent's token, an earlier send applied the intent; holding another
+/// intent's, the write is final and applied nothing of this one.
+//= specs/tokened-writes.md#T3
+//# An unknown outcome is all or nothing.
+#[tokio::test]
+async fn a_cancelled_receipt_holding_this_token_was_applied_earlier_and_another_is_final() {
+    for (holder, mine) in [(None, true), (Some("another-intents-token"), false)] {
+        let intent = Intent::with_receipt(transfer(), receipt(TABLE, "r"));
+        let token = intent.token_str().to_owned();
+        let found = holder.map_or(token.clone(), str::to_owned);
+        let fake = FakeEndpoint::start(vec![
+            Scripted::cancelled(&["None", "None", "ConditionalCheckFailed"]),
+            Scripted::ok(json!({
+                "Item": {
+                    "pk": { "S": "receipt#r" },
+                    "receipt_token": { "S": found },
+                }
+            })),
+        ])
+        .await;
+        let (writer, _clock, _directory) = writer(&fake.url).await;
+        let report = writer.write(intent).await.unwrap();
+        let expected = if mine {
+            Outcome::AppliedEarlier
+        } else {
+            Outcome::Cancelled {
+                reasons: vec![format!("receipt held by {found}")],
+            }
+        };
+        assert_eq!(report.outcome, expected, "{report:?}");
+        let requests = fake.requests();
+        assert_eq!(
+            requests.len(),
+            2,
+            "the write, the receipt's read, no resend"
+        );
+        assert_eq!(requests[1].0, "GetItem");
+    }
+}
+
 /// A fixed PutItem: its retry converges, so an unknown outcome is resent.
 fn fixed_put(name: &str) -> aws_sdk_dynamodb::types::TransactWriteItem {
     let put = aws_sdk_dynamodb::types::Put::builder()
@@ -371,6 +412,39 @@ async fn a_batch_resends_only_its_unprocessed_items() {
         requests[1].1["RequestItems"][TABLE],
         json!([ { "PutRequest": { "Item": { "pk": { "S": "b" } } } } ]),
         "only the unprocessed put"
+    );
+}
+
+/// A service error after a round that applied some items is an unknown outcome with the items
+/// still pending, never a rejection: only the first request's refusal says nothing was written.
+#[tokio::test]
+async fn a_batch_refused_after_a_round_applied_items_is_unknown_not_rejected() {
+    let fake = FakeEndpoint::start(vec![
+        Scripted::ok(json!({ "UnprocessedItems": { TABLE: [ { "PutRequest": { "Item": { "pk": { "S": "b" } } } } ] } })),
+        Scripted::error(400, "ValidationException", "refused on the resend"),
+    ])
+    .await;
+    let (batch_writer, _clock, _directory) = writer(&fake.url).await;
+    let batch: HashMap<String, Vec<WriteRequest>> =
+        [(TABLE.to_owned(), vec![put_request("a"), put_request("b")])].into();
+    match batch_writer.send_batch(batch).await {
+        Ok(BatchOutcome::Unknown { rounds, pending }) => {
+            assert_eq!(rounds, 2);
+            assert_eq!(pending[TABLE].len(), 1, "{pending:?}");
+        }
+        other => panic!("expected an unknown outcome, got {other:?}"),
+    }
+
+    // The same refusal to the first request: nothing was written, the caller's error.
+    let fake =
+        FakeEndpoint::start(vec![Scripted::error(400, "ValidationException", "refused")]).await;
+    let (refused_writer, _clock, _directory) = writer(&fake.url).await;
+    let batch: HashMap<String, Vec<WriteRequest>> =
+        [(TABLE.to_owned(), vec![put_request("a")])].into();
+    let outcome = refused_writer.send_batch(batch).await;
+    assert!(
+        matches!(outcome, Err(WriteError::Rejected { .. })),
+        "{outcome:?}"
     );
 }
 
