@@ -176,16 +176,20 @@ async fn a_server_error_a_throttled_request_and_an_unfamiliar_server_fault_are_r
     }
 }
 
-/// A resend must finish inside the window: with less than one attempt's timeout left (the test
-/// limits' 3 s of a 600 s window) the writer reconciles instead, reading the receipt; with a
-/// little more it resends.
+/// A resend must finish inside the window: with no more than one attempt's timeout left (the
+/// test limits' 3 s of a 600 s window) the writer reconciles instead, reading the receipt; with
+/// a little more it resends.
 //= specs/tokened-writes.md#T1
 //# The identical tokened request, retried within the window, applies its effects once.
 #[tokio::test]
 async fn a_resend_that_could_outlast_the_window_is_not_made() {
     let attempts_max = test_limits().attempts_max as usize;
     let window_secs = test_limits().window_secs;
-    for (elapsed_secs, resends) in [(window_secs - 2, false), (window_secs - 4, true)] {
+    for (elapsed_secs, resends) in [
+        (window_secs - 2, false),
+        (window_secs - 3, false),
+        (window_secs - 4, true),
+    ] {
         let mut script =
             vec![
                 Scripted::error(400, "TransactionInProgressException", "still running");
@@ -215,7 +219,7 @@ async fn a_resend_that_could_outlast_the_window_is_not_made() {
 
 /// A cancellation for a conflict with another transaction applied nothing: the identical
 /// request is resent and applies. A cancellation that names a failed condition as well is final,
-/// whatever else it names.
+/// whatever else it names, and so is one that names no conflict.
 #[tokio::test]
 async fn a_transaction_conflict_is_resent_and_a_failed_condition_beside_it_is_final() {
     let fake = FakeEndpoint::start(vec![
@@ -260,6 +264,23 @@ async fn a_transaction_conflict_is_resent_and_a_failed_condition_beside_it_is_fi
         "{report:?}"
     );
     assert_eq!(fake.requests().len(), 1, "a failed condition is not resent");
+
+    let fake = FakeEndpoint::start(vec![Scripted::cancelled(&[
+        "None",
+        "ValidationError",
+        "None",
+    ])])
+    .await;
+    let (refused_writer, _clock, _directory) = writer(&fake.url).await;
+    let report = refused_writer
+        .write(Intent::with_receipt(transfer(), receipt(TABLE, "v")))
+        .await
+        .unwrap();
+    assert!(
+        matches!(report.outcome, Outcome::Cancelled { .. }),
+        "{report:?}"
+    );
+    assert_eq!(fake.requests().len(), 1, "no conflict, no resend");
 }
 
 /// A cancellation whose failed condition is the receipt's: the receipt is read (no image came
@@ -520,10 +541,14 @@ async fn an_unreachable_endpoint_is_a_typed_error_and_the_intent_ends_not_sent()
     let intent = Intent::with_receipt(transfer(), receipt(TABLE, "u"));
     let token = intent.token_str().to_owned();
     let error = writer.write(intent).await;
-    assert!(
-        matches!(error, Err(WriteError::Unreachable(_))),
-        "{error:?}"
-    );
+    match &error {
+        // The caller is told why: the connection's own failure, not a placeholder.
+        Err(WriteError::Unreachable(detail)) => {
+            assert!(!detail.is_empty());
+            assert_ne!(detail, "nothing sent");
+        }
+        other => panic!("expected the endpoint unreachable, got {other:?}"),
+    }
     let entry = writer.journal().entry(&token).await.unwrap().unwrap();
     assert_eq!(entry.outcome.as_deref(), Some("not-sent"));
 }
