@@ -6,8 +6,8 @@
 //!   matching a target is therefore at the smallest depth, and the path rebuilt to it is the one
 //!   a single-threaded FIFO search finds, whatever the number of threads (threads split a chunk
 //!   of one level; their results are merged in chunk order).
-//! - Visited states are kept as fingerprints only: fingerprint -> depth in the visited set, and
-//!   (parent fingerprint, index of the action taken) in the append-only parent log
+//! - Visited states are kept as fingerprints only (with their depth under the partial-order
+//!   reduction), and (parent fingerprint, index of the action taken) in the append-only parent log
 //!   ([`super::parents`], which spills with the frontier). States live only in the part of the
 //!   level not yet examined and in the next level, as compact bytes when the model has a codec
 //!   ([`super::frontier`]: spilled to disk past a budget, read back in order, so nothing else
