@@ -114,10 +114,10 @@ fn a_safety_only_run_decides_every_safety_property_and_says_liveness_was_not_che
 #[test]
 fn a_check_off_a_terminal_prints_its_progress_as_lines() {
     // stderr is a pipe here, as in a CI log: no spinner, a line a second instead (the CI
-    // bounds take several seconds in this build); `--progress-interval-secs 0` prints none.
+    // bounds take several seconds in this build); `--progress-secs 0` prints none.
     let arguments = ["check", "relay", "--variant", "fixed", "--safety-only"];
     let progress_lines = |interval: &str| -> Vec<String> {
-        let output = oncecheck(&[&arguments[..], &["--progress-interval-secs", interval]].concat());
+        let output = oncecheck(&[&arguments[..], &["--progress-secs", interval]].concat());
         assert_eq!(output.status.code(), Some(1), "{}", text(&output));
         String::from_utf8_lossy(&output.stderr)
             .lines()

@@ -226,7 +226,7 @@ pub struct CheckArgs {
     /// Where stderr is no terminal (a CI log, a file), print the progress as a plain line
     /// every this many seconds (0: never); on a terminal a spinner shows it instead.
     #[arg(long, value_name = "SECONDS", default_value_t = 30)]
-    pub progress_interval_secs: u64,
+    pub progress_secs: u64,
 }
 
 #[derive(clap::Args)]

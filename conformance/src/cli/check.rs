@@ -41,7 +41,7 @@ pub fn check(args: CheckArgs) -> ExitCode {
         symmetry,
         partial_order,
         safety_only,
-        progress_interval_secs,
+        progress_secs,
     } = args;
     if model.is_none() && !bounds.is_empty() {
         return bad_input(crate::check::model_facts::bound_without_a_model(&bounds));
@@ -99,7 +99,7 @@ pub fn check(args: CheckArgs) -> ExitCode {
         diagrams: diagrams.as_deref(),
         html: html.as_deref(),
         junit: junit.as_deref(),
-        progress_interval_secs,
+        progress_secs,
     };
     // At the CI bounds, each variant's named bound sets run too (S6: the reaches the CI
     // bounds miss); a simulation reaches nothing it could call unreached.
@@ -187,7 +187,7 @@ struct Outputs<'a> {
     html: Option<&'a std::path::Path>,
     junit: Option<&'a std::path::Path>,
     /// Off a terminal, seconds between two progress lines (0: none).
-    progress_interval_secs: u64,
+    progress_secs: u64,
 }
 
 /// What the checks of a run found and wrote so far.
@@ -217,7 +217,7 @@ fn run_checks(
             job,
             options,
             simulation,
-            outputs.progress_interval_secs,
+            outputs.progress_secs,
             &mut checked.shard_itfs,
         ) {
             Ok(report) => report,
@@ -255,7 +255,7 @@ fn check_job(
     job: &Job,
     options: &CheckOptions,
     simulation: Option<&SimulationOptions>,
-    progress_interval_secs: u64,
+    progress_secs: u64,
     shard_itfs: &mut Vec<Itfs>,
 ) -> Result<CheckReport, SpecError> {
     let bar = ProgressBar::new_spinner();
@@ -266,10 +266,10 @@ fn check_job(
         None => format!("{}/{}", job.model, job.variant),
     };
     // Where stderr is no terminal (a CI log, a file), the spinner draws nothing: the same
-    // message goes out as a plain line every `--progress-interval-secs` instead.
+    // message goes out as a plain line every `--progress-secs` instead.
     let plain_interval = bar
         .is_hidden()
-        .then_some(progress_interval_secs)
+        .then_some(progress_secs)
         .filter(|secs| *secs > 0)
         .map(Duration::from_secs);
     let mut last_plain = Duration::ZERO;
