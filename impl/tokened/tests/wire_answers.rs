@@ -241,17 +241,11 @@ async fn a_transaction_conflict_is_resent_and_a_failed_condition_beside_it_is_fi
         "the resend is the identical request"
     );
 
-    let fake = FakeEndpoint::start(vec![Scripted::cancelled(&[
-        "ConditionalCheckFailed",
-        "TransactionConflict",
-        "None",
-    ])])
+    let (report, requests) = cancelled_once(
+        &["ConditionalCheckFailed", "TransactionConflict", "None"],
+        "f",
+    )
     .await;
-    let (final_writer, _clock, _directory) = writer(&fake.url).await;
-    let report = final_writer
-        .write(Intent::with_receipt(transfer(), receipt(TABLE, "f")))
-        .await
-        .unwrap();
     assert_eq!(
         report.outcome,
         Outcome::Cancelled {
@@ -263,24 +257,26 @@ async fn a_transaction_conflict_is_resent_and_a_failed_condition_beside_it_is_fi
         },
         "{report:?}"
     );
-    assert_eq!(fake.requests().len(), 1, "a failed condition is not resent");
+    assert_eq!(requests, 1, "a failed condition is not resent");
 
-    let fake = FakeEndpoint::start(vec![Scripted::cancelled(&[
-        "None",
-        "ValidationError",
-        "None",
-    ])])
-    .await;
-    let (refused_writer, _clock, _directory) = writer(&fake.url).await;
-    let report = refused_writer
-        .write(Intent::with_receipt(transfer(), receipt(TABLE, "v")))
-        .await
-        .unwrap();
+    let (report, requests) = cancelled_once(&["None", "ValidationError", "None"], "v").await;
     assert!(
         matches!(report.outcome, Outcome::Cancelled { .. }),
         "{report:?}"
     );
-    assert_eq!(fake.requests().len(), 1, "no conflict, no resend");
+    assert_eq!(requests, 1, "no conflict, no resend");
+}
+
+/// A transfer with receipt `name` written once through a fresh writer to an endpoint that
+/// cancels it with `codes` and then answers success: the report, and how many requests came.
+async fn cancelled_once(codes: &[&str], name: &str) -> (oncecheck_tokened::WriteReport, usize) {
+    let fake = FakeEndpoint::start(vec![Scripted::cancelled(codes), Scripted::ok(json!({}))]).await;
+    let (writer, _clock, _directory) = writer(&fake.url).await;
+    let report = writer
+        .write(Intent::with_receipt(transfer(), receipt(TABLE, name)))
+        .await
+        .unwrap();
+    (report, fake.requests().len())
 }
 
 /// A cancellation whose failed condition is the receipt's: the receipt is read (no image came
