@@ -368,13 +368,32 @@ where
     }
 }
 
+/// The `tracing` target of the event every wait before a resend emits.
+pub const BACKOFF_TARGET: &str = "oncecheck_tokened::backoff";
+
+/// The wait before resend number `resend` (1 for the first): full jitter below a ceiling that
+/// doubles from `backoff_base_millis` with every resend, up to `backoff_max_millis`. Each wait is
+/// a `debug` event at [`BACKOFF_TARGET`] naming the resend, its ceiling and the draw, so that an
+/// operator can see why a write took long, and a test can read the schedule without timing it.
 fn backoff(limits: &Limits, resend: u32) -> Duration {
+    assert!(
+        resend >= 1,
+        "a wait comes before a resend, never before the first send"
+    );
     let doublings = resend.saturating_sub(1).min(20);
-    let ceiling = limits
+    let ceiling_millis = limits
         .backoff_base_millis
         .saturating_mul(1u64 << doublings)
         .min(limits.backoff_max_millis);
-    Duration::from_millis(rand::rng().random_range(0..=ceiling))
+    let wait_millis = rand::rng().random_range(0..=ceiling_millis);
+    tracing::debug!(
+        target: BACKOFF_TARGET,
+        resend,
+        ceiling_millis,
+        wait_millis,
+        "waiting before a resend"
+    );
+    Duration::from_millis(wait_millis)
 }
 
 /// The reliable-write client.

@@ -482,6 +482,70 @@ async fn a_batch_gives_up_after_its_bound() {
     assert_eq!(fake.requests().len(), rounds_max as usize);
 }
 
+/// The resends' ceilings and draws, checked against the schedule `Limits` states.
+fn assert_schedule(waits: &[Wait], ceilings_millis: &[u64], what: &str) {
+    let resends: Vec<u64> = waits.iter().map(|wait| wait.resend).collect();
+    let expected: Vec<u64> = (1..=ceilings_millis.len() as u64).collect();
+    assert_eq!(
+        resends, expected,
+        "{what}: one wait before each resend, counted from 1"
+    );
+    let ceilings: Vec<u64> = waits.iter().map(|wait| wait.ceiling_millis).collect();
+    assert_eq!(ceilings, ceilings_millis, "{what}: the ceilings");
+    for wait in waits {
+        assert!(wait.wait_millis <= wait.ceiling_millis, "{what}: {wait:?}");
+    }
+}
+
+/// Every way of resending waits first, on the schedule `Limits` states: full jitter below a
+/// ceiling of `backoff_base_millis` before the first resend, doubled before each next one, never
+/// above `backoff_max_millis` (the test limits: 1 ms doubling to at most 5 ms). The waits are
+/// read from the writer's backoff events, not timed.
+#[tokio::test]
+async fn every_resend_waits_below_a_ceiling_doubling_from_the_base_to_the_max() {
+    let unknown = || Scripted::error(500, "InternalServerError", "outcome unknown");
+
+    let fake = FakeEndpoint::start(vec![
+        unknown(),
+        unknown(),
+        unknown(),
+        unknown(),
+        Scripted::ok(json!({})),
+    ])
+    .await;
+    let (single, _clock, _directory) = writer(&fake.url).await;
+    let (outcome, waits) =
+        recording_waits(single.send_single(fixed_put("s"), RetryAsk::OnUnknownOutcome)).await;
+    assert_eq!(outcome.unwrap(), SingleOutcome::Applied { attempts: 5 });
+    assert_schedule(&waits, &[1, 2, 4, 5], "a single write");
+
+    let fake = FakeEndpoint::start(vec![unknown(), unknown(), Scripted::ok(json!({}))]).await;
+    let (transaction, _clock, _directory) = writer(&fake.url).await;
+    let (report, waits) =
+        recording_waits(transaction.write(Intent::with_receipt(transfer(), receipt(TABLE, "w"))))
+            .await;
+    assert_eq!(report.unwrap().outcome, Outcome::Applied);
+    assert_schedule(&waits, &[1, 2], "a transaction");
+
+    let unprocessed = || {
+        Scripted::ok(
+            json!({ "UnprocessedItems": { TABLE: [ { "PutRequest": { "Item": { "pk": { "S": "b" } } } } ] } }),
+        )
+    };
+    let fake = FakeEndpoint::start(vec![
+        unprocessed(),
+        unprocessed(),
+        Scripted::ok(json!({ "UnprocessedItems": {} })),
+    ])
+    .await;
+    let (batcher, _clock, _directory) = writer(&fake.url).await;
+    let batch: HashMap<String, Vec<WriteRequest>> =
+        [(TABLE.to_owned(), vec![put_request("a"), put_request("b")])].into();
+    let (outcome, waits) = recording_waits(batcher.send_batch(batch)).await;
+    assert_eq!(outcome.unwrap(), BatchOutcome::Done { rounds: 3 });
+    assert_schedule(&waits, &[1, 2], "a batch's unprocessed items");
+}
+
 /// The address of a port nothing listens on: it was bound, read and let go.
 async fn closed_endpoint() -> String {
     let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();

@@ -153,3 +153,50 @@ pub async fn exists(
         .item()
         .is_some()
 }
+
+/// One wait before a resend, as the writer's backoff event reported it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Wait {
+    pub resend: u64,
+    pub ceiling_millis: u64,
+    pub wait_millis: u64,
+}
+
+/// Records the backoff events (`oncecheck_tokened::client::BACKOFF_TARGET`) in order.
+#[derive(Clone, Default)]
+struct WaitRecorder(Arc<std::sync::Mutex<Vec<Wait>>>);
+
+impl tracing::field::Visit for Wait {
+    fn record_u64(&mut self, field: &tracing::field::Field, value: u64) {
+        match field.name() {
+            "resend" => self.resend = value,
+            "ceiling_millis" => self.ceiling_millis = value,
+            "wait_millis" => self.wait_millis = value,
+            _ => {}
+        }
+    }
+
+    fn record_debug(&mut self, _: &tracing::field::Field, _: &dyn std::fmt::Debug) {}
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for WaitRecorder {
+    fn on_event(&self, event: &tracing::Event<'_>, _: tracing_subscriber::layer::Context<'_, S>) {
+        if event.metadata().target() == oncecheck_tokened::client::BACKOFF_TARGET {
+            let mut wait = Wait::default();
+            event.record(&mut wait);
+            self.0.lock().expect("the recorder's lock").push(wait);
+        }
+    }
+}
+
+/// Runs `future` with a subscriber recording the writer's waits before resends: its output and
+/// the waits in the order they were drawn.
+pub async fn recording_waits<F: std::future::Future>(future: F) -> (F::Output, Vec<Wait>) {
+    use tracing::instrument::WithSubscriber;
+    use tracing_subscriber::layer::SubscriberExt;
+    let recorder = WaitRecorder::default();
+    let subscriber = tracing_subscriber::registry().with(recorder.clone());
+    let output = future.with_subscriber(subscriber).await;
+    let waits = recorder.0.lock().expect("the recorder's lock").clone();
+    (output, waits)
+}
