@@ -180,7 +180,8 @@ pub enum Answer {
     NotSent(String),
     /// The receipt exists with this intent's token: an earlier attempt committed.
     ReceiptFound,
-    /// Cancelled for a conflict with another transaction: nothing applied, resendable.
+    /// Cancelled for a conflict with another transaction or for throttling, and for nothing of
+    /// its own: nothing applied, resendable.
     Conflict,
     InProgress,
     Mismatch,
@@ -366,6 +367,22 @@ where
         // Timeouts and unreadable responses: the request may have been processed.
         other => Failure::Unknown(format!("{other}")),
     }
+}
+
+/// Cancellation reasons that blame a passing state of the service, not the request: another
+/// transaction on one of its items, or throttling. A cancelled transaction applied nothing.
+const TRANSIENT_CANCELLATION_REASONS: [&str; 3] = [
+    "TransactionConflict",
+    "ThrottlingError",
+    "ProvisionedThroughputExceeded",
+];
+
+/// Whether a cancellation is resent: some item met a transient reason and none a reason of its
+/// own (a failed condition, a validation error, a collection over its size, or a code this client
+/// does not know), which the identical request would meet again.
+fn resendable_cancellation(codes: &[String]) -> bool {
+    let transient = |code: &String| TRANSIENT_CANCELLATION_REASONS.contains(&code.as_str());
+    codes.iter().any(transient) && codes.iter().all(|code| code == "None" || transient(code))
 }
 
 /// The `tracing` target of the event every wait before a resend emits.
@@ -766,9 +783,7 @@ impl ReliableWriter {
                 }
             }
         }
-        if codes.iter().any(|code| code == "TransactionConflict")
-            && !codes.iter().any(|code| code == "ConditionalCheckFailed")
-        {
+        if resendable_cancellation(&codes) {
             return Answer::Conflict;
         }
         Answer::Cancelled(codes)

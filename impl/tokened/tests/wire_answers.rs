@@ -217,11 +217,12 @@ async fn a_resend_that_could_outlast_the_window_is_not_made() {
     }
 }
 
-/// A cancellation for a conflict with another transaction applied nothing: the identical
-/// request is resent and applies. A cancellation that names a failed condition as well is final,
-/// whatever else it names, and so is one that names no conflict.
+/// A cancellation for a conflict with another transaction, or for throttling, applied nothing:
+/// the identical request is resent and applies. A cancellation that names a reason of the
+/// request's own (a failed condition, a validation error) is final, whatever else it names, and
+/// so is one that names no transient reason.
 #[tokio::test]
-async fn a_transaction_conflict_is_resent_and_a_failed_condition_beside_it_is_final() {
+async fn a_conflict_or_a_throttle_is_resent_and_a_cancellation_naming_the_request_is_final() {
     let fake = FakeEndpoint::start(vec![
         Scripted::cancelled(&["TransactionConflict", "None", "None"]),
         Scripted::ok(json!({})),
@@ -259,12 +260,36 @@ async fn a_transaction_conflict_is_resent_and_a_failed_condition_beside_it_is_fi
     );
     assert_eq!(requests, 1, "a failed condition is not resent");
 
-    let (report, requests) = cancelled_once(&["None", "ValidationError", "None"], "v").await;
-    assert!(
-        matches!(report.outcome, Outcome::Cancelled { .. }),
-        "{report:?}"
-    );
-    assert_eq!(requests, 1, "no conflict, no resend");
+    for codes in [
+        ["None", "ValidationError", "None"],
+        ["TransactionConflict", "ValidationError", "None"],
+        ["ThrottlingError", "None", "ItemCollectionSizeLimitExceeded"],
+        ["None", "None", "None"],
+    ] {
+        let (report, requests) = cancelled_once(&codes, "v").await;
+        assert!(
+            matches!(report.outcome, Outcome::Cancelled { .. }),
+            "{codes:?}: {report:?}"
+        );
+        assert_eq!(
+            requests, 1,
+            "{codes:?}: the request's own reason, no resend"
+        );
+    }
+
+    for codes in [
+        ["None", "ThrottlingError", "None"],
+        [
+            "ProvisionedThroughputExceeded",
+            "None",
+            "TransactionConflict",
+        ],
+    ] {
+        let (report, requests) = cancelled_once(&codes, "t").await;
+        assert_eq!(report.outcome, Outcome::Applied, "{codes:?}: {report:?}");
+        assert_eq!(report.answers, vec![Answer::Conflict, Answer::Success]);
+        assert_eq!(requests, 2, "{codes:?}: resent once");
+    }
 }
 
 /// A transfer with receipt `name` written once through a fresh writer to an endpoint that
