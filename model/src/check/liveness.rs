@@ -56,13 +56,13 @@
 //! assertions (every test) and at one orbit in [`DECLARATION_CHECK_ORBITS_PER_SAMPLE`]
 //! otherwise: the check expands the representative once more.
 //!
-//! Cost and limits: about 45 bytes per state (the index's 12-byte entry in 256 shards, as the
-//! safety search's visited set, with its hash table slack; fingerprint 8, row start 4, enabled
-//! and cut family sets 4 each, property bits 4; the first discoverer 4 more when it decides the
-//! safety properties too) plus 5 bytes per edge (target 4, family 1; 2 more
-//! on a per-actor quotient, the index of its renaming), and during the analysis of one property
-//! about 20 bytes per state more (Tarjan's numbering, low links, component ids and stack; the
-//! search's parents). States are held only for the current and the next level, as encoded
+//! Cost and limits: about 20 bytes per state (the index's 4-byte slot in 256 shards, which
+//! points into the fingerprints, at most three quarters full: index.rs; fingerprint 8, row
+//! start 4, the index of its label 2: the enabled and cut family sets and property bits,
+//! interned, labels.rs; the first discoverer 4 more when it decides the safety properties too)
+//! plus 5 bytes per edge (target 4, family 1; 2 more on a per-actor quotient, the index of its
+//! renaming), and during the analysis of one property about 20 bytes per state more (Tarjan's
+//! numbering, low links, component ids and stack; the search's parents). States are held only for the current and the next level, as encoded
 //! records in blocks when the model has a codec (`Scale::codec`, check/frontier.rs), else whole.
 //! At most [`FAMILIES_MAX`] families per model, [`PROPERTIES_MAX`] liveness properties per model
 //! and `u32::MAX - 1` states.
@@ -72,6 +72,7 @@ use super::scale::{identity_renaming, ActorFamilies, Renaming, Representative, A
 use super::search::{fingerprint, key_of, limit_reached, Coverage, Target};
 use super::{CheckOptions, LivenessDef, ModelPath, ModelSpec, Progress, Stop};
 use index::StateIndex;
+use labels::{Label, Labels};
 use stateright::Model;
 use std::collections::{BTreeMap, VecDeque};
 use std::fmt::Debug;
@@ -90,9 +91,9 @@ pub const SAFETY_TARGETS_MAX: usize = 64;
 const UNFAIR: u8 = u8::MAX;
 /// States expanded per thread between two checks of the limits.
 const CHUNK_STATES_PER_THREAD: usize = 2048;
-/// Bytes a state costs in the graph's per-state vectors (fingerprint, row start, enabled and cut
-/// families, property bits), counted before they grow (see the module doc).
-const STATE_VECTOR_BYTES: usize = 24;
+/// Bytes a state costs in the graph's per-state vectors besides its label's index (fingerprint,
+/// row start), counted before they grow (see the module doc).
+const STATE_VECTOR_BYTES: usize = 12;
 /// The block size of an encoded level.
 const LEVEL_BLOCK_BYTES: usize = 4 << 20;
 /// Bytes an edge costs in the stored graph (with its renaming's index on a per-actor quotient).
@@ -141,10 +142,8 @@ struct Graph {
     row_start: Vec<u32>,
     targets: Vec<u32>,
     families: Vec<u8>,
-    enabled: Vec<u32>,
-    cut: Vec<u32>,
-    /// Bit `2p`: property p's trigger holds; bit `2p + 1`: its goal holds.
-    marks: Vec<u32>,
+    /// Per state: the families enabled and cut there, and the properties' trigger and goal bits.
+    labels: Labels,
     /// The number of initial states (they are indices `0..initial`).
     initial: usize,
     family_names: Vec<&'static str>,
@@ -167,6 +166,19 @@ impl Graph {
 
     fn states(&self) -> usize {
         self.fingerprints.len()
+    }
+
+    fn enabled(&self, state: u32) -> u32 {
+        self.labels.get(state as usize).enabled
+    }
+
+    fn cut(&self, state: u32) -> u32 {
+        self.labels.get(state as usize).cut
+    }
+
+    /// Bit `2p`: property p's trigger holds at `state`; bit `2p + 1`: its goal holds.
+    fn marks(&self, state: u32) -> u32 {
+        self.labels.get(state as usize).marks
     }
 }
 
@@ -198,6 +210,8 @@ struct Chunk<'a, M: Model> {
     targets: &'a [Target<M>],
     open: u64,
     index_of: &'a StateIndex,
+    /// The graph's fingerprints, which the index's slots point into.
+    fingerprints: &'a [u64],
 }
 
 /// One state as a thread expanded it; families are the thread's own indices.
@@ -362,7 +376,10 @@ where
                     identity_renaming(),
                 ),
             };
-            let known = chunk.index_of.get(next_fingerprint).unwrap_or(UNSET);
+            let known = chunk
+                .index_of
+                .get(chunk.fingerprints, next_fingerprint)
+                .unwrap_or(UNSET);
             if known == UNSET {
                 match &self.codec {
                     Some(codec) => {
@@ -579,16 +596,18 @@ fn absorb<M: Model>(
     // Steps in a row mostly move the actors alike: the last interned renaming is looked up first.
     let mut last_moved = (identity_renaming(), 0u16);
     for expanded in out.drain(..) {
-        let current = graph.marks.len() as u32;
+        let current = graph.labels.len() as u32;
         let mut matched = expanded.matched;
         while matched != 0 {
             let target = matched.trailing_zeros() as usize;
             found[target].get_or_insert(current);
             matched &= matched - 1;
         }
-        graph.marks.push(expanded.marks);
-        graph.enabled.push(translate(expanded.enabled, &table));
-        graph.cut.push(translate(expanded.cut, &table));
+        graph.labels.push(Label {
+            enabled: translate(expanded.enabled, &table),
+            cut: translate(expanded.cut, &table),
+            marks: expanded.marks,
+        });
         for step in &steps[step_index..expanded.steps_end] {
             if per_actor {
                 if step.moved != last_moved.0 {
@@ -605,7 +624,8 @@ fn absorb<M: Model>(
                     "more than {} states: beyond the liveness graph's indices",
                     u32::MAX - 1
                 );
-                let (target, new) = index_of.index_or_insert(step.fingerprint, index as u32);
+                let (target, new) =
+                    index_of.index_or_insert(&graph.fingerprints, step.fingerprint, index as u32);
                 let state = if codec_used { None } else { states.next() };
                 if new {
                     graph.fingerprints.push(step.fingerprint);
@@ -716,6 +736,7 @@ where
                 targets,
                 open,
                 index_of: &index_of,
+                fingerprints: &graph.fingerprints,
             };
             expand_parts(model, &chunk, &mut expansions[..used]);
             for expansion in &mut expansions[..used] {
@@ -787,9 +808,7 @@ where
         row_start: vec![0],
         targets: Vec::new(),
         families: Vec::new(),
-        enabled: Vec::new(),
-        cut: Vec::new(),
-        marks: Vec::new(),
+        labels: Labels::default(),
         initial: 0,
         family_names: slot_families.to_vec(),
         slots: slot_families.len(),
@@ -808,7 +827,10 @@ where
         within += 1;
         let state_fingerprint = key_of(representative, model, &state);
         let next = graph.fingerprints.len() as u32;
-        if index_of.index_or_insert(state_fingerprint, next).1 {
+        if index_of
+            .index_or_insert(&graph.fingerprints, state_fingerprint, next)
+            .1
+        {
             graph.fingerprints.push(state_fingerprint);
             push_state_or_record(
                 &mut level,
@@ -831,7 +853,8 @@ fn growth_bytes(graph: &Graph, index_of: &StateIndex, threads: usize) -> usize {
     let mut growth_bytes = index_of.growth_bytes(headroom);
     if graph.fingerprints.len() + headroom > graph.fingerprints.capacity() {
         let parent_bytes = if graph.parents.is_empty() { 0 } else { 4 };
-        growth_bytes += graph.fingerprints.capacity() * 2 * (STATE_VECTOR_BYTES + parent_bytes);
+        let state_bytes = STATE_VECTOR_BYTES + graph.labels.bytes_per_state() + parent_bytes;
+        growth_bytes += graph.fingerprints.capacity() * 2 * state_bytes;
     }
     if graph.targets.len() + headroom * 8 > graph.targets.capacity() {
         growth_bytes += graph.targets.capacity() * 2 * EDGE_BYTES;
@@ -872,7 +895,7 @@ impl Judged<'_> {
         let mut reaches_bad = false;
         let mut any_stop = false;
         for &member in members {
-            everywhere_enabled &= graph.enabled[member as usize];
+            everywhere_enabled &= graph.enabled(member);
             any_stop |= self.stop[member as usize];
             for edge in graph.edges(member) {
                 let target = graph.targets[edge];
@@ -914,8 +937,8 @@ fn analyse(graph: &Graph, property: usize, fair: u32) -> Analysis {
     let mut bound_cut_states = 0;
     let avoid: Vec<bool> = (0..states)
         .map(|state| {
-            let goal = graph.marks[state] & goal_bit != 0;
-            let cut = graph.cut[state] & fair != 0;
+            let goal = graph.marks(state as u32) & goal_bit != 0;
+            let cut = graph.cut(state as u32) & fair != 0;
             if !goal && cut {
                 bound_cut_states += 1;
             }
@@ -923,7 +946,7 @@ fn analyse(graph: &Graph, property: usize, fair: u32) -> Analysis {
         })
         .collect();
     let stop: Vec<bool> = (0..states)
-        .map(|state| avoid[state] && graph.enabled[state] & fair == 0)
+        .map(|state| avoid[state] && graph.enabled(state as u32) & fair == 0)
         .collect();
     // Iterative Tarjan over the goal-avoiding subgraph.
     let mut number = vec![UNSET; states];
@@ -1061,7 +1084,7 @@ fn shortest_violation(
             found = Some(node);
             break;
         }
-        if phase == 0 && graph.marks[state] & trigger_bit != 0 && analysis.bad[state] {
+        if phase == 0 && graph.marks(state as u32) & trigger_bit != 0 && analysis.bad[state] {
             let switched = node + 1;
             if here < distance[switched as usize] {
                 distance[switched as usize] = here;
@@ -1167,16 +1190,14 @@ fn fair_cycle(graph: &Graph, analysis: &Analysis, entry: u32, fair: u32) -> Inde
         let family = families_left.trailing_zeros() as u8;
         families_left &= families_left - 1;
         let bit = 1u32 << family;
-        let satisfied = states
-            .iter()
-            .any(|state| graph.enabled[*state as usize] & bit == 0)
+        let satisfied = states.iter().any(|state| graph.enabled(*state) & bit == 0)
             || families.contains(&family);
         if satisfied {
             continue;
         }
         let current = *states.last().expect("a cycle has a state");
         // The nearest state where the family is disabled, else the nearest edge it labels.
-        let disabled = |state: u32| graph.enabled[state as usize] & bit == 0;
+        let disabled = |state: u32| graph.enabled(state) & bit == 0;
         if let Some((more_states, more_families)) =
             path_within(graph, analysis, component, current, false, &disabled)
         {
@@ -1582,5 +1603,6 @@ where
 
 mod actors;
 mod index;
+mod labels;
 #[cfg(test)]
 mod tests;

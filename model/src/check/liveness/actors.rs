@@ -129,7 +129,7 @@ pub(super) fn every_actor_served(
     while let Some(state) = queue.pop_front() {
         let into_state = frame[&state];
         let out_of_state = inverse(&into_state);
-        let mut own = !graph.enabled[state as usize];
+        let mut own = !graph.enabled(state);
         for edge in graph.edges(state) {
             let target = graph.targets[edge];
             if !inside(target) {
