@@ -1,6 +1,7 @@
 //! What cargo-mutants found untested in the relay (docs/mutants.md): the `relay` binary as a
-//! user starts it (its flags reach the limits it serves with), and the edges of the push limits
-//! (a push of exactly the most ops is accepted).
+//! user starts it (its flags reach the limits it serves with; it stores at the DynamoDB endpoint
+//! it is given), and the edges of the limits (a push of exactly the most ops, a stream id of
+//! exactly the most bytes, are accepted).
 
 mod support;
 
@@ -9,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use oncecheck_relay::Limits;
-use oncecheck_store::MemoryStore;
+use oncecheck_store::{MemoryStore, OpStore};
 use reqwest::StatusCode;
 use serde_json::json;
 
@@ -34,17 +35,21 @@ fn free_port() -> u16 {
         .port()
 }
 
-/// Starts the binary with `arguments` and waits (bounded) until it answers a pull.
+/// Starts the binary over the memory store with `arguments` and waits (bounded) until it answers
+/// a pull.
 async fn start(arguments: &[&str]) -> Binary {
+    start_over(&["--store", "memory"], &[], arguments).await
+}
+
+/// Starts the binary with `store` arguments, `environment` and `arguments`, and waits (bounded)
+/// until it answers a pull.
+async fn start_over(store: &[&str], environment: &[(&str, &str)], arguments: &[&str]) -> Binary {
     let port = free_port();
     let child = Command::new(env!("CARGO_BIN_EXE_relay"))
-        .args([
-            "--listen",
-            &format!("127.0.0.1:{port}"),
-            "--store",
-            "memory",
-        ])
+        .args(["--listen", &format!("127.0.0.1:{port}")])
+        .args(store)
         .args(arguments)
+        .envs(environment.iter().copied())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .spawn()
@@ -174,4 +179,83 @@ async fn a_body_that_cannot_be_read_is_a_400_not_a_413() {
     let answer = String::from_utf8_lossy(&answer);
     assert!(answer.starts_with("HTTP/1.1 400 "), "{answer}");
     assert!(answer.contains("malformed-json"), "{answer}");
+}
+
+/// The binary reaches DynamoDB at the endpoint ONCECHECK_DDB_ENDPOINT names (here moto): it
+/// creates its table there, stores a push and serves it back.
+#[tokio::test]
+async fn the_binary_stores_in_the_dynamodb_endpoint_it_is_given() {
+    let endpoint = support::ddb_endpoint();
+    let table = support::unique("relay-binary");
+    let binary = start_over(
+        &["--store", &format!("dynamodb:{table}"), "--create-table"],
+        &[("ONCECHECK_DDB_ENDPOINT", &endpoint)],
+        &[],
+    )
+    .await;
+    let client = reqwest::Client::new();
+    let pushed = client
+        .post(format!("{}/v1/streams/s/ops", binary.base))
+        .header("content-type", "application/json")
+        .body(json!({ "ops": [{"op_id": "a", "payload": "1"}] }).to_string())
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(pushed.status(), StatusCode::OK);
+    let pulled: serde_json::Value = client
+        .get(format!("{}/v1/streams/s/ops?after=0&limit=5", binary.base))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(pulled["ops"][0]["op_id"], "a", "{pulled}");
+    // The op is in that table at that endpoint, as a store of its own reads it back.
+    let direct = oncecheck_store::DynamoDbStore::connect(table, Some(&endpoint)).await;
+    let stored = direct
+        .pull("s", 0, 5)
+        .await
+        .expect("a pull at the endpoint");
+    assert_eq!(stored.len(), 1);
+    assert_eq!(stored[0].op_id, "a");
+}
+
+/// A stream id of exactly `stream_id_bytes_max` bytes is served; one byte more is refused.
+#[tokio::test]
+async fn a_stream_id_of_exactly_the_most_bytes_is_accepted() {
+    let limits = Limits::default();
+    let base = support::serve(Arc::new(MemoryStore::new()), limits.clone()).await;
+    let client = reqwest::Client::new();
+    for (bytes, expected) in [
+        (limits.stream_id_bytes_max, StatusCode::OK),
+        (
+            limits.stream_id_bytes_max + 1,
+            StatusCode::UNPROCESSABLE_ENTITY,
+        ),
+    ] {
+        let stream = "s".repeat(bytes);
+        let pushed = client
+            .post(format!("{base}/v1/streams/{stream}/ops"))
+            .header("content-type", "application/json")
+            .body(json!({ "ops": [{"op_id": "a", "payload": "1"}] }).to_string())
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            pushed.status(),
+            expected,
+            "a push to a {bytes}-byte stream id"
+        );
+        let pulled = client
+            .get(format!("{base}/v1/streams/{stream}/ops?after=0&limit=1"))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(
+            pulled.status(),
+            expected,
+            "a pull of a {bytes}-byte stream id"
+        );
+    }
 }
