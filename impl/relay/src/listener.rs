@@ -159,6 +159,51 @@ impl<S: AsyncWrite + Unpin> AsyncWrite for ProblemIo<S> {
 mod tests {
     use super::*;
 
+    /// A connection that records what its wrapper passed through.
+    #[derive(Default)]
+    struct Recording {
+        written: Vec<u8>,
+        flushes: usize,
+        shutdowns: usize,
+    }
+
+    impl AsyncWrite for Recording {
+        fn poll_write(
+            mut self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            buffer: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            self.written.extend_from_slice(buffer);
+            Poll::Ready(Ok(buffer.len()))
+        }
+
+        fn poll_flush(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            self.flushes += 1;
+            Poll::Ready(Ok(()))
+        }
+
+        fn poll_shutdown(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            self.shutdowns += 1;
+            Poll::Ready(Ok(()))
+        }
+    }
+
+    /// Any other answer reaches the connection untouched, and so do hyper's flushes and its
+    /// shutdown (the end of a `connection: close` answer, which a TLS or buffered connection
+    /// would need to send what it holds).
+    #[tokio::test]
+    async fn other_answers_flushes_and_shutdowns_pass_through_to_the_connection() {
+        use tokio::io::AsyncWriteExt;
+        let answer = b"HTTP/1.1 200 OK\r\ncontent-length: 2\r\n\r\nok";
+        let mut connection = ProblemIo::new(Recording::default());
+        connection.write_all(answer).await.unwrap();
+        connection.flush().await.unwrap();
+        connection.shutdown().await.unwrap();
+        assert_eq!(connection.inner.written, answer);
+        assert_eq!(connection.inner.flushes, 1);
+        assert_eq!(connection.inner.shutdowns, 1);
+    }
+
     #[test]
     fn only_hypers_bodiless_414_and_431_are_replaced() {
         let automatic = b"HTTP/1.1 414 URI Too Long\r\ncontent-length: 0\r\ndate: x\r\n\r\n";
