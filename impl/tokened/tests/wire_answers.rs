@@ -372,6 +372,47 @@ async fn single_write(
     (outcome, fake.requests().len())
 }
 
+/// A PutItem named `name` that creates the item only if it is absent.
+fn conditional_create(name: &str) -> aws_sdk_dynamodb::types::TransactWriteItem {
+    let put = aws_sdk_dynamodb::types::Put::builder()
+        .table_name(TABLE)
+        .set_item(Some(key(name)))
+        .condition_expression("attribute_not_exists(pk)")
+        .build()
+        .unwrap();
+    aws_sdk_dynamodb::types::TransactWriteItem::builder()
+        .put(put)
+        .build()
+}
+
+/// A conditional create whose condition fails needs a read-back only after an unknown outcome:
+/// then the item it found may be its own earlier attempt's; on a first attempt it was there
+/// before.
+#[tokio::test]
+async fn a_failed_create_is_read_back_only_after_an_unknown_outcome() {
+    let unknown = || Scripted::error(500, "InternalServerError", "outcome unknown");
+    let condition_failed =
+        || Scripted::error(400, "ConditionalCheckFailedException", "the item exists");
+    for (script, attempts, after_unknown_outcome) in [
+        (vec![condition_failed()], 1, false),
+        (vec![unknown(), condition_failed()], 2, true),
+    ] {
+        let fake = FakeEndpoint::start(script).await;
+        let (writer, _clock, _directory) = writer(&fake.url).await;
+        let outcome = writer
+            .send_single(conditional_create("n"), RetryAsk::OnUnknownOutcome)
+            .await;
+        assert_eq!(
+            outcome.unwrap(),
+            SingleOutcome::ConditionFailed {
+                attempts,
+                after_unknown_outcome,
+                read_back_needed: after_unknown_outcome,
+            }
+        );
+    }
+}
+
 /// A single-item write tells its service errors apart: a server error is an unknown outcome
 /// (resent, then applied), a validation error is the caller's (rejected, not resent), and only
 /// the operation's ConditionalCheckFailed is a failed condition.
