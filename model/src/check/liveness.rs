@@ -28,12 +28,12 @@
 //!    expanded once instead of twice.
 //! 2. Per property, the states that avoid the goal (a state where a bound withholds one of the
 //!    property's fair families counts as reaching the goal: the run is cut there) are split into
-//!    strongly connected components by an iterative Tarjan search. A component is fair when it
-//!    has a cycle (two states or a self-loop) and every fair family is disabled at one of its
-//!    states or labels one of its inner edges; a goal-avoiding state where no fair family is
-//!    enabled is a stop. Tarjan emits components after everything they reach, so "reaches a fair
-//!    component or a stop through goal-avoiding states" is known for each component as it is
-//!    emitted.
+//!    strongly connected components by Pearce's iterative search (Tarjan's, with one number per
+//!    state instead of three). A component is fair when it has a cycle (two states or a
+//!    self-loop) and every fair family is disabled at one of its states or labels one of its
+//!    inner edges; a goal-avoiding state where no fair family is enabled is a stop. The search
+//!    completes components after everything they reach, so "reaches a fair component or a stop
+//!    through goal-avoiding states" is known for each component as it is completed.
 //! 3. The counterexample is found by a breadth-first search over (state, phase): phase 0 walks the
 //!    whole graph until a trigger state from which a violation is reachable (for `eventually` the
 //!    initial states are the triggers), phase 1 walks goal-avoiding states only until a fair
@@ -56,21 +56,26 @@
 //! assertions (every test) and at one orbit in [`DECLARATION_CHECK_ORBITS_PER_SAMPLE`]
 //! otherwise: the check expands the representative once more.
 //!
-//! Cost and limits: about 20 bytes per state (the index's 4-byte slot in 256 shards, which
-//! points into the fingerprints, at most three quarters full: index.rs; fingerprint 8, row
-//! start 4, the index of its label 2: the enabled and cut family sets and property bits,
-//! interned, labels.rs; the first discoverer 4 more when it decides the safety properties too)
-//! plus 5 bytes per edge (target 4, family 1; 2 more on a per-actor quotient, the index of its
-//! renaming), and during the analysis of one property about 20 bytes per state more (Tarjan's
-//! numbering, low links, component ids and stack; the search's parents). States are held only for the current and the next level, as encoded
-//! records in blocks when the model has a codec (`Scale::codec`, check/frontier.rs), else whole.
+//! Cost and limits: about 20 bytes per state while exploring (the index's 4-byte slot in 256
+//! shards, which points into the fingerprints, at most three quarters full: index.rs;
+//! fingerprint 8, row start 4, the index of its label 2: the enabled and cut family sets and
+//! property bits, interned, labels.rs; the first discoverer 4 more when it decides the safety
+//! properties too, freed once their paths are rebuilt) plus 5 bytes per edge (target 4, family
+//! 1; 2 more on a per-actor quotient, the index of its renaming), kept in blocks that grow one
+//! at a time (columns.rs). The analysis of one property adds about 5 bytes per state (the
+//! search's one number, four flags in bits) and its stacks, 4 bytes per waiting state and 12
+//! per state on the search's path; the shortest counterexample's search, about 20 bytes per
+//! state more, runs only when some state can reach a violation. States are held only for the
+//! current and the next level, as encoded records in blocks when the model has a codec
+//! (`Scale::codec`, check/frontier.rs), else whole.
 //! At most [`FAMILIES_MAX`] families per model, [`PROPERTIES_MAX`] liveness properties per model
-//! and `u32::MAX - 1` states.
+//! and `u32::MAX / 2` states (the component search numbers states and components in one `u32`).
 
 use super::frontier::{push_state_or_record, put_record, Frontier, Part, StateCodec};
 use super::scale::{identity_renaming, ActorFamilies, Renaming, Representative, ACTOR_SLOTS_MAX};
 use super::search::{fingerprint, key_of, limit_reached, Coverage, Target};
 use super::{CheckOptions, LivenessDef, ModelPath, ModelSpec, Progress, Stop};
+use columns::{Bits, Blocks, BLOCK_ELEMENTS};
 use index::StateIndex;
 use labels::{Label, Labels};
 use stateright::Model;
@@ -140,8 +145,8 @@ struct Graph {
     fingerprints: Vec<u64>,
     /// Edges of state `s` are `row_start[s]..row_start[s + 1]`.
     row_start: Vec<u32>,
-    targets: Vec<u32>,
-    families: Vec<u8>,
+    targets: Blocks<u32>,
+    families: Blocks<u8>,
     /// Per state: the families enabled and cut there, and the properties' trigger and goal bits.
     labels: Labels,
     /// The number of initial states (they are indices `0..initial`).
@@ -152,7 +157,7 @@ struct Graph {
     slots: usize,
     /// Per edge on a per-actor quotient: the index in `renamings` of how the step moves the
     /// actors, from the source representative's slots to the target's (empty otherwise).
-    annotations: Vec<u16>,
+    annotations: Blocks<u16>,
     renamings: actors::Interned<Renaming>,
     /// Per state, when the exploration decides safety targets too: the state whose step first
     /// reached it ([`UNSET`] for an initial state); empty otherwise.
@@ -806,13 +811,13 @@ where
     let mut graph = Graph {
         fingerprints: Vec::new(),
         row_start: vec![0],
-        targets: Vec::new(),
-        families: Vec::new(),
+        targets: Blocks::new(),
+        families: Blocks::new(),
         labels: Labels::default(),
         initial: 0,
         family_names: slot_families.to_vec(),
         slots: slot_families.len(),
-        annotations: Vec::new(),
+        annotations: Blocks::new(),
         renamings: actors::Interned::new(identity_renaming()),
         parents: Vec::new(),
     };
@@ -847,7 +852,8 @@ where
 }
 
 /// What the next chunk may allocate at once: the doubling of the fingerprint map and of the
-/// edge vectors, counted before it happens, as the safety search counts its own.
+/// per-state vectors, and the edges' next blocks, counted before it happens, as the safety search
+/// counts its own.
 fn growth_bytes(graph: &Graph, index_of: &StateIndex, threads: usize) -> usize {
     let headroom = CHUNK_STATES_PER_THREAD * threads * 16;
     let mut growth_bytes = index_of.growth_bytes(headroom);
@@ -856,9 +862,10 @@ fn growth_bytes(graph: &Graph, index_of: &StateIndex, threads: usize) -> usize {
         let state_bytes = STATE_VECTOR_BYTES + graph.labels.bytes_per_state() + parent_bytes;
         growth_bytes += graph.fingerprints.capacity() * 2 * state_bytes;
     }
-    if graph.targets.len() + headroom * 8 > graph.targets.capacity() {
-        growth_bytes += graph.targets.capacity() * 2 * EDGE_BYTES;
-    }
+    let edges_headroom = headroom * 8;
+    let edges_short =
+        (graph.targets.len() + edges_headroom).saturating_sub(graph.targets.capacity());
+    growth_bytes += edges_short.div_ceil(BLOCK_ELEMENTS) * BLOCK_ELEMENTS * EDGE_BYTES;
     growth_bytes
 }
 
@@ -868,26 +875,41 @@ const UNSET: u32 = u32::MAX;
 /// goal-avoiding states (`bad`), is where a violation rests (`accept`: in a fair component, or a
 /// stop), and its component.
 struct Analysis {
-    avoid: Vec<bool>,
-    bad: Vec<bool>,
-    accept: Vec<bool>,
-    stop: Vec<bool>,
+    avoid: Bits,
+    bad: Bits,
+    accept: Bits,
+    stop: Bits,
+    /// Per goal-avoiding state, the id of its component (one id per component, counting down
+    /// from [`FIRST_COMPONENT`]); 0 at the other states.
     component: Vec<u32>,
     bound_cut_states: usize,
 }
 
+/// The id of the first component the search completes. Ids count down from it and visit
+/// numbers count up from 1, at most one per state, so with fewer than [`COMPONENT_STATES_MAX`]
+/// states one array tells a state still searched (its visit number or low link) from a state
+/// whose component is complete (its id).
+const FIRST_COMPONENT: u32 = u32::MAX - 1;
+/// States the component search handles (see [`FIRST_COMPONENT`]).
+const COMPONENT_STATES_MAX: usize = (u32::MAX / 2) as usize;
+
+/// Where component `id`'s flags sit in the per-component bit sets.
+fn ordinal(id: u32) -> usize {
+    (FIRST_COMPONENT - id) as usize
+}
+
 /// What judging a goal-avoiding component reads: the analysis so far.
 struct Judged<'a> {
-    avoid: &'a [bool],
-    stop: &'a [bool],
+    avoid: &'a Bits,
+    stop: &'a Bits,
     component: &'a [u32],
-    component_bad: &'a [bool],
+    component_bad: &'a Bits,
 }
 
 impl Judged<'_> {
     /// Whether the component `id` (its `members`) is fair (a cycle on which every family enabled
     /// everywhere is taken) and whether it is bad (fair, holding a stop, or reaching a bad
-    /// component, all of which Tarjan's order has judged already).
+    /// component, all of which the search's order has judged already).
     fn judge(&self, graph: &Graph, members: &[u32], id: u32, fair: u32) -> (bool, bool) {
         let mut everywhere_enabled = fair;
         let mut taken = 0u32;
@@ -896,10 +918,10 @@ impl Judged<'_> {
         let mut any_stop = false;
         for &member in members {
             everywhere_enabled &= graph.enabled(member);
-            any_stop |= self.stop[member as usize];
+            any_stop |= self.stop.get(member as usize);
             for edge in graph.edges(member) {
                 let target = graph.targets[edge];
-                if !self.avoid[target as usize] {
+                if !self.avoid.get(target as usize) {
                     continue;
                 }
                 if self.component[target as usize] == id {
@@ -908,7 +930,9 @@ impl Judged<'_> {
                         taken |= 1 << graph.families[edge];
                     }
                 } else {
-                    reaches_bad |= self.component_bad[self.component[target as usize] as usize];
+                    reaches_bad |= self
+                        .component_bad
+                        .get(ordinal(self.component[target as usize]));
                 }
             }
         }
@@ -923,7 +947,9 @@ impl Judged<'_> {
                 && actors::every_actor_served(
                     graph,
                     members,
-                    |target| self.avoid[target as usize] && self.component[target as usize] == id,
+                    |target| {
+                        self.avoid.get(target as usize) && self.component[target as usize] == id
+                    },
                     fair & actor_families,
                 )
         };
@@ -931,107 +957,135 @@ impl Judged<'_> {
     }
 }
 
+/// A state the component search is inside: the next of its edges to follow, and whether no
+/// edge from it or below it has yet reached a state visited before it (it roots a component).
+struct Frame {
+    state: u32,
+    position: u32,
+    root: bool,
+}
+
 fn analyse(graph: &Graph, property: usize, fair: u32) -> Analysis {
     let states = graph.states();
+    assert!(
+        states < COMPONENT_STATES_MAX,
+        "more than {COMPONENT_STATES_MAX} states: beyond the component search's numbering"
+    );
     let goal_bit = 1 << (2 * property + 1);
     let mut bound_cut_states = 0;
-    let avoid: Vec<bool> = (0..states)
-        .map(|state| {
-            let goal = graph.marks(state as u32) & goal_bit != 0;
-            let cut = graph.cut(state as u32) & fair != 0;
-            if !goal && cut {
-                bound_cut_states += 1;
-            }
-            !goal && !cut
-        })
-        .collect();
-    let stop: Vec<bool> = (0..states)
-        .map(|state| avoid[state] && graph.enabled(state as u32) & fair == 0)
-        .collect();
-    // Iterative Tarjan over the goal-avoiding subgraph.
-    let mut number = vec![UNSET; states];
-    let mut low = vec![0u32; states];
-    let mut component = vec![UNSET; states];
-    let mut stack: Vec<u32> = Vec::new();
-    let mut calls: Vec<(u32, usize)> = Vec::new();
-    let mut next_number = 0u32;
-    let mut component_bad: Vec<bool> = Vec::new();
-    let mut component_fair: Vec<bool> = Vec::new();
-    let mut members: Vec<u32> = Vec::new();
+    let avoid = Bits::from_fn(states, |state| {
+        let goal = graph.marks(state as u32) & goal_bit != 0;
+        let cut = graph.cut(state as u32) & fair != 0;
+        if !goal && cut {
+            bound_cut_states += 1;
+        }
+        !goal && !cut
+    });
+    let stop = Bits::from_fn(states, |state| {
+        avoid.get(state) && graph.enabled(state as u32) & fair == 0
+    });
+    // Pearce's iterative search over the goal-avoiding subgraph ("A space-efficient algorithm
+    // for finding strongly connected components", 2016): one number per state is its visit
+    // number, then its low link, then its component's id; states whose component is open wait
+    // on one stack, and a root's flag lives in its frame. Components complete after every
+    // component they reach, as in Tarjan's.
+    let mut rank = vec![0u32; states];
+    let mut next_visit = 1u32;
+    let mut next_component = FIRST_COMPONENT;
+    let mut waiting: Vec<u32> = Vec::new();
+    let mut calls: Vec<Frame> = Vec::new();
+    let mut component_bad = Bits::unset(states);
+    let mut component_fair = Bits::unset(states);
+    let frame = |state: u32| Frame {
+        state,
+        position: graph.edges(state).start as u32,
+        root: true,
+    };
     for root in 0..states as u32 {
-        if !avoid[root as usize] || number[root as usize] != UNSET {
+        if !avoid.get(root as usize) || rank[root as usize] != 0 {
             continue;
         }
-        calls.push((root, graph.edges(root).start));
-        number[root as usize] = next_number;
-        low[root as usize] = next_number;
-        next_number += 1;
-        stack.push(root);
-        while let Some(&mut (state, ref mut position)) = calls.last_mut() {
-            let end = graph.edges(state).end;
-            let mut descended = false;
-            while *position < end {
-                let target = graph.targets[*position];
-                *position += 1;
-                if !avoid[target as usize] {
+        rank[root as usize] = next_visit;
+        next_visit += 1;
+        calls.push(frame(root));
+        while let Some(top) = calls.last_mut() {
+            let state = top.state;
+            let end = graph.edges(state).end as u32;
+            let mut unvisited = None;
+            while top.position < end {
+                let target = graph.targets[top.position as usize];
+                top.position += 1;
+                if !avoid.get(target as usize) {
                     continue;
                 }
-                if number[target as usize] == UNSET {
-                    number[target as usize] = next_number;
-                    low[target as usize] = next_number;
-                    next_number += 1;
-                    stack.push(target);
-                    calls.push((target, graph.edges(target).start));
-                    descended = true;
-                    break;
-                } else if component[target as usize] == UNSET {
-                    low[state as usize] = low[state as usize].min(number[target as usize]);
-                }
-            }
-            if descended {
-                continue;
-            }
-            calls.pop();
-            if let Some(&(parent, _)) = calls.last() {
-                low[parent as usize] = low[parent as usize].min(low[state as usize]);
-            }
-            if low[state as usize] != number[state as usize] {
-                continue;
-            }
-            // `state` roots a component: pop it, then judge it.
-            let id = component_bad.len() as u32;
-            members.clear();
-            loop {
-                let member = stack.pop().expect("Tarjan's stack holds the component");
-                component[member as usize] = id;
-                members.push(member);
-                if member == state {
+                if rank[target as usize] == 0 {
+                    unvisited = Some(target);
                     break;
                 }
+                // A complete component's id exceeds every number of a state still searched.
+                if rank[target as usize] < rank[state as usize] {
+                    rank[state as usize] = rank[target as usize];
+                    top.root = false;
+                }
             }
-            let judged = Judged {
-                avoid: &avoid,
-                stop: &stop,
-                component: &component,
-                component_bad: &component_bad,
-            };
-            let (fair_component, bad) = judged.judge(graph, &members, id, fair);
-            component_fair.push(fair_component);
-            component_bad.push(bad);
+            if let Some(target) = unvisited {
+                rank[target as usize] = next_visit;
+                next_visit += 1;
+                calls.push(frame(target));
+                continue;
+            }
+            let done = calls.pop().expect("the search is inside a state");
+            if done.root {
+                // `state` roots a component: it and the waiting states numbered at or above it.
+                let id = next_component;
+                let mut first = waiting.len();
+                while first > 0 && rank[state as usize] <= rank[waiting[first - 1] as usize] {
+                    first -= 1;
+                }
+                waiting.push(state);
+                for &member in &waiting[first..] {
+                    rank[member as usize] = id;
+                }
+                next_visit -= (waiting.len() - first) as u32;
+                let judged = Judged {
+                    avoid: &avoid,
+                    stop: &stop,
+                    component: &rank,
+                    component_bad: &component_bad,
+                };
+                let (fair_component, bad) = judged.judge(graph, &waiting[first..], id, fair);
+                if fair_component {
+                    component_fair.set(ordinal(id));
+                }
+                if bad {
+                    component_bad.set(ordinal(id));
+                }
+                waiting.truncate(first);
+                next_component -= 1;
+            } else {
+                waiting.push(state);
+            }
+            if let Some(parent) = calls.last_mut() {
+                if rank[state as usize] < rank[parent.state as usize] {
+                    rank[parent.state as usize] = rank[state as usize];
+                    parent.root = false;
+                }
+            }
         }
     }
-    let accept: Vec<bool> = (0..states)
-        .map(|state| avoid[state] && (stop[state] || component_fair[component[state] as usize]))
-        .collect();
-    let bad: Vec<bool> = (0..states)
-        .map(|state| avoid[state] && component_bad[component[state] as usize])
-        .collect();
+    assert!(waiting.is_empty(), "every state searched is in a component");
+    let accept = Bits::from_fn(states, |state| {
+        avoid.get(state) && (stop.get(state) || component_fair.get(ordinal(rank[state])))
+    });
+    let bad = Bits::from_fn(states, |state| {
+        avoid.get(state) && component_bad.get(ordinal(rank[state]))
+    });
     Analysis {
         avoid,
         bad,
         accept,
         stop,
-        component,
+        component: rank,
         bound_cut_states,
     }
 }
@@ -1052,6 +1106,11 @@ fn shortest_violation(
     property: usize,
     eventually: bool,
 ) -> Option<IndexPath> {
+    // A violation ends in phase 1, which only bad states enter: with none, the search (20 bytes
+    // a state) would walk the whole graph to find nothing.
+    if !analysis.bad.any() {
+        return None;
+    }
     let states = graph.states();
     let trigger_bit = 1 << (2 * property);
     // Node = state * 2 + phase.
@@ -1060,7 +1119,7 @@ fn shortest_violation(
     let mut parent_family = vec![UNFAIR; 2 * states];
     let mut queue: VecDeque<u32> = VecDeque::new();
     let enters = |state: usize, phase: u32| -> bool {
-        (phase == 1 && analysis.bad[state]) || (phase == 0 && !eventually)
+        (phase == 1 && analysis.bad.get(state)) || (phase == 0 && !eventually)
     };
     let phase = u32::from(eventually);
     for state in 0..graph.initial {
@@ -1080,11 +1139,11 @@ fn shortest_violation(
         let state = (node / 2) as usize;
         let phase = node % 2;
         let here = distance[node as usize];
-        if phase == 1 && analysis.accept[state] {
+        if phase == 1 && analysis.accept.get(state) {
             found = Some(node);
             break;
         }
-        if phase == 0 && graph.marks(state as u32) & trigger_bit != 0 && analysis.bad[state] {
+        if phase == 0 && graph.marks(state as u32) & trigger_bit != 0 && analysis.bad.get(state) {
             let switched = node + 1;
             if here < distance[switched as usize] {
                 distance[switched as usize] = here;
@@ -1152,7 +1211,8 @@ fn path_within(
     while let Some(state) = queue.pop_front() {
         for edge in graph.edges(state) {
             let target = graph.targets[edge];
-            if analysis.component[target as usize] != component || !analysis.avoid[target as usize]
+            if analysis.component[target as usize] != component
+                || !analysis.avoid.get(target as usize)
             {
                 continue;
             }
@@ -1209,7 +1269,7 @@ fn fair_cycle(graph: &Graph, analysis: &Analysis, entry: u32, fair: u32) -> Inde
             graph.edges(state).any(|edge| {
                 graph.families[edge] == family
                     && analysis.component[graph.targets[edge] as usize] == component
-                    && analysis.avoid[graph.targets[edge] as usize]
+                    && analysis.avoid.get(graph.targets[edge] as usize)
             })
         };
         let (more_states, more_families) =
@@ -1223,7 +1283,7 @@ fn fair_cycle(graph: &Graph, analysis: &Analysis, entry: u32, fair: u32) -> Inde
             .find(|edge| {
                 graph.families[*edge] == family
                     && analysis.component[graph.targets[*edge] as usize] == component
-                    && analysis.avoid[graph.targets[*edge] as usize]
+                    && analysis.avoid.get(graph.targets[*edge] as usize)
             })
             .expect("the witness edge");
         states.push(graph.targets[edge]);
@@ -1432,7 +1492,7 @@ where
     let actors = model.scale().actor_families.filter(|_| options.symmetry);
     let representative = quotient(model, options);
     let Explored {
-        graph,
+        mut graph,
         stopped,
         found,
         generated,
@@ -1457,6 +1517,8 @@ where
         states_per_depth,
         coverage: coverage.into_map(),
     };
+    // The first discoverers served the safety paths; the analysis needs the room.
+    graph.parents = Vec::new();
     let properties = match stopped {
         Some(_) => definitions.iter().map(|_| None).collect(),
         None => definitions
@@ -1560,7 +1622,7 @@ where
     let violation =
         shortest_violation(graph, &analysis, index, def.trigger.is_none()).map(|prefix| {
             let entry = *prefix.states.last().expect("a path has a state");
-            if analysis.stop[entry as usize] {
+            if analysis.stop.get(entry as usize) {
                 return (rebuild(model, graph, representative, &prefix), None);
             }
             if graph.slots > 0 {
@@ -1572,7 +1634,7 @@ where
                 let component = analysis.component[entry as usize];
                 let members = (0..graph.states())
                     .filter(|state| {
-                        analysis.avoid[*state] && analysis.component[*state] == component
+                        analysis.avoid.get(*state) && analysis.component[*state] == component
                     })
                     .map(|state| graph.fingerprints[state])
                     .collect();
@@ -1602,6 +1664,7 @@ where
 }
 
 mod actors;
+mod columns;
 mod index;
 mod labels;
 #[cfg(test)]
