@@ -1,7 +1,8 @@
 //! The directory the checker's frontier and parent log spill into past their memory budget
 //! (`oncecheck check --spill-dir`, the model crate's `SpillStore`): one file per block, written
 //! once; a frontier block is read back once and deleted, a parent-log block is read when traces
-//! are rebuilt and deleted when the search is done.
+//! are rebuilt and deleted when the search is done, a block of the liveness graph's edges is read
+//! a row at a time through a file kept open until the block is removed.
 //!
 //! Invariants: the directory is this run's own (created fresh under the parent the user named,
 //! removed with everything in it when the store is dropped, also after a stopped run); a
@@ -10,13 +11,19 @@
 //! its disk stop.
 
 use oncecheck_model::check::SpillStore;
+use std::collections::HashMap;
+use std::fs::File;
 use std::io::Write;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Mutex;
 
 pub struct DirectorySpill {
     directory: PathBuf,
     next_id: AtomicU64,
+    /// Blocks read in part, open: a row of edges is one read, not an open, a read and a close.
+    open: Mutex<HashMap<u64, File>>,
 }
 
 impl DirectorySpill {
@@ -30,6 +37,7 @@ impl DirectorySpill {
         Ok(DirectorySpill {
             directory,
             next_id: AtomicU64::new(0),
+            open: Mutex::new(HashMap::new()),
         })
     }
 
@@ -62,7 +70,24 @@ impl SpillStore for DirectorySpill {
         std::fs::read(self.file(id))
     }
 
+    fn read_at(&self, id: u64, offset: u64, bytes: &mut [u8]) -> std::io::Result<()> {
+        let mut open = self
+            .open
+            .lock()
+            .map_err(|_| std::io::Error::other("a reader of the spill store panicked"))?;
+        let file = match open.entry(id) {
+            std::collections::hash_map::Entry::Occupied(entry) => entry.into_mut(),
+            std::collections::hash_map::Entry::Vacant(entry) => {
+                entry.insert(File::open(self.file(id))?)
+            }
+        };
+        file.read_exact_at(bytes, offset)
+    }
+
     fn remove(&self, id: u64) -> std::io::Result<()> {
+        if let Ok(mut open) = self.open.lock() {
+            open.remove(&id);
+        }
         std::fs::remove_file(self.file(id))
     }
 }
@@ -96,6 +121,20 @@ mod tests {
         assert_eq!(std::fs::read_dir(&directory).unwrap().count(), 0);
         let kept = store.put(b"kept").unwrap();
         assert_eq!(store.read(kept).unwrap(), b"kept");
+        // A block of edges is read a row at a time; past its end is an error, not a short row.
+        let edges = store.put(b"0123456789").unwrap();
+        let mut row = [0u8; 3];
+        for (offset, expected) in [(4, b"456"), (0, b"012"), (7, b"789")] {
+            store.read_at(edges, offset, &mut row).unwrap();
+            assert_eq!(&row, expected, "offset {offset}");
+        }
+        let past = store.read_at(edges, 8, &mut row).unwrap_err();
+        assert_eq!(past.kind(), std::io::ErrorKind::UnexpectedEof);
+        store.remove(edges).unwrap();
+        assert!(
+            store.read_at(edges, 0, &mut row).is_err(),
+            "a removed block is not read through the file kept open"
+        );
         drop(store);
         assert!(!directory.exists(), "the store's directory goes with it");
         std::fs::remove_dir_all(&parent).unwrap();

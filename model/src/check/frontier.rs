@@ -50,6 +50,28 @@ pub trait SpillStore: Send + Sync {
     fn put(&self, bytes: &[u8]) -> std::io::Result<u64>;
     /// The bytes of a block put earlier; the store keeps it.
     fn read(&self, id: u64) -> std::io::Result<Vec<u8>>;
+    /// Fills `bytes` from a block put earlier, starting `offset` bytes into it; the store keeps
+    /// it. A store that can read part of a block should (the liveness graph reads its spilled
+    /// edges a row at a time); by default the whole block is read. A block shorter than asked
+    /// is an `UnexpectedEof` error.
+    fn read_at(&self, id: u64, offset: u64, bytes: &mut [u8]) -> std::io::Result<()> {
+        let block = self.read(id)?;
+        let start = usize::try_from(offset).unwrap_or(usize::MAX);
+        let part = start
+            .checked_add(bytes.len())
+            .and_then(|end| block.get(start..end))
+            .ok_or_else(|| {
+                std::io::Error::new(
+                    std::io::ErrorKind::UnexpectedEof,
+                    format!(
+                        "spilled block {id} ends before byte {}",
+                        start.saturating_add(bytes.len())
+                    ),
+                )
+            })?;
+        bytes.copy_from_slice(part);
+        Ok(())
+    }
     /// Forgets a block put earlier.
     fn remove(&self, id: u64) -> std::io::Result<()>;
     /// The bytes of a block put earlier; the store forgets it.

@@ -71,11 +71,13 @@
 //! At most [`FAMILIES_MAX`] families per model, [`PROPERTIES_MAX`] liveness properties per model
 //! and `u32::MAX / 2` states (the component search numbers states and components in one `u32`).
 
+use super::frontier::SpillFailure;
 use super::frontier::{push_state_or_record, put_record, Frontier, Part, StateCodec};
 use super::scale::{identity_renaming, ActorFamilies, Renaming, Representative, ACTOR_SLOTS_MAX};
-use super::search::{fingerprint, key_of, limit_reached, Coverage, Target};
+use super::search::{disk_stop_at, fingerprint, key_of, limit_reached, spill_of, Coverage, Target};
 use super::{CheckOptions, LivenessDef, ModelPath, ModelSpec, Progress, Stop};
-use columns::{Bits, Blocks, BLOCK_ELEMENTS};
+use bits::Bits;
+use edges::{Edge, Edges, EDGE_BLOCK_BYTES};
 use index::StateIndex;
 use labels::{Label, Labels};
 use stateright::Model;
@@ -101,8 +103,6 @@ const CHUNK_STATES_PER_THREAD: usize = 2048;
 const STATE_VECTOR_BYTES: usize = 12;
 /// The block size of an encoded level.
 const LEVEL_BLOCK_BYTES: usize = 4 << 20;
-/// Bytes an edge costs in the stored graph (with its renaming's index on a per-actor quotient).
-const EDGE_BYTES: usize = 7;
 
 /// What one liveness property came to.
 pub(crate) struct Decided<M: Model> {
@@ -145,8 +145,9 @@ struct Graph {
     fingerprints: Vec<u64>,
     /// Edges of state `s` are `row_start[s]..row_start[s + 1]`.
     row_start: Vec<u32>,
-    targets: Blocks<u32>,
-    families: Blocks<u8>,
+    /// Each edge's target, family and (on a per-actor quotient) renaming, spilled past the
+    /// memory budget (edges.rs).
+    edges: Edges,
     /// Per state: the families enabled and cut there, and the properties' trigger and goal bits.
     labels: Labels,
     /// The number of initial states (they are indices `0..initial`).
@@ -155,9 +156,8 @@ struct Graph {
     /// On a per-actor quotient (`Scale::actor_families`): families `0..slots` are the permuted
     /// actors' own, in slot order; 0 otherwise.
     slots: usize,
-    /// Per edge on a per-actor quotient: the index in `renamings` of how the step moves the
-    /// actors, from the source representative's slots to the target's (empty otherwise).
-    annotations: Blocks<u16>,
+    /// On a per-actor quotient, an edge's annotation is the index here of how the step moves
+    /// the actors, from the source representative's slots to the target's.
     renamings: actors::Interned<Renaming>,
     /// Per state, when the exploration decides safety targets too: the state whose step first
     /// reached it ([`UNSET`] for an initial state); empty otherwise.
@@ -167,6 +167,11 @@ struct Graph {
 impl Graph {
     fn edges(&self, state: u32) -> std::ops::Range<usize> {
         self.row_start[state as usize] as usize..self.row_start[state as usize + 1] as usize
+    }
+
+    /// The edges out of `state` into `row`.
+    fn row(&self, state: u32, row: &mut Vec<Edge>) -> Result<(), SpillFailure> {
+        self.edges.read(self.edges(state), row)
     }
 
     fn states(&self) -> usize {
@@ -600,6 +605,7 @@ fn absorb<M: Model>(
     let mut step_index = 0;
     // Steps in a row mostly move the actors alike: the last interned renaming is looked up first.
     let mut last_moved = (identity_renaming(), 0u16);
+    let mut annotation = 0;
     for expanded in out.drain(..) {
         let current = graph.labels.len() as u32;
         let mut matched = expanded.matched;
@@ -618,7 +624,7 @@ fn absorb<M: Model>(
                 if step.moved != last_moved.0 {
                     last_moved = (step.moved, graph.renamings.index(step.moved));
                 }
-                graph.annotations.push(last_moved.1);
+                annotation = last_moved.1;
             }
             let target = if step.known != UNSET {
                 step.known
@@ -645,20 +651,23 @@ fn absorb<M: Model>(
                 record_start = step.record_end;
                 target
             };
-            graph.targets.push(target);
-            graph.families.push(if step.family == UNFAIR {
-                UNFAIR
-            } else {
-                table[step.family as usize]
+            graph.edges.push(Edge {
+                target,
+                family: if step.family == UNFAIR {
+                    UNFAIR
+                } else {
+                    table[step.family as usize]
+                },
+                annotation,
             });
         }
         step_index = expanded.steps_end;
         assert!(
-            graph.targets.len() < u32::MAX as usize,
+            graph.edges.len() < u32::MAX as usize,
             "more than {} edges: beyond the liveness graph's indices",
             u32::MAX - 1
         );
-        graph.row_start.push(graph.targets.len() as u32);
+        graph.row_start.push(graph.edges.len() as u32);
     }
 }
 
@@ -670,6 +679,8 @@ struct Explored<A> {
     /// Per target, the index of the first state that matches it.
     found: Vec<Option<u32>>,
     generated: usize,
+    /// Bytes of edges in the spill store (for a disk stop while reading them back).
+    spilled_bytes: u64,
     states_per_depth: Vec<usize>,
     coverage: Coverage<A>,
 }
@@ -703,8 +714,20 @@ where
         "more than {SAFETY_TARGETS_MAX} safety targets for one exploration"
     );
     let codec = model.scale().codec;
-    let (mut graph, mut index_of, mut level, initial_generated) =
-        initial_graph(model, representative, &slot_families, codec.as_ref());
+    let mut spill = spill_of(options);
+    // Small budgets (tests) spill small blocks; a run's blocks unmap when spilled.
+    let edge_block_bytes = options
+        .frontier_bytes_max
+        .map_or(EDGE_BLOCK_BYTES, |budget| {
+            EDGE_BLOCK_BYTES.min(usize::try_from(budget / 4).unwrap_or(usize::MAX))
+        });
+    let (mut graph, mut index_of, mut level, initial_generated) = initial_graph(
+        model,
+        representative,
+        &slot_families,
+        codec.as_ref(),
+        edge_block_bytes,
+    );
     if !targets.is_empty() {
         graph.parents = vec![UNSET; graph.states()];
     }
@@ -757,15 +780,37 @@ where
             if now.duration_since(last_progress) >= interval {
                 last_progress = now;
                 progress(Progress {
-                    states: graph.targets.len(),
+                    states: graph.edges.len(),
                     unique_states: graph.states(),
                     max_depth: depth + usize::from(!next_level.is_empty()),
                     elapsed: now.duration_since(started),
                 });
             }
-            let growth_bytes = growth_bytes(&graph, &index_of, threads);
-            if let Some(stop) = limit_reached(options, graph.states(), growth_bytes as u64, started)
-            {
+            let growth_bytes = growth_bytes(&graph, &index_of, threads) as u64;
+            let mut limit = limit_reached(options, graph.states(), growth_bytes, started);
+            // Past the budget, or with the memory limit near, the full blocks of edges go to the
+            // spill store; the limit is then measured again.
+            if let Some(spill) = spill.as_mut() {
+                let spillable = graph.edges.spillable_bytes() as u64;
+                let over_budget = options
+                    .frontier_bytes_max
+                    .is_some_and(|budget| spillable > budget);
+                let memory_tight = matches!(limit, Some(Stop::Memory { .. })) && spillable > 0;
+                if over_budget || memory_tight {
+                    if let Err(failure) = graph.edges.spill(spill) {
+                        stopped = Some(disk_stop_at(
+                            failure,
+                            spill.disk_bytes_max,
+                            spill.spilled_bytes,
+                        ));
+                        break 'levels;
+                    }
+                    if memory_tight {
+                        limit = limit_reached(options, graph.states(), growth_bytes, started);
+                    }
+                }
+            }
+            if let Some(stop) = limit {
                 stopped = Some(stop);
                 break 'levels;
             }
@@ -785,7 +830,8 @@ where
         coverage.merge(expansion.coverage);
     }
     Explored {
-        generated: initial_generated + graph.targets.len(),
+        generated: initial_generated + graph.edges.len(),
+        spilled_bytes: spill.as_ref().map_or(0, |spill| spill.spilled_bytes),
         graph,
         stopped,
         found,
@@ -802,6 +848,7 @@ fn initial_graph<M>(
     representative: Option<Representative<M>>,
     slot_families: &[&'static str],
     codec: Option<&StateCodec<M::State>>,
+    edge_block_bytes: usize,
 ) -> (Graph, StateIndex, Frontier<M::State>, usize)
 where
     M: ModelSpec,
@@ -811,13 +858,11 @@ where
     let mut graph = Graph {
         fingerprints: Vec::new(),
         row_start: vec![0],
-        targets: Blocks::new(),
-        families: Blocks::new(),
+        edges: Edges::new(!slot_families.is_empty(), edge_block_bytes),
         labels: Labels::default(),
         initial: 0,
         family_names: slot_families.to_vec(),
         slots: slot_families.len(),
-        annotations: Blocks::new(),
         renamings: actors::Interned::new(identity_renaming()),
         parents: Vec::new(),
     };
@@ -851,21 +896,20 @@ where
     (graph, index_of, level, within)
 }
 
-/// What the next chunk may allocate at once: the doubling of the fingerprint map and of the
-/// per-state vectors, and the edges' next blocks, counted before it happens, as the safety search
-/// counts its own.
+/// What the next chunk may allocate at once: the doubling of the fingerprint map's shards, the
+/// per-state vectors' room for the chunk's states, and the edges' next blocks, counted before it
+/// happens, as the safety search counts its own.
 fn growth_bytes(graph: &Graph, index_of: &StateIndex, threads: usize) -> usize {
     let headroom = CHUNK_STATES_PER_THREAD * threads * 16;
     let mut growth_bytes = index_of.growth_bytes(headroom);
-    if graph.fingerprints.len() + headroom > graph.fingerprints.capacity() {
-        let parent_bytes = if graph.parents.is_empty() { 0 } else { 4 };
-        let state_bytes = STATE_VECTOR_BYTES + graph.labels.bytes_per_state() + parent_bytes;
-        growth_bytes += graph.fingerprints.capacity() * 2 * state_bytes;
-    }
-    let edges_headroom = headroom * 8;
-    let edges_short =
-        (graph.targets.len() + edges_headroom).saturating_sub(graph.targets.capacity());
-    growth_bytes += edges_short.div_ceil(BLOCK_ELEMENTS) * BLOCK_ELEMENTS * EDGE_BYTES;
+    // The per-state vectors double by `realloc`, which moves a block this large by remapping
+    // its pages (glibc's mremap): the new half costs memory only as the states are written,
+    // so what the next chunk may add is its own states' bytes, not the doubled capacity (the
+    // capacity counted, 1.2 GiB at 67 million states, stopped the lost-response bound's run).
+    let parent_bytes = if graph.parents.is_empty() { 0 } else { 4 };
+    let state_bytes = STATE_VECTOR_BYTES + graph.labels.bytes_per_state() + parent_bytes;
+    growth_bytes += headroom * state_bytes;
+    growth_bytes += graph.edges.growth_bytes(headroom * 8);
     growth_bytes
 }
 
@@ -910,7 +954,14 @@ impl Judged<'_> {
     /// Whether the component `id` (its `members`) is fair (a cycle on which every family enabled
     /// everywhere is taken) and whether it is bad (fair, holding a stop, or reaching a bad
     /// component, all of which the search's order has judged already).
-    fn judge(&self, graph: &Graph, members: &[u32], id: u32, fair: u32) -> (bool, bool) {
+    fn judge(
+        &self,
+        graph: &Graph,
+        members: &[u32],
+        id: u32,
+        fair: u32,
+        row: &mut Vec<Edge>,
+    ) -> Result<(bool, bool), SpillFailure> {
         let mut everywhere_enabled = fair;
         let mut taken = 0u32;
         let mut has_cycle = members.len() > 1;
@@ -919,15 +970,15 @@ impl Judged<'_> {
         for &member in members {
             everywhere_enabled &= graph.enabled(member);
             any_stop |= self.stop.get(member as usize);
-            for edge in graph.edges(member) {
-                let target = graph.targets[edge];
+            graph.row(member, row)?;
+            for &Edge { target, family, .. } in row.iter() {
                 if !self.avoid.get(target as usize) {
                     continue;
                 }
                 if self.component[target as usize] == id {
                     has_cycle |= target == member;
-                    if graph.families[edge] != UNFAIR {
-                        taken |= 1 << graph.families[edge];
+                    if family != UNFAIR {
+                        taken |= 1 << family;
                     }
                 } else {
                     reaches_bad |= self
@@ -951,9 +1002,9 @@ impl Judged<'_> {
                         self.avoid.get(target as usize) && self.component[target as usize] == id
                     },
                     fair & actor_families,
-                )
+                )?
         };
-        (fair_component, fair_component || any_stop || reaches_bad)
+        Ok((fair_component, fair_component || any_stop || reaches_bad))
     }
 }
 
@@ -965,7 +1016,7 @@ struct Frame {
     root: bool,
 }
 
-fn analyse(graph: &Graph, property: usize, fair: u32) -> Analysis {
+fn analyse(graph: &Graph, property: usize, fair: u32) -> Result<Analysis, SpillFailure> {
     let states = graph.states();
     assert!(
         states < COMPONENT_STATES_MAX,
@@ -996,6 +1047,7 @@ fn analyse(graph: &Graph, property: usize, fair: u32) -> Analysis {
     let mut calls: Vec<Frame> = Vec::new();
     let mut component_bad = Bits::unset(states);
     let mut component_fair = Bits::unset(states);
+    let (mut row, mut judged_row) = (Vec::new(), Vec::new());
     let frame = |state: u32| Frame {
         state,
         position: graph.edges(state).start as u32,
@@ -1010,10 +1062,10 @@ fn analyse(graph: &Graph, property: usize, fair: u32) -> Analysis {
         calls.push(frame(root));
         while let Some(top) = calls.last_mut() {
             let state = top.state;
-            let end = graph.edges(state).end as u32;
+            let end = graph.edges(state).end;
+            graph.edges.read(top.position as usize..end, &mut row)?;
             let mut unvisited = None;
-            while top.position < end {
-                let target = graph.targets[top.position as usize];
+            for &Edge { target, .. } in &row {
                 top.position += 1;
                 if !avoid.get(target as usize) {
                     continue;
@@ -1053,7 +1105,8 @@ fn analyse(graph: &Graph, property: usize, fair: u32) -> Analysis {
                     component: &rank,
                     component_bad: &component_bad,
                 };
-                let (fair_component, bad) = judged.judge(graph, &waiting[first..], id, fair);
+                let (fair_component, bad) =
+                    judged.judge(graph, &waiting[first..], id, fair, &mut judged_row)?;
                 if fair_component {
                     component_fair.set(ordinal(id));
                 }
@@ -1080,14 +1133,14 @@ fn analyse(graph: &Graph, property: usize, fair: u32) -> Analysis {
     let bad = Bits::from_fn(states, |state| {
         avoid.get(state) && component_bad.get(ordinal(rank[state]))
     });
-    Analysis {
+    Ok(Analysis {
         avoid,
         bad,
         accept,
         stop,
         component: rank,
         bound_cut_states,
-    }
+    })
 }
 
 /// A path through the graph: state indices, and the family of the step from each to the next.
@@ -1105,11 +1158,11 @@ fn shortest_violation(
     analysis: &Analysis,
     property: usize,
     eventually: bool,
-) -> Option<IndexPath> {
+) -> Result<Option<IndexPath>, SpillFailure> {
     // A violation ends in phase 1, which only bad states enter: with none, the search (20 bytes
     // a state) would walk the whole graph to find nothing.
     if !analysis.bad.any() {
-        return None;
+        return Ok(None);
     }
     let states = graph.states();
     let trigger_bit = 1 << (2 * property);
@@ -1131,6 +1184,7 @@ fn shortest_violation(
     }
     let mut found = None;
     let mut done = vec![false; 2 * states];
+    let mut row = Vec::new();
     while let Some(node) = queue.pop_front() {
         if done[node as usize] {
             continue;
@@ -1151,8 +1205,9 @@ fn shortest_violation(
                 queue.push_front(switched);
             }
         }
-        for edge in graph.edges(state as u32) {
-            let target = graph.targets[edge] as usize;
+        graph.row(state as u32, &mut row)?;
+        for &Edge { target, family, .. } in &row {
+            let target = target as usize;
             if !enters(target, phase) {
                 continue;
             }
@@ -1160,12 +1215,14 @@ fn shortest_violation(
             if here + 1 < distance[next as usize] {
                 distance[next as usize] = here + 1;
                 parent[next as usize] = node;
-                parent_family[next as usize] = graph.families[edge];
+                parent_family[next as usize] = family;
                 queue.push_back(next);
             }
         }
     }
-    let mut node = found?;
+    let Some(mut node) = found else {
+        return Ok(None);
+    };
     let mut states_back = Vec::new();
     let mut families_back = Vec::new();
     loop {
@@ -1185,40 +1242,44 @@ fn shortest_violation(
     }
     states_back.reverse();
     families_back.reverse();
-    Some(IndexPath {
+    Ok(Some(IndexPath {
         states: states_back,
         families: families_back,
-    })
+    }))
 }
 
-/// The shortest path inside `component` from `from` to a state where `done` holds, as (states
-/// after `from`, families of the steps). `None` when no such state is reachable in it. With
-/// `at_least_one_step`, `from` itself does not count.
+/// The shortest path inside `component` from `from` to a state where `done` holds: the states
+/// after `from` and the families of the steps. `None` when no such state is reachable in it.
+/// With `at_least_one_step`, `from` itself does not count.
 fn path_within(
     graph: &Graph,
     analysis: &Analysis,
     component: u32,
     from: u32,
     at_least_one_step: bool,
-    done: &dyn Fn(u32) -> bool,
-) -> Option<(Vec<u32>, Vec<u8>)> {
-    if !at_least_one_step && done(from) {
-        return Some((Vec::new(), Vec::new()));
+    done: &dyn Fn(u32) -> Result<bool, SpillFailure>,
+) -> Result<Option<IndexPath>, SpillFailure> {
+    if !at_least_one_step && done(from)? {
+        return Ok(Some(IndexPath {
+            states: Vec::new(),
+            families: Vec::new(),
+        }));
     }
     let mut parent: std::collections::HashMap<u32, (u32, u8)> = std::collections::HashMap::new();
     let mut queue = VecDeque::from([from]);
     let mut visited = std::collections::HashSet::from([from]);
+    let mut row = Vec::new();
     while let Some(state) = queue.pop_front() {
-        for edge in graph.edges(state) {
-            let target = graph.targets[edge];
+        graph.row(state, &mut row)?;
+        for &Edge { target, family, .. } in &row {
             if analysis.component[target as usize] != component
                 || !analysis.avoid.get(target as usize)
             {
                 continue;
             }
-            if done(target) && (target != from || at_least_one_step) {
+            if done(target)? && (target != from || at_least_one_step) {
                 let mut states = vec![target];
-                let mut families = vec![graph.families[edge]];
+                let mut families = vec![family];
                 let mut cursor = state;
                 while cursor != from {
                     let (previous, family) = parent[&cursor];
@@ -1228,20 +1289,25 @@ fn path_within(
                 }
                 states.reverse();
                 families.reverse();
-                return Some((states, families));
+                return Ok(Some(IndexPath { states, families }));
             }
             if visited.insert(target) {
-                parent.insert(target, (state, graph.families[edge]));
+                parent.insert(target, (state, family));
                 queue.push_back(target);
             }
         }
     }
-    None
+    Ok(None)
 }
 
 /// The cycle from `entry` back to `entry` inside its fair component, through one witness per
 /// fair family that is enabled everywhere on the cycle so far.
-fn fair_cycle(graph: &Graph, analysis: &Analysis, entry: u32, fair: u32) -> IndexPath {
+fn fair_cycle(
+    graph: &Graph,
+    analysis: &Analysis,
+    entry: u32,
+    fair: u32,
+) -> Result<IndexPath, SpillFailure> {
     let component = analysis.component[entry as usize];
     let mut states = vec![entry];
     let mut families: Vec<u8> = Vec::new();
@@ -1257,52 +1323,48 @@ fn fair_cycle(graph: &Graph, analysis: &Analysis, entry: u32, fair: u32) -> Inde
         }
         let current = *states.last().expect("a cycle has a state");
         // The nearest state where the family is disabled, else the nearest edge it labels.
-        let disabled = |state: u32| graph.enabled(state) & bit == 0;
-        if let Some((more_states, more_families)) =
-            path_within(graph, analysis, component, current, false, &disabled)
-        {
-            states.extend(more_states);
-            families.extend(more_families);
+        let disabled = |state: u32| Ok(graph.enabled(state) & bit == 0);
+        if let Some(more) = path_within(graph, analysis, component, current, false, &disabled)? {
+            states.extend(more.states);
+            families.extend(more.families);
             continue;
         }
-        let labels = |state: u32| {
-            graph.edges(state).any(|edge| {
-                graph.families[edge] == family
-                    && analysis.component[graph.targets[edge] as usize] == component
-                    && analysis.avoid.get(graph.targets[edge] as usize)
-            })
+        // The target of the first edge out of `state` the family labels inside the component.
+        let witness = |state: u32| -> Result<Option<u32>, SpillFailure> {
+            let mut row = Vec::new();
+            graph.row(state, &mut row)?;
+            Ok(row
+                .iter()
+                .find(|edge| {
+                    edge.family == family
+                        && analysis.component[edge.target as usize] == component
+                        && analysis.avoid.get(edge.target as usize)
+                })
+                .map(|edge| edge.target))
         };
-        let (more_states, more_families) =
-            path_within(graph, analysis, component, current, false, &labels)
-                .expect("a fair component holds an edge of every family enabled throughout it");
-        states.extend(more_states);
-        families.extend(more_families);
+        let labels = |state: u32| Ok(witness(state)?.is_some());
+        let more = path_within(graph, analysis, component, current, false, &labels)?
+            .expect("a fair component holds an edge of every family enabled throughout it");
+        states.extend(more.states);
+        families.extend(more.families);
         let source = *states.last().expect("a cycle has a state");
-        let edge = graph
-            .edges(source)
-            .find(|edge| {
-                graph.families[*edge] == family
-                    && analysis.component[graph.targets[*edge] as usize] == component
-                    && analysis.avoid.get(graph.targets[*edge] as usize)
-            })
-            .expect("the witness edge");
-        states.push(graph.targets[edge]);
+        states.push(witness(source)?.expect("the witness edge"));
         families.push(family);
     }
     let current = *states.last().expect("a cycle has a state");
     let at_least_one_step = families.is_empty();
-    let (back_states, back_families) = path_within(
+    let back = path_within(
         graph,
         analysis,
         component,
         current,
         at_least_one_step,
-        &|state| state == entry,
-    )
+        &|state| Ok(state == entry),
+    )?
     .expect("a fair component is strongly connected");
-    states.extend(back_states);
-    families.extend(back_families);
-    IndexPath { states, families }
+    states.extend(back.states);
+    families.extend(back.families);
+    Ok(IndexPath { states, families })
 }
 
 /// Re-executes an index path from its initial state: at each step the first action of the
@@ -1496,6 +1558,7 @@ where
         stopped,
         found,
         generated,
+        spilled_bytes,
         states_per_depth,
         coverage,
     } = explore(
@@ -1519,18 +1582,25 @@ where
     };
     // The first discoverers served the safety paths; the analysis needs the room.
     graph.parents = Vec::new();
-    let properties = match stopped {
-        Some(_) => definitions.iter().map(|_| None).collect(),
-        None => definitions
-            .iter()
-            .enumerate()
-            .map(|(index, def)| Some(decide(model, &graph, representative, index, def)))
-            .collect(),
-    };
+    let mut stopped = stopped;
+    let mut properties: Vec<Option<Decided<M>>> = definitions.iter().map(|_| None).collect();
+    if stopped.is_none() {
+        for (index, def) in definitions.iter().enumerate() {
+            match decide(model, &graph, representative, index, def) {
+                Ok(decided) => properties[index] = Some(decided),
+                Err(failure) => {
+                    // Spilled edges that cannot be read back leave every verdict unknown.
+                    properties.iter_mut().for_each(|decided| *decided = None);
+                    stopped = Some(disk_stop_at(failure, options.disk_bytes_max, spilled_bytes));
+                    break;
+                }
+            }
+        }
+    }
     Checked {
         properties,
         unique_states: graph.states(),
-        edges: graph.targets.len(),
+        edges: graph.edges.len(),
         stopped,
         seconds: own_start.elapsed().as_secs_f64(),
         safety,
@@ -1606,7 +1676,7 @@ fn decide<M>(
     representative: Option<Representative<M>>,
     index: usize,
     def: &LivenessDef<M>,
-) -> Decided<M>
+) -> Result<Decided<M>, SpillFailure>
 where
     M: ModelSpec,
     M::State: Clone + Debug + Hash + PartialEq + Send + Sync + 'static,
@@ -1618,12 +1688,12 @@ where
         .enumerate()
         .filter(|(_, name)| def.assumes_fair(name))
         .fold(0u32, |set, (family, _)| set | 1 << family);
-    let analysis = analyse(graph, index, fair);
-    let violation =
-        shortest_violation(graph, &analysis, index, def.trigger.is_none()).map(|prefix| {
+    let analysis = analyse(graph, index, fair)?;
+    let violation = shortest_violation(graph, &analysis, index, def.trigger.is_none())?
+        .map(|prefix| -> Result<_, SpillFailure> {
             let entry = *prefix.states.last().expect("a path has a state");
             if analysis.stop.get(entry as usize) {
-                return (rebuild(model, graph, representative, &prefix), None);
+                return Ok((rebuild(model, graph, representative, &prefix), None));
             }
             if graph.slots > 0 {
                 // The quotient's cycle may not be one of the model's: the cycle is searched on
@@ -1646,25 +1716,27 @@ where
                     entry_state,
                     fair,
                 ));
-                return (path, Some(lasso_start));
+                return Ok((path, Some(lasso_start)));
             }
-            let cycle = fair_cycle(graph, &analysis, entry, fair);
+            let cycle = fair_cycle(graph, &analysis, entry, fair)?;
             let lasso_start = prefix.families.len();
             let mut whole = prefix;
             whole.states.extend(&cycle.states[1..]);
             whole.families.extend(cycle.families);
             let path = rebuild(model, graph, representative, &whole);
             let (path, lasso_start) = lift(model, graph, representative, &whole, path, lasso_start);
-            (path, Some(lasso_start))
-        });
-    Decided {
+            Ok((path, Some(lasso_start)))
+        })
+        .transpose()?;
+    Ok(Decided {
         violation,
         bound_cut_states: analysis.bound_cut_states,
-    }
+    })
 }
 
 mod actors;
-mod columns;
+mod bits;
+mod edges;
 mod index;
 mod labels;
 #[cfg(test)]

@@ -991,7 +991,7 @@ fn frontier_block_bytes(options: &CheckOptions) -> usize {
 
 /// Where the frontier and the parent log spill, when a store is configured (a frontier of
 /// plain states never spills: it has no bytes to write).
-fn spill_of(options: &CheckOptions) -> Option<Spill> {
+pub(crate) fn spill_of(options: &CheckOptions) -> Option<Spill> {
     options.spill.as_ref().map(|store| Spill {
         store: store.clone(),
         disk_bytes_max: options.disk_bytes_max,
@@ -1105,7 +1105,11 @@ fn disk_stop(failure: SpillFailure, options: &CheckOptions, spill: Option<&Spill
     disk_stop_at(failure, options.disk_bytes_max, spilled_bytes)
 }
 
-fn disk_stop_at(failure: SpillFailure, disk_bytes_max: Option<u64>, spilled_bytes: u64) -> Stop {
+pub(crate) fn disk_stop_at(
+    failure: SpillFailure,
+    disk_bytes_max: Option<u64>,
+    spilled_bytes: u64,
+) -> Stop {
     match failure {
         SpillFailure::Limit => Stop::Disk {
             disk_bytes_max,

@@ -171,6 +171,91 @@ fn traces_rebuilt_from_a_spilled_parent_log_are_the_ones_kept_in_memory() {
 }
 
 #[test]
+fn a_liveness_graph_whose_edges_spill_decides_and_shows_what_it_does_in_memory() {
+    // The liveness graph's edges go to the store past the same budget (blocks of 4 KiB here)
+    // and are read back by row: verdicts, lassos and counts are the in-memory run's. R10's
+    // lasso in `counter-only` walks the spilled rows (plain edges, 5 bytes); `fixed` under
+    // symmetry is the per-actor quotient (7 bytes, with the renaming).
+    for (variant, overrides, symmetry) in [
+        ("counter-only", &[][..], false),
+        ("fixed", &[("lost_responses_max", 0)][..], true),
+    ] {
+        let options = CheckOptions {
+            symmetry,
+            ..CheckOptions::default()
+        };
+        let in_memory = run(relay(variant, overrides), &options, &mut |_| {});
+        assert!(in_memory.liveness.is_some(), "{variant}: liveness ran");
+        let store = MemorySpill::new();
+        let spilled = run(
+            relay(variant, overrides),
+            &CheckOptions {
+                frontier_bytes_max: Some(16 << 10),
+                spill: Some(store.clone()),
+                ..options.clone()
+            },
+            &mut |_| {},
+        );
+        assert!(
+            store.puts() > 20,
+            "{variant}: {} blocks spilled",
+            store.puts()
+        );
+        assert_eq!(
+            store.held(),
+            0,
+            "{variant}: the edges' blocks are removed after"
+        );
+        assert!(
+            spilled.stopped.is_none(),
+            "{variant}: {:?}",
+            spilled.stopped
+        );
+        same_results(&in_memory, &spilled);
+    }
+    let counter_only = run(
+        relay("counter-only", &[]),
+        &CheckOptions::default(),
+        &mut |_| {},
+    );
+    assert!(counter_only
+        .properties
+        .iter()
+        .any(|property| property.lasso_start.is_some()));
+
+    // Spilled edges that cannot be read back: no liveness verdict, the run stopped by the disk.
+    let lost = run(
+        relay("counter-only", &[]),
+        &CheckOptions {
+            frontier_bytes_max: Some(16 << 10),
+            spill: Some(Arc::new(ReadsFail(MemorySpill::new()))),
+            ..CheckOptions::default()
+        },
+        &mut |_| {},
+    );
+    assert!(
+        matches!(lost.stopped, Some(Stop::Disk { .. })),
+        "{:?}",
+        lost.stopped
+    );
+    assert!(!lost.complete);
+    assert!(lost.liveness.is_none());
+    for property in lost
+        .properties
+        .iter()
+        .filter(|property| property.lasso_start.is_none())
+    {
+        if counter_only
+            .properties
+            .iter()
+            .any(|other| other.name == property.name && other.lasso_start.is_some())
+        {
+            assert_eq!(property.verdict, Verdict::Unknown, "{}", property.name);
+        }
+    }
+}
+
+#[test]
 fn a_disk_limit_stops_the_run_with_unknown_and_names_itself() {
     // Liveness off: the safety search is the one that spills (see the test above).
     let report = run(

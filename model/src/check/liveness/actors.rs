@@ -28,7 +28,8 @@
 //! fixed point; the cycle search runs in the model's action order); the cycle is checked fair
 //! before it is returned.
 
-use super::{enabled_families, fingerprint, Graph, LocalFamilies, ModelPath, UNFAIR};
+use super::{enabled_families, fingerprint, Edge, Graph, LocalFamilies, ModelPath, UNFAIR};
+use crate::check::frontier::SpillFailure;
 use crate::check::scale::{identity_renaming, Renaming, Representative};
 use crate::check::ModelSpec;
 use std::collections::{HashMap, HashSet, VecDeque};
@@ -113,9 +114,9 @@ pub(super) fn every_actor_served(
     members: &[u32],
     inside: impl Fn(u32) -> bool,
     fair_actors: u32,
-) -> bool {
+) -> Result<bool, SpillFailure> {
     if fair_actors == 0 {
-        return true;
+        return Ok(true);
     }
     let slots = graph.slots;
     let identity = identity_renaming();
@@ -126,20 +127,25 @@ pub(super) fn every_actor_served(
     let mut queue = VecDeque::from([base]);
     let mut generators: HashSet<Renaming> = HashSet::new();
     let mut served = 0u32;
+    let mut row = Vec::new();
     while let Some(state) = queue.pop_front() {
         let into_state = frame[&state];
         let out_of_state = inverse(&into_state);
         let mut own = !graph.enabled(state);
-        for edge in graph.edges(state) {
-            let target = graph.targets[edge];
+        graph.row(state, &mut row)?;
+        for &Edge {
+            target,
+            family,
+            annotation,
+        } in &row
+        {
             if !inside(target) {
                 continue;
             }
-            let family = graph.families[edge];
             if family != UNFAIR {
                 own |= 1 << family;
             }
-            let moved = graph.renamings.get(graph.annotations[edge]);
+            let moved = graph.renamings.get(annotation);
             let through = compose(moved, &into_state);
             match frame.entry(target) {
                 std::collections::hash_map::Entry::Vacant(entry) => {
@@ -168,7 +174,7 @@ pub(super) fn every_actor_served(
         }
         served = closed;
     }
-    served & fair_actors == fair_actors
+    Ok(served & fair_actors == fair_actors)
 }
 
 /// The model's steps from one state: every enabled action (the unreduced ones where the model
