@@ -418,11 +418,13 @@ pub struct CheckOptions {
     /// Measures the process's memory in bytes (the caller's: this crate does no I/O). Without
     /// a probe `memory_bytes_max` is not enforced.
     pub memory_probe: Option<fn() -> Option<u64>>,
-    /// Bytes of encoded frontier states and of the parent log (how each visited state was
-    /// first reached) kept in memory before blocks of them go to `spill` (also spilled,
-    /// whatever this says, when the memory limit is near). None: no budget of its own.
+    /// Bytes of encoded frontier states, of the parent log (how each visited state was first
+    /// reached) and of the liveness graph's edges, each, kept in memory before blocks of them go
+    /// to `spill` (also spilled, whatever this says, when the memory limit is near). None: no
+    /// budget of its own.
     pub frontier_bytes_max: Option<u64>,
-    /// Where the frontier and the parent log spill (the caller's: this crate does no I/O).
+    /// Where the frontier, the parent log and the liveness graph's edges spill (the caller's:
+    /// this crate does no I/O).
     /// None: they never do, and the memory limit stops the run.
     pub spill: Option<std::sync::Arc<dyn SpillStore>>,
     /// Stop once the spilled frontier and parent log would take more than this many bytes.

@@ -178,8 +178,9 @@ pub struct CheckArgs {
     #[arg(long, default_value_t = models::MEMORY_MAX_MB_DEFAULT)]
     pub memory_max_mb: u64,
     /// Past a quarter of --memory-max-mb (or near the limit itself), the states waiting to be
-    /// expanded are written to this directory in compact blocks and read back in order
-    /// (a fresh subdirectory, removed after the run) [default: the system's temp directory].
+    /// expanded and the liveness graph's edges are written to this directory in compact blocks
+    /// and read back (a fresh subdirectory, removed after the run) [default: the system's temp
+    /// directory].
     #[arg(long, value_name = "DIR")]
     pub spill_dir: Option<PathBuf>,
     /// Stop once the spilled states would take more than this many MiB of disk; what is

@@ -50,8 +50,9 @@
 //!
 //! Invariants: deterministic — threads only expand a chunk of a level, merged in chunk order, and
 //! every later pass is sequential in index order, so verdicts, counts and lassos are the same
-//! for any `--threads`; a verdict needs the whole graph: a run stopped by `states_max`,
-//! `memory_bytes_max` or the time limit leaves every liveness property `unknown`. The symmetry
+//! for any `--threads` and whether or not the edges spilled; a verdict needs the whole graph: a
+//! run stopped by `states_max`, `memory_bytes_max`, the disk (`disk_bytes_max`, or spilled
+//! edges that cannot be read back) or the time limit leaves every liveness property `unknown`. The symmetry
 //! declarations a quotient rests on are checked at every expanded state in a build with debug
 //! assertions (every test) and at one orbit in [`DECLARATION_CHECK_ORBITS_PER_SAMPLE`]
 //! otherwise: the check expands the representative once more.
@@ -61,10 +62,11 @@
 //! fingerprint 8, row start 4, the index of its label 2: the enabled and cut family sets and
 //! property bits, interned, labels.rs; the first discoverer 4 more when it decides the safety
 //! properties too, freed once their paths are rebuilt) plus 5 bytes per edge (target 4, family
-//! 1; 2 more on a per-actor quotient, the index of its renaming), kept in blocks that grow one
-//! at a time (columns.rs). The analysis of one property adds about 5 bytes per state (the
-//! search's one number, four flags in bits) and its stacks, 4 bytes per waiting state and 12
-//! per state on the search's path; the shortest counterexample's search, about 20 bytes per
+//! 1; 2 more on a per-actor quotient, the index of its renaming), kept in blocks that go to the
+//! run's spill store past the frontier's budget or when the memory limit nears, and are read
+//! back by row (edges.rs). The analysis of one property adds about 5 bytes per state (the
+//! search's one number, four flags in bits: bits.rs) and its stacks, 4 bytes per waiting state
+//! and 12 per state on the search's path; the shortest counterexample's search, about 20 bytes per
 //! state more, runs only when some state can reach a violation. States are held only for the
 //! current and the next level, as encoded records in blocks when the model has a codec
 //! (`Scale::codec`, check/frontier.rs), else whole.
