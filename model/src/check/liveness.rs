@@ -69,7 +69,7 @@
 //! and 12 per state on the search's path; the shortest counterexample's search, about 20 bytes per
 //! state more, runs only when some state can reach a violation. States are held only for the
 //! current and the next level, as encoded records in blocks when the model has a codec
-//! (`Scale::codec`, check/frontier.rs), else whole.
+//! (`Scale::codec`, check/frontier.rs), else whole; encoded blocks spill as the edges do.
 //! At most [`FAMILIES_MAX`] families per model, [`PROPERTIES_MAX`] liveness properties per model
 //! and `u32::MAX / 2` states (the component search numbers states and components in one `u32`).
 
@@ -752,9 +752,11 @@ where
             let part_size = take.div_ceil(used);
             for expansion in &mut expansions[..used] {
                 let part = part_size.min(level.len());
-                level
-                    .take(part, &mut expansion.part, None)
-                    .expect("a liveness level never spills");
+                if let Err(failure) = level.take(part, &mut expansion.part, spill.as_mut()) {
+                    let spilled_bytes = spill.as_ref().map_or(0, |spill| spill.spilled_bytes);
+                    stopped = Some(disk_stop_at(failure, options.disk_bytes_max, spilled_bytes));
+                    break 'levels;
+                }
             }
             let open = found
                 .iter()
@@ -790,16 +792,32 @@ where
             }
             let growth_bytes = growth_bytes(&graph, &index_of, threads) as u64;
             let mut limit = limit_reached(options, graph.states(), growth_bytes, started);
-            // Past the budget, or with the memory limit near, the full blocks of edges go to the
-            // spill store; the limit is then measured again.
+            // Past their budget, or with the memory limit near, the full blocks of edges and the
+            // levels' blocks go to the spill store; the limit is then measured again.
             if let Some(spill) = spill.as_mut() {
-                let spillable = graph.edges.spillable_bytes() as u64;
-                let over_budget = options
-                    .frontier_bytes_max
-                    .is_some_and(|budget| spillable > budget);
-                let memory_tight = matches!(limit, Some(Stop::Memory { .. })) && spillable > 0;
-                if over_budget || memory_tight {
-                    if let Err(failure) = graph.edges.spill(spill) {
+                let edge_bytes = graph.edges.spillable_bytes() as u64;
+                let level_bytes = (level.memory_bytes() + next_level.memory_bytes()) as u64;
+                let over = |bytes: u64| {
+                    options
+                        .frontier_bytes_max
+                        .is_some_and(|budget| bytes > budget)
+                };
+                let memory_tight = matches!(limit, Some(Stop::Memory { .. }))
+                    && (edge_bytes > 0 || level_bytes > 2 * LEVEL_BLOCK_BYTES as u64);
+                let edges_go = memory_tight || over(edge_bytes);
+                let levels_go = memory_tight || over(level_bytes);
+                if edges_go || levels_go {
+                    let mut spilled = Ok(());
+                    if edges_go {
+                        spilled = graph.edges.spill(spill);
+                    }
+                    if levels_go {
+                        spilled = spilled
+                            .and_then(|()| next_level.spill(spill))
+                            .and_then(|_| level.spill(spill))
+                            .map(drop);
+                    }
+                    if let Err(failure) = spilled {
                         stopped = Some(disk_stop_at(
                             failure,
                             spill.disk_bytes_max,

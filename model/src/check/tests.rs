@@ -56,8 +56,8 @@ fn a_frontier_spilled_past_a_tiny_budget_changes_nothing() {
     // states in, and with it every count and shortest trace, is the one it keeps in memory.
     // `fixed` without a lost response (59,658 states, not the CI bounds' 532,650): still
     // thousands of spilled blocks, at a ninth of the test's time. Liveness off: with it, one
-    // exploration decides everything and keeps its levels in memory; the safety search, which
-    // spills, then runs only when that exploration is stopped by memory (run_with_paths).
+    // exploration decides everything (its spilling is the next tests'); the safety search runs
+    // alone only when that exploration is stopped (run_with_paths).
     let safety_only = CheckOptions {
         liveness: false,
         ..CheckOptions::default()
@@ -173,12 +173,13 @@ fn traces_rebuilt_from_a_spilled_parent_log_are_the_ones_kept_in_memory() {
 #[test]
 fn a_liveness_graph_whose_edges_spill_decides_and_shows_what_it_does_in_memory() {
     // The liveness graph's edges go to the store past the same budget (blocks of 4 KiB here)
-    // and are read back by row: verdicts, lassos and counts are the in-memory run's. R10's
+    // and are read back by row, and its levels' blocks go and come back as the safety
+    // search's do: verdicts, lassos and counts are the in-memory run's. R10's
     // lasso in `counter-only` walks the spilled rows (plain edges, 5 bytes); `fixed` under
     // symmetry is the per-actor quotient (7 bytes, with the renaming).
-    for (variant, overrides, symmetry) in [
-        ("counter-only", &[][..], false),
-        ("fixed", &[("lost_responses_max", 0)][..], true),
+    for (variant, overrides, symmetry, edge_bytes) in [
+        ("counter-only", &[][..], false, 5),
+        ("fixed", &[("lost_responses_max", 0)][..], true, 7),
     ] {
         let options = CheckOptions {
             symmetry,
@@ -196,9 +197,12 @@ fn a_liveness_graph_whose_edges_spill_decides_and_shows_what_it_does_in_memory()
             },
             &mut |_| {},
         );
+        let edges = spilled.liveness.map_or(0, |run| run.edges);
+        let edge_blocks = edges * edge_bytes / (4 << 10);
+        assert!(edge_blocks > 20, "{variant}: {edge_blocks} blocks of edges");
         assert!(
-            store.puts() > 20,
-            "{variant}: {} blocks spilled",
+            store.puts() > edge_blocks + 10,
+            "{variant}: {} blocks spilled, {edge_blocks} of them edges: the levels spill too",
             store.puts()
         );
         assert_eq!(
