@@ -160,6 +160,22 @@ pub(crate) struct Spill {
     pub spilled_bytes: u64,
 }
 
+impl Spill {
+    /// Puts one block within the disk limit; answers its id.
+    pub(crate) fn put(&mut self, bytes: &[u8]) -> Result<u64, SpillFailure> {
+        let len = bytes.len() as u64;
+        if self
+            .disk_bytes_max
+            .is_some_and(|max| self.spilled_bytes + len > max)
+        {
+            return Err(SpillFailure::Limit);
+        }
+        let id = self.store.put(bytes).map_err(SpillFailure::Io)?;
+        self.spilled_bytes += len;
+        Ok(id)
+    }
+}
+
 enum Block {
     Memory(Vec<u8>),
     Spilled { id: u64, len: u64 },
@@ -456,14 +472,7 @@ impl<S> Frontier<S> {
                 continue;
             };
             let len = bytes.len() as u64;
-            if spill
-                .disk_bytes_max
-                .is_some_and(|max| spill.spilled_bytes + len > max)
-            {
-                return Err(SpillFailure::Limit);
-            }
-            let id = spill.store.put(bytes).map_err(SpillFailure::Io)?;
-            spill.spilled_bytes += len;
+            let id = spill.put(bytes)?;
             written += len;
             *block = Block::Spilled { id, len };
         }

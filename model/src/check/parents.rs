@@ -144,14 +144,7 @@ impl ParentLog {
                 continue;
             };
             let len = bytes.len();
-            if spill
-                .disk_bytes_max
-                .is_some_and(|max| spill.spilled_bytes + len as u64 > max)
-            {
-                return Err(SpillFailure::Limit);
-            }
-            let id = spill.store.put(bytes).map_err(SpillFailure::Io)?;
-            spill.spilled_bytes += len as u64;
+            let id = spill.put(bytes)?;
             self.store.get_or_insert_with(|| spill.store.clone());
             *block = LogBlock::Spilled { id, len };
         }

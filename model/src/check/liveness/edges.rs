@@ -110,15 +110,7 @@ impl Edges {
             let EdgeBlock::Memory(bytes) = block else {
                 continue;
             };
-            let len = bytes.len() as u64;
-            if spill
-                .disk_bytes_max
-                .is_some_and(|max| spill.spilled_bytes + len > max)
-            {
-                return Err(SpillFailure::Limit);
-            }
-            let id = spill.store.put(bytes).map_err(SpillFailure::Io)?;
-            spill.spilled_bytes += len;
+            let id = spill.put(bytes)?;
             self.store.get_or_insert_with(|| spill.store.clone());
             *block = EdgeBlock::Spilled { id };
         }
