@@ -52,10 +52,11 @@
 //! every later pass is sequential in index order, so verdicts, counts and lassos are the same
 //! for any `--threads` and whether or not the edges spilled; a verdict needs the whole graph: a
 //! run stopped by `states_max`, `memory_bytes_max`, the disk (`disk_bytes_max`, or spilled
-//! edges that cannot be read back) or the time limit leaves every liveness property `unknown`. The symmetry
-//! declarations a quotient rests on are checked at every expanded state in a build with debug
-//! assertions (every test) and at one orbit in [`DECLARATION_CHECK_ORBITS_PER_SAMPLE`]
-//! otherwise: the check expands the representative once more.
+//! edges that cannot be read back) or the time limit leaves every liveness property `unknown`.
+//! The symmetry declarations a quotient rests on are checked at every expanded state in a build
+//! with debug assertions (every test) and at one orbit in
+//! [`DECLARATION_CHECK_ORBITS_PER_SAMPLE`] otherwise: the check expands the representative once
+//! more.
 //!
 //! Cost and limits: about 20 bytes per state while exploring (the index's 4-byte slot in 256
 //! shards, which points into the fingerprints, at most three quarters full: index.rs;
