@@ -111,27 +111,67 @@ fn a_safety_only_run_decides_every_safety_property_and_says_liveness_was_not_che
     assert_eq!(liveness, ["unknown", "unknown"]);
 }
 
+/// The progress lines of `oncecheck <arguments> --progress-secs <interval>` (stderr is a pipe),
+/// which exits with `code`.
+fn progress_lines(arguments: &[&str], interval: &str, code: i32) -> Vec<String> {
+    let output = oncecheck(&[arguments, &["--progress-secs", interval]].concat());
+    assert_eq!(output.status.code(), Some(code), "{}", text(&output));
+    String::from_utf8_lossy(&output.stderr)
+        .lines()
+        .filter(|line| line.starts_with("relay/fixed: "))
+        .map(str::to_string)
+        .collect()
+}
+
 #[test]
 fn a_check_off_a_terminal_prints_its_progress_as_lines() {
     // stderr is a pipe here, as in a CI log: no spinner, a line a second instead (the CI
     // bounds take several seconds in this build); `--progress-secs 0` prints none.
     let arguments = ["check", "relay", "--variant", "fixed", "--safety-only"];
-    let progress_lines = |interval: &str| -> Vec<String> {
-        let output = oncecheck(&[&arguments[..], &["--progress-secs", interval]].concat());
-        assert_eq!(output.status.code(), Some(1), "{}", text(&output));
-        String::from_utf8_lossy(&output.stderr)
-            .lines()
-            .filter(|line| line.starts_with("relay/fixed: "))
-            .map(str::to_string)
-            .collect()
-    };
-    let lines = progress_lines("1");
+    let lines = progress_lines(&arguments, "1", 1);
     assert!(!lines.is_empty(), "no progress line");
     for line in &lines {
         assert!(line.contains(" unique, "), "{line}");
         assert!(line.contains(" states/s, depth "), "{line}");
     }
-    assert_eq!(progress_lines("0"), Vec::<String>::new());
+    assert_eq!(progress_lines(&arguments, "0", 1), Vec::<String>::new());
+}
+
+#[test]
+fn a_liveness_check_names_each_property_as_its_analysis_starts() {
+    // The analysis after the exploration prints no counts of its own (minutes at a hundred
+    // million states): one line per property says which is being decided, and over what.
+    let arguments = [
+        "check",
+        "relay",
+        "--variant",
+        "fixed",
+        "--bound",
+        "lost_responses_max=0",
+    ];
+    let lines = progress_lines(&arguments, "1", 0);
+    let deciding: Vec<&String> = lines
+        .iter()
+        .filter(|line| line.contains(": deciding "))
+        .collect();
+    assert_eq!(deciding.len(), 2, "{lines:?}");
+    assert!(
+        deciding[0].starts_with("relay/fixed: deciding R6 no-wedge over "),
+        "{}",
+        deciding[0]
+    );
+    assert!(
+        deciding[1].starts_with("relay/fixed: deciding R10 pull-progress over "),
+        "{}",
+        deciding[1]
+    );
+    for line in deciding {
+        assert!(
+            line.contains(" unique states and ") && line.contains(" edges ("),
+            "{line}"
+        );
+    }
+    assert!(progress_lines(&arguments, "0", 0).is_empty());
 }
 
 #[test]

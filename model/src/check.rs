@@ -645,6 +645,9 @@ pub struct Progress {
     pub unique_states: usize,
     pub max_depth: usize,
     pub elapsed: Duration,
+    /// Once the liveness graph is explored: the property whose analysis starts (one sample
+    /// each, minutes apart at a hundred million states); `None` while states are explored.
+    pub deciding: Option<&'static str>,
 }
 
 /// One step of a counterexample or example, as printed and exported.

@@ -275,6 +275,20 @@ fn check_job(
     let mut last_plain = Duration::ZERO;
     let mut last = (0usize, Duration::ZERO);
     let mut on_progress = |progress: oncecheck_model::check::Progress| {
+        if let Some(property) = progress.deciding {
+            // One line per liveness property, however soon after the last: its analysis may
+            // take minutes and prints nothing more.
+            let message = format!(
+                "{label}: deciding {property} over {} unique states and {} edges",
+                progress.unique_states, progress.states
+            );
+            if plain_interval.is_some() {
+                eprintln!("{message} ({:.0} s)", progress.elapsed.as_secs_f64());
+            } else {
+                bar.set_message(message);
+            }
+            return;
+        }
         // The liveness exploration, which follows the safety search, counts from zero again.
         let rate = progress.states.saturating_sub(last.0) as f64
             / progress

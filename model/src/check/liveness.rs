@@ -789,6 +789,7 @@ where
                     unique_states: graph.states(),
                     max_depth: depth + usize::from(!next_level.is_empty()),
                     elapsed: now.duration_since(started),
+                    deciding: None,
                 });
             }
             let growth_bytes = growth_bytes(&graph, &index_of, threads) as u64;
@@ -1607,6 +1608,13 @@ where
     let mut properties: Vec<Option<Decided<M>>> = definitions.iter().map(|_| None).collect();
     if stopped.is_none() {
         for (index, def) in definitions.iter().enumerate() {
+            progress(Progress {
+                states: graph.edges.len(),
+                unique_states: graph.states(),
+                max_depth: safety.states_per_depth.len().saturating_sub(1),
+                elapsed: started.elapsed(),
+                deciding: Some(def.name),
+            });
             match decide(model, &graph, representative, index, def) {
                 Ok(decided) => properties[index] = Some(decided),
                 Err(failure) => {

@@ -815,6 +815,7 @@ where
                 max_depth: self.states_per_depth.len() - 1
                     + usize::from(!self.next_level.is_empty()),
                 elapsed: now.duration_since(self.started),
+                deciding: None,
             });
         }
     }

@@ -114,6 +114,7 @@ where
                 unique_states: seen.len(),
                 max_depth: depth_max_reached,
                 elapsed: now.duration_since(started),
+                deciding: None,
             });
         }
         if count % 16 == 15 {
