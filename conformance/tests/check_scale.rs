@@ -140,15 +140,10 @@ fn a_check_off_a_terminal_prints_its_progress_as_lines() {
 #[test]
 fn a_liveness_check_names_each_property_as_its_analysis_starts() {
     // The analysis after the exploration prints no counts of its own (minutes at a hundred
-    // million states): one line per property says which is being decided, and over what.
-    let arguments = [
-        "check",
-        "relay",
-        "--variant",
-        "fixed",
-        "--bound",
-        "lost_responses_max=0",
-    ];
+    // million states): one line per property says which is being decided, and over what, once
+    // the run has taken the interval (the CI bounds take seconds in this build; a shorter run
+    // prints none: the full-disk test in cli.rs reads its one line).
+    let arguments = ["check", "relay", "--variant", "fixed"];
     let lines = progress_lines(&arguments, "1", 0);
     let deciding: Vec<&String> = lines
         .iter()

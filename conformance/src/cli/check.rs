@@ -276,16 +276,19 @@ fn check_job(
     let mut last = (0usize, Duration::ZERO);
     let mut on_progress = |progress: oncecheck_model::check::Progress| {
         if let Some(property) = progress.deciding {
-            // One line per liveness property, however soon after the last: its analysis may
-            // take minutes and prints nothing more.
+            // One line per liveness property of a run that has taken the interval already,
+            // however soon after the last line: its analysis may take minutes and prints
+            // nothing more. A run shorter than the interval prints none, as before.
             let message = format!(
                 "{label}: deciding {property} over {} unique states and {} edges",
                 progress.unique_states, progress.states
             );
-            if plain_interval.is_some() {
-                eprintln!("{message} ({:.0} s)", progress.elapsed.as_secs_f64());
-            } else {
-                bar.set_message(message);
+            match plain_interval {
+                Some(interval) if progress.elapsed >= interval => {
+                    eprintln!("{message} ({:.0} s)", progress.elapsed.as_secs_f64());
+                }
+                Some(_) => {}
+                None => bar.set_message(message),
             }
             return;
         }
