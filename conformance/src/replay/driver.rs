@@ -481,11 +481,80 @@ pub fn real_op_id(op: OpId) -> String {
     oncecheck_model::relay::encoding::op_label(op)
 }
 
-pub fn payload_of(op: OpId) -> Vec<u8> {
-    format!("payload of {}", real_op_id(op)).into_bytes()
+/// DynamoDB's item size limit as AWS documents it (400 KB, attribute names and values counted):
+/// the replays' own figure, never the store's, so that a store whose limit drifts parts from it.
+const DYNAMODB_ITEM_BYTES_MAX: usize = 400 * 1024;
+/// DynamoDB's partition key limit as AWS documents it: the longest stream id.
+pub const DYNAMODB_PARTITION_KEY_BYTES_MAX: usize = 2048;
+/// The most bytes DynamoDB counts for a number (38 significant digits): the `seq` key, counted
+/// at its largest because an op may be stored at any seq.
+const DYNAMODB_NUMBER_BYTES_MAX: usize = 21;
+/// What pads a replay's stream id to the longest a stream id may be. Not a character of table
+/// names, so a table named after its stream keeps only the stream's unique part.
+const STREAM_PADDING: char = '.';
+/// The op a replay realises at the largest size an op may have (every trace has it: the first
+/// writer's first op).
+const LARGEST_OP: OpId = 0;
+
+/// How a replay realises the model's ops as bytes. The model's ops are abstract: any op the
+/// store accepts is one. The replays take them at the edge of that domain where the target can
+/// hold it, so that a store whose size limits drift from DynamoDB's parts from the model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum OpSizes {
+    /// Every payload a few bytes: the DynamoDB target, because moto counts a binary attribute by
+    /// its base64 text and caps an item at 405,000 bytes, so an op DynamoDB stores at its
+    /// 400 KB limit is one moto refuses.
+    Small,
+    /// [`LARGEST_OP`]'s item exactly at DynamoDB's item size limit, every other payload a few
+    /// bytes (a page of the largest op and the rest stays well within one Query's 1 MB).
+    LargestFirstOp,
 }
 
-/// A stream id no other replay in this process uses.
+/// The payload of the op labelled `op_label` (a real op id) on `stream`: the same bytes every
+/// time, so a re-push carries the payload the first push stored.
+pub fn payload_of(stream: &str, op_label: &str, sizes: OpSizes) -> Vec<u8> {
+    let mut payload = format!("payload of {op_label}").into_bytes();
+    if sizes == OpSizes::LargestFirstOp && op_label == real_op_id(LARGEST_OP) {
+        payload.resize(largest_payload_bytes(stream, op_label), b'.');
+    }
+    payload
+}
+
+/// A stored op in the model's words: its op id, followed by what is wrong with its payload when
+/// it is not the bytes [`payload_of`] gave it (the model's ops carry their own payload, so any
+/// other is a divergence the views show).
+pub fn stored_op_in_words(stream: &str, op_id: &str, payload: &[u8], sizes: OpSizes) -> String {
+    let expected = payload_of(stream, op_id, sizes);
+    if payload == expected.as_slice() {
+        return op_id.to_string();
+    }
+    let first_difference = payload
+        .iter()
+        .zip(&expected)
+        .position(|(actual, expected)| actual != expected)
+        .unwrap_or(payload.len().min(expected.len()));
+    format!(
+        "{op_id} with a payload of {} bytes, not its {} (first difference at byte {first_difference})",
+        payload.len(),
+        expected.len()
+    )
+}
+
+/// The most payload bytes an op may carry on `stream`: the op item at exactly DynamoDB's item
+/// size limit, counted as AWS documents it (each attribute's name plus its value; the op item
+/// is `stream_id`, `seq`, `op_id`, `payload`, and is larger than the op's claim at this size).
+fn largest_payload_bytes(stream: &str, op_label: &str) -> usize {
+    let others = ["stream_id".len() + stream.len()]
+        .into_iter()
+        .chain(["seq".len() + DYNAMODB_NUMBER_BYTES_MAX])
+        .chain(["op_id".len() + op_label.len()])
+        .chain(["payload".len()])
+        .sum::<usize>();
+    DYNAMODB_ITEM_BYTES_MAX - others
+}
+
+/// A stream id no other replay in this process uses, exactly as long as a stream id may be:
+/// its unique part, then [`STREAM_PADDING`] up to DynamoDB's partition key limit.
 pub fn fresh_stream(file: &Path) -> String {
     use std::sync::atomic::{AtomicU64, Ordering};
     static NEXT: AtomicU64 = AtomicU64::new(0);
@@ -497,5 +566,81 @@ pub fn fresh_stream(file: &Path) -> String {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| d.as_nanos())
         .unwrap_or(0);
-    format!("{stem}-{}-{nanos}", NEXT.fetch_add(1, Ordering::Relaxed))
+    let mut stream = format!("{}-{nanos}-", NEXT.fetch_add(1, Ordering::Relaxed));
+    stream.extend(stem.chars().filter(|c| *c != STREAM_PADDING));
+    stream.truncate(stream.floor_char_boundary(DYNAMODB_PARTITION_KEY_BYTES_MAX));
+    let padding = DYNAMODB_PARTITION_KEY_BYTES_MAX - stream.len();
+    stream.extend(std::iter::repeat_n(STREAM_PADDING, padding));
+    assert_eq!(stream.len(), DYNAMODB_PARTITION_KEY_BYTES_MAX);
+    stream
+}
+
+/// A stream id as messages print it: without its padding.
+pub fn stream_in_words(stream: &str) -> &str {
+    stream.trim_end_matches(STREAM_PADDING)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use oncecheck_store::limits::check_op_limits;
+    use oncecheck_store::{NewOp, StoreError};
+
+    /// The replays' op sizes sit exactly at the store's limits, counted as DynamoDB documents
+    /// them: the largest op and the longest stream are accepted, one byte more of either is
+    /// refused. A store whose limits drift from DynamoDB's fails here and in every replay.
+    #[test]
+    fn the_largest_op_and_stream_a_replay_uses_sit_exactly_at_the_store_s_limits() {
+        let stream = fresh_stream(Path::new("some-trace.itf.json"));
+        assert_eq!(stream.len(), DYNAMODB_PARTITION_KEY_BYTES_MAX);
+        let largest = real_op_id(LARGEST_OP);
+        let payload = payload_of(&stream, &largest, OpSizes::LargestFirstOp);
+        assert!(payload.len() > 400_000, "{} bytes", payload.len());
+        let op = NewOp::new(largest.clone(), payload.clone());
+        assert!(check_op_limits(&stream, &op).is_ok());
+
+        let mut one_more = payload;
+        one_more.push(b'.');
+        let over = check_op_limits(&stream, &NewOp::new(largest.clone(), one_more));
+        assert!(matches!(over, Err(StoreError::TooLarge { .. })), "{over:?}");
+        let longer_stream = format!("{stream}.");
+        let small = NewOp::new(largest, b"payload".to_vec());
+        let refused = check_op_limits(&longer_stream, &small);
+        assert!(
+            matches!(refused, Err(StoreError::InvalidInput { .. })),
+            "{refused:?}"
+        );
+    }
+
+    #[test]
+    fn only_the_largest_op_is_large_and_only_where_the_target_holds_it() {
+        let stream = fresh_stream(Path::new("t.itf.json"));
+        let other = real_op_id(LARGEST_OP + 1);
+        assert_eq!(
+            payload_of(&stream, &other, OpSizes::LargestFirstOp),
+            payload_of(&stream, &other, OpSizes::Small)
+        );
+        assert!(payload_of(&stream, &real_op_id(LARGEST_OP), OpSizes::Small).len() < 64);
+        assert_ne!(
+            payload_of(&stream, &real_op_id(LARGEST_OP), OpSizes::Small),
+            payload_of(&stream, &other, OpSizes::Small)
+        );
+    }
+
+    #[test]
+    fn a_stored_op_is_its_op_id_only_with_its_own_payload() {
+        let stream = fresh_stream(Path::new("t.itf.json"));
+        let own = payload_of(&stream, "b", OpSizes::Small);
+        assert_eq!(stored_op_in_words(&stream, "b", &own, OpSizes::Small), "b");
+        let other = payload_of(&stream, "c", OpSizes::Small);
+        assert_eq!(
+            stored_op_in_words(&stream, "b", &other, OpSizes::Small),
+            "b with a payload of 12 bytes, not its 12 (first difference at byte 11)"
+        );
+        assert_eq!(
+            stored_op_in_words(&stream, "b", &own[..5], OpSizes::Small),
+            "b with a payload of 5 bytes, not its 12 (first difference at byte 5)"
+        );
+        assert_eq!(stream_in_words(&stream).len(), stream.find('.').unwrap());
+    }
 }

@@ -12,17 +12,21 @@
 //! window (a page without an op the transaction already committed) — is not applicable, with
 //! the reason; it is never reported as conforming.
 
-use crate::replay::driver::{payload_of, real_op_id, Fault, ReplayTarget, Step};
+use crate::replay::driver::{
+    payload_of, real_op_id, stored_op_in_words, Fault, OpSizes, ReplayTarget, Step,
+};
 use oncecheck_model::ddb::{Key, OpId, Seq, TransactOutcome, Value};
 use oncecheck_model::relay::{Action, Build, Phase, RelayModel, RelayState};
 use oncecheck_model::trace::LoadedTrace;
-use oncecheck_store::{NewOp, OpStore, PushContext};
+use oncecheck_store::{NewOp, OpStore, PushContext, StoredOp};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
 /// More ops than any trace's stream holds: the final read of the whole log takes one page.
 const LOG_OPS_MAX: usize = 10_000;
+/// How memory and SQLite realise ops: the first writer's first op at DynamoDB's item limit.
+const OP_SIZES: OpSizes = OpSizes::LargestFirstOp;
 /// The push deadline of a replayed append; a locked log never waits, so it is never reached.
 const PUSH_DEADLINE_SECS: u64 = 60;
 
@@ -37,6 +41,25 @@ pub struct LogTarget {
 }
 
 impl LogTarget {
+    /// The real op of a model op: the first writer's first op at DynamoDB's item size limit
+    /// (memory and SQLite hold it; see [`OpSizes`]).
+    fn new_op(&self, op: OpId) -> NewOp {
+        let op_id = real_op_id(op);
+        let payload = payload_of(&self.stream, &op_id, OP_SIZES);
+        NewOp::new(op_id, payload)
+    }
+
+    /// Stored ops in the model's words: seq and op id, with a payload that is not the op's own
+    /// named (`driver::stored_op_in_words`).
+    fn in_words(&self, ops: &[StoredOp]) -> Vec<(i64, String)> {
+        ops.iter()
+            .map(|op| {
+                let words = stored_op_in_words(&self.stream, &op.op_id, &op.payload, OP_SIZES);
+                (op.seq, words)
+            })
+            .collect()
+    }
+
     pub fn new(store: Arc<dyn OpStore>, name: &str, stream: String) -> LogTarget {
         LogTarget {
             store,
@@ -54,8 +77,8 @@ impl LogTarget {
         seq: i64,
         existing: bool,
     ) -> Result<(), Fault> {
+        let new_op = self.new_op(op);
         let context = self.pushes.entry(writer).or_default();
-        let new_op = NewOp::new(real_op_id(op), payload_of(op));
         let deadline = tokio::time::Instant::now() + Duration::from_secs(PUSH_DEADLINE_SECS);
         self.requests += 1;
         let marker = |existing: bool| if existing { " (existing)" } else { "" };
@@ -226,7 +249,7 @@ impl ReplayTarget for LogTarget {
 
     async fn set_up(&mut self, trace: &LoadedTrace<RelayModel>) -> Result<(), Fault> {
         for (seq, op) in trace.path[0].0.table.committed_ops() {
-            let new_op = NewOp::new(real_op_id(op), payload_of(op));
+            let new_op = self.new_op(op);
             self.requests += 1;
             self.store
                 .put_legacy_op(&self.stream, i64::from(seq), &new_op)
@@ -249,12 +272,12 @@ impl ReplayTarget for LogTarget {
         if let Action::PullerQueries { puller } = action {
             let cursor = step.before.pullers[puller as usize].cursor;
             let limit = model.bounds.page_limit as usize;
-            let expected: Vec<i64> = step
+            let expected: Vec<(i64, String)> = step
                 .before
                 .table
                 .query_after(cursor, limit)
                 .iter()
-                .map(|(seq, _)| i64::from(*seq))
+                .map(|(seq, op)| (i64::from(*seq), real_op_id(*op)))
                 .collect();
             self.requests += 1;
             let page = self
@@ -267,7 +290,7 @@ impl ReplayTarget for LogTarget {
                         format!("error: {error}"),
                     )
                 })?;
-            let actual: Vec<i64> = page.iter().map(|op| op.seq).collect();
+            let actual = self.in_words(&page);
             if actual != expected {
                 return Err(Fault::diverged(
                     format!("P{} page after {cursor}: {expected:?}", puller + 1),
@@ -285,7 +308,7 @@ impl ReplayTarget for LogTarget {
             .pull(&self.stream, 0, LOG_OPS_MAX)
             .await
             .map_err(|error| Fault::Environment(format!("reading the log: {error}")))?;
-        Ok(log.iter().map(|op| (op.seq, op.op_id.clone())).collect())
+        Ok(self.in_words(&log))
     }
 
     async fn finish(&mut self, _trace: &LoadedTrace<RelayModel>) -> Result<(), Fault> {

@@ -12,9 +12,9 @@ use super::words::{
     real_round_items, reason_code,
 };
 use super::{environment, set_up_of, take, Actor, DynamoTarget, InFlight, LoseBy, Running};
-use super::{RelayStep, REQUEST_WAIT_MILLIS_MAX};
+use super::{RelayStep, OP_SIZES, REQUEST_WAIT_MILLIS_MAX};
 use crate::proxy::{Answer, HeldRequest, Item, ItemKey, ReasonCode};
-use crate::replay::driver::{real_op_id, Fault};
+use crate::replay::driver::{real_op_id, stored_op_in_words, Fault};
 use oncecheck_model::ddb::{Key, OpId, Reason, TransactOutcome};
 use oncecheck_model::relay::{Counter, Phase, RelayModel, RelayState};
 use oncecheck_store::{OpStore, StoredOp};
@@ -281,7 +281,13 @@ impl DynamoTarget {
             .iter()
             .map(|(seq, op)| (i64::from(*seq), real_op_id(*op)))
             .collect();
-        let actual: Vec<(i64, String)> = page.iter().map(|op| (op.seq, op.op_id.clone())).collect();
+        let actual: Vec<(i64, String)> = page
+            .iter()
+            .map(|op| {
+                let words = stored_op_in_words(&self.stream, &op.op_id, &op.payload, OP_SIZES);
+                (op.seq, words)
+            })
+            .collect();
         if actual != expected {
             return Err(Fault::diverged(
                 format!("P{} page {expected:?}", puller + 1),

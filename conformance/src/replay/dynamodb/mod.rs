@@ -23,7 +23,9 @@
 //! has sent no write) and the pushes' answers at the end.
 
 use crate::proxy::{Answer, HeldRequest, Proxy};
-use crate::replay::driver::{fresh_stream, payload_of, real_op_id, Fault, ReplayTarget, Step};
+use crate::replay::driver::{
+    fresh_stream, payload_of, real_op_id, Fault, OpSizes, ReplayTarget, Step,
+};
 use oncecheck_model::ddb::OpId;
 use oncecheck_model::relay::{Action, Build, Phase, RelayModel, RelayState};
 use oncecheck_model::trace::LoadedTrace;
@@ -165,12 +167,23 @@ enum Actor {
     EndedByDeadline,
 }
 
-fn writer_ops(model: &RelayModel, writer: usize) -> Vec<NewOp> {
+/// How the DynamoDB target realises ops: small, since moto cannot hold an op at DynamoDB's
+/// item limit ([`OpSizes::Small`]); its stream ids are still the longest DynamoDB takes.
+pub(super) const OP_SIZES: OpSizes = OpSizes::Small;
+
+fn writer_ops(model: &RelayModel, stream: &str, writer: usize) -> Vec<NewOp> {
     model.writers[writer]
         .1
         .iter()
-        .map(|op| NewOp::new(real_op_id(*op), payload_of(*op)))
+        .map(|op| new_op(stream, *op))
         .collect()
+}
+
+/// The real op of a model op on `stream`.
+pub(super) fn new_op(stream: &str, op: OpId) -> NewOp {
+    let op_id = real_op_id(op);
+    let payload = payload_of(stream, &op_id, OP_SIZES);
+    NewOp::new(op_id, payload)
 }
 
 /// What exists once the trace is set up.
@@ -308,7 +321,7 @@ impl ReplayTarget for DynamoTarget {
                 .map_err(|error| environment(format!("seeding the counter: {error}")))?;
         }
         for (seq, op) in initial.table.committed_ops() {
-            let new_op = NewOp::new(real_op_id(op), payload_of(op));
+            let new_op = new_op(&self.stream, op);
             set_up
                 .put_legacy_op(&self.stream, i64::from(seq), &new_op)
                 .await
@@ -341,7 +354,7 @@ impl ReplayTarget for DynamoTarget {
             for mutation in &config.mutations {
                 store = store.with_mutation(*mutation);
             }
-            let ops = writer_ops(model, writer);
+            let ops = writer_ops(model, &self.stream, writer);
             let stream = self.stream.clone();
             let handle = match model.build_of(writer) {
                 Build::New => {

@@ -6,13 +6,15 @@
 //! Invariant: both sides of every comparison are spelled by the same words here, so a difference
 //! is a difference of the real code, never of the spelling.
 
+use super::OP_SIZES;
 use crate::proxy::{Answer, ItemKey};
-use crate::replay::driver::real_op_id;
+use crate::replay::driver::{payload_of, real_op_id, stored_op_in_words, stream_in_words};
 use oncecheck_model::ddb::{Condition, Key, Reason, Value};
 use oncecheck_model::relay::{Build, RelayModel, RelayState, Round};
 use oncecheck_store::dynamodb::claim_key;
 use oncecheck_store::DynamoDbStore;
 use serde_json::Value as Json;
+use sha2::Digest;
 use std::collections::BTreeMap;
 
 pub(super) fn key_of(stream: &str, key: Key) -> ItemKey {
@@ -82,7 +84,8 @@ pub(super) async fn real_view(
             .await
             .map_err(|error| {
                 format!(
-                    "reading stream {stream}: {}",
+                    "reading stream {}: {}",
+                    stream_in_words(stream),
                     aws_sdk_dynamodb::error::DisplayErrorContext(&error)
                 )
             })?;
@@ -99,12 +102,25 @@ pub(super) async fn real_view(
                     format!("next_seq {}", number(item, "next_seq")),
                 );
             } else if seq < 0 {
-                view.insert(
-                    format!("claim {op_id}"),
-                    format!("seq {}", number(item, "claimed_seq")),
-                );
+                let mut claimed = format!("seq {}", number(item, "claimed_seq"));
+                // The claim's digest is checked against the op's own payload, hashed here:
+                // a re-push is told apart from a conflicting payload by it.
+                let digest = item
+                    .get("payload_sha256")
+                    .and_then(|value| value.as_b().ok());
+                let own = sha2::Sha256::digest(payload_of(stream, &op_id, OP_SIZES));
+                if digest.map(|digest| digest.as_ref()) != Some(own.as_slice()) {
+                    claimed.push_str(" with a digest that is not its payload's");
+                }
+                view.insert(format!("claim {op_id}"), claimed);
             } else {
-                view.insert(format!("op {seq}"), op_id);
+                let payload = item
+                    .get("payload")
+                    .and_then(|value| value.as_b().ok())
+                    .map(|blob| blob.as_ref())
+                    .unwrap_or_default();
+                let words = stored_op_in_words(stream, &op_id, payload, OP_SIZES);
+                view.insert(format!("op {seq}"), words);
             }
         }
         match answer.last_evaluated_key() {
@@ -113,7 +129,8 @@ pub(super) async fn real_view(
         }
     }
     Err(format!(
-        "stream {stream} has more than {QUERY_PAGES_MAX} pages"
+        "stream {} has more than {QUERY_PAGES_MAX} pages",
+        stream_in_words(stream)
     ))
 }
 
