@@ -34,13 +34,39 @@ pub const ROUTE: &str = "/op";
 /// The request header naming the model client (its 0-based index), so the scripted handler
 /// knows whose outcome to wait for. Not part of the fingerprint (method, path and body).
 pub const CLIENT_HEADER: &str = "x-replay-client";
+/// The visible characters after the key's first three: 252, so that the key is exactly as long
+/// as a key may be (`KEY_CHARS_MAX_SPEC`).
+macro_rules! key_tail {
+    () => {
+        concat!(
+            "abcdefghijklmnopqrstuvwxyz0123456789",
+            "abcdefghijklmnopqrstuvwxyz0123456789",
+            "abcdefghijklmnopqrstuvwxyz0123456789",
+            "abcdefghijklmnopqrstuvwxyz0123456789",
+            "abcdefghijklmnopqrstuvwxyz0123456789",
+            "abcdefghijklmnopqrstuvwxyz0123456789",
+            "abcdefghijklmnopqrstuvwxyz0123456789",
+        )
+    };
+}
+/// The longest key the spec allows (specs/idempotency-middleware.md, D2: more than 255
+/// characters is 400 `invalid-key`): the replays' own figure, never the layer's.
+pub const KEY_CHARS_MAX_SPEC: usize = 255;
 /// The model's one idempotency key, as the layer must store it: it holds both characters a
-/// structured-field string escapes, so a key parsed wrongly lands on another row (or none).
-pub const KEY: &str = "k\"\\";
+/// structured-field string escapes, so a key parsed wrongly lands on another row (or none),
+/// and it is exactly as long as a key may be, so a layer whose limit drifts refuses it.
+pub const KEY: &str = concat!("k\"\\", key_tail!());
 /// How each client writes [`KEY`] on the wire, by client index modulo the count: the draft's
 /// structured-field string (quotes and escapes, padded with a tab) and the bare value many
 /// clients send (padded with spaces). Both are the same key, so the model's clients share a row.
-pub const KEY_ENCODINGS: [&str; 2] = ["\t\"k\\\"\\\\\" ", "  k\"\\ "];
+pub const KEY_ENCODINGS: [&str; 2] = [
+    concat!("\t\"k\\\"\\\\", key_tail!(), "\" "),
+    concat!("  k\"\\", key_tail!(), " "),
+];
+/// The request body limit of every replayed layer, in bytes; every request body is exactly
+/// this long ([`request_body`]), so a layer that refuses a body at its limit parts from the
+/// model.
+pub const REQUEST_BODY_BYTES_MAX: usize = 16;
 /// The response header the scripted handler sets: its outcome's name, so a replay of a stored
 /// response shows whether the layer stored the handler's headers.
 pub const HANDLER_HEADER: &str = "x-replay-outcome";
@@ -126,10 +152,11 @@ pub fn outcome_name(outcome: Outcome) -> String {
 }
 
 /// The request body of a fingerprint: the fingerprint is method, path and body.
+/// Each exactly [`REQUEST_BODY_BYTES_MAX`] bytes.
 pub fn request_body(fingerprint: Fingerprint) -> &'static [u8] {
     match fingerprint {
-        Fingerprint::A => b"A",
-        Fingerprint::B => b"B",
+        Fingerprint::A => b"A...............",
+        Fingerprint::B => b"B...............",
     }
 }
 
@@ -460,5 +487,21 @@ mod tests {
         assert_ne!(KEY_ENCODINGS[0].trim(), KEY_ENCODINGS[1].trim());
         assert!(KEY.contains('"'));
         assert!(KEY.contains('\\'));
+    }
+
+    // The replays' key and request bodies sit exactly at the spec's limits, and one character
+    // or byte more is refused by the layer: the edge a replay stands on is the real one.
+    #[test]
+    fn the_key_and_the_request_bodies_sit_exactly_at_their_limits() {
+        assert_eq!(KEY.len(), KEY_CHARS_MAX_SPEC);
+        let longer = format!("{KEY}x");
+        assert_eq!(
+            oncecheck_idempotency::key::parse_value(longer.as_bytes()),
+            Err(oncecheck_idempotency::key::KeyError::TooLong)
+        );
+        for fingerprint in [Fingerprint::A, Fingerprint::B] {
+            assert_eq!(request_body(fingerprint).len(), REQUEST_BODY_BYTES_MAX);
+        }
+        assert_ne!(request_body(Fingerprint::A), request_body(Fingerprint::B));
     }
 }

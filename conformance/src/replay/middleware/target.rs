@@ -366,6 +366,7 @@ impl MiddlewareTarget {
         }
         builder
             .body_bytes_max(server::BODY_BYTES_MAX)
+            .request_body_bytes_max(server::REQUEST_BODY_BYTES_MAX)
             .lease_secs(LEASE_SECS)
             .row_ttl_secs(ROW_TTL_SECS)
             .finalize_budget_ms(FINALIZE_BUDGET_MS)
