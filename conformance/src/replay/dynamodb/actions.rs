@@ -12,8 +12,9 @@ use super::words::{
     real_round_items, reason_code,
 };
 use super::{environment, set_up_of, take, Actor, DynamoTarget, InFlight, LoseBy, Running};
+use super::{ReadFault, READ_FAULTS};
 use super::{RelayStep, OP_SIZES, REQUEST_WAIT_MILLIS_MAX};
-use crate::proxy::{Answer, HeldRequest, Item, ItemKey, ReasonCode};
+use crate::proxy::{Answer, HeldRequest, Item, ItemKey, Proxy, ReasonCode};
 use crate::replay::driver::{real_op_id, stored_op_in_words, Fault};
 use oncecheck_model::ddb::{Key, OpId, Reason, TransactOutcome};
 use oncecheck_model::relay::{Counter, Phase, RelayModel, RelayState};
@@ -31,6 +32,13 @@ impl DynamoTarget {
     ) -> Result<(), Fault> {
         let running = set_up_of(&mut self.running)?;
         let proxy = &running.proxy;
+        // The writer's first reads meet their faults (`READ_FAULTS`): as many in a row as the
+        // store may retry.
+        let faults_in_a_row = if self.read_faults_met.insert(writer) {
+            usize::from(model.bounds.lost_rounds_max)
+        } else {
+            0
+        };
         // A push of two ops or more checks its claims before its first counter read.
         if model.checks_claims_first(step.before, writer) {
             let push = &model.writers[writer].1;
@@ -40,10 +48,22 @@ impl DynamoTarget {
                 step.before,
                 writer,
                 push,
-                &self.stream,
-                &self.table,
+                (&self.stream, &self.table),
+                faults_in_a_row,
             )
             .await?;
+        }
+        {
+            let faults = READ_FAULTS.iter().cycle().take(faults_in_a_row);
+            for fault in faults {
+                let request = take(proxy, writer, "Query").await?;
+                self.requests += 1;
+                match fault {
+                    ReadFault::Closed => proxy.lose(request),
+                    ReadFault::Throttled => proxy.deliver(request, Proxy::throttled()),
+                }
+                .map_err(environment)?;
+            }
         }
         let request = take(proxy, writer, "Query").await?;
         self.requests += 1;
@@ -163,8 +183,8 @@ impl DynamoTarget {
             step.before,
             writer,
             &remaining,
-            &self.stream,
-            &self.table,
+            (&self.stream, &self.table),
+            0,
         )
         .await?;
         Ok(())

@@ -210,6 +210,22 @@ pub struct DynamoTarget {
     running: Option<Running>,
     requests: usize,
     lost_responses: usize,
+    /// The writers whose first counter read has met its read faults ([`READ_FAULTS`]).
+    read_faults_met: std::collections::BTreeSet<usize>,
+}
+
+/// How a writer's first counter read fails before it is answered: the model's read is one
+/// atomic step, which the store realises by retrying an unknown outcome within its budget
+/// (`lost_rounds_max` failures in a row). A replay takes that assumption to its edge: the read
+/// fails exactly `lost_rounds_max` times, alternating a closed connection and a throttle (the
+/// SDK's I/O error and a retryable service error), and the store must still answer it; one
+/// failure fewer allowed, or a failure taken as final, parts from the model.
+const READ_FAULTS: [ReadFault; 2] = [ReadFault::Closed, ReadFault::Throttled];
+
+#[derive(Debug, Clone, Copy)]
+enum ReadFault {
+    Closed,
+    Throttled,
 }
 
 impl DynamoTarget {
@@ -227,6 +243,7 @@ impl DynamoTarget {
             running: None,
             requests: 0,
             lost_responses: 0,
+            read_faults_met: std::collections::BTreeSet::new(),
             committed: None,
         }
     }
