@@ -520,6 +520,29 @@ pub fn payload_of(stream: &str, op_label: &str, sizes: OpSizes) -> Vec<u8> {
     payload
 }
 
+/// The real op of a model op on `stream`, its payload realised as `sizes` says.
+pub fn new_op(stream: &str, op: OpId, sizes: OpSizes) -> oncecheck_store::NewOp {
+    let op_id = real_op_id(op);
+    let payload = payload_of(stream, &op_id, sizes);
+    oncecheck_store::NewOp::new(op_id, payload)
+}
+
+/// Stored ops (a page, a log) in the model's words: seq and [`stored_op_in_words`].
+pub fn stored_ops_in_words(
+    stream: &str,
+    ops: &[oncecheck_store::StoredOp],
+    sizes: OpSizes,
+) -> Vec<(i64, String)> {
+    ops.iter()
+        .map(|op| {
+            (
+                op.seq,
+                stored_op_in_words(stream, &op.op_id, &op.payload, sizes),
+            )
+        })
+        .collect()
+}
+
 /// A stored op in the model's words: its op id, followed by what is wrong with its payload when
 /// it is not the bytes [`payload_of`] gave it (the model's ops carry their own payload, so any
 /// other is a divergence the views show).

@@ -13,12 +13,12 @@
 //! the reason; it is never reported as conforming.
 
 use crate::replay::driver::{
-    payload_of, real_op_id, stored_op_in_words, Fault, OpSizes, ReplayTarget, Step,
+    new_op, real_op_id, stored_ops_in_words, Fault, OpSizes, ReplayTarget, Step,
 };
 use oncecheck_model::ddb::{Key, OpId, Seq, TransactOutcome, Value};
 use oncecheck_model::relay::{Action, Build, Phase, RelayModel, RelayState};
 use oncecheck_model::trace::LoadedTrace;
-use oncecheck_store::{NewOp, OpStore, PushContext, StoredOp};
+use oncecheck_store::{OpStore, PushContext};
 use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -41,25 +41,6 @@ pub struct LogTarget {
 }
 
 impl LogTarget {
-    /// The real op of a model op: the first writer's first op at DynamoDB's item size limit
-    /// (memory and SQLite hold it; see [`OpSizes`]).
-    fn new_op(&self, op: OpId) -> NewOp {
-        let op_id = real_op_id(op);
-        let payload = payload_of(&self.stream, &op_id, OP_SIZES);
-        NewOp::new(op_id, payload)
-    }
-
-    /// Stored ops in the model's words: seq and op id, with a payload that is not the op's own
-    /// named (`driver::stored_op_in_words`).
-    fn in_words(&self, ops: &[StoredOp]) -> Vec<(i64, String)> {
-        ops.iter()
-            .map(|op| {
-                let words = stored_op_in_words(&self.stream, &op.op_id, &op.payload, OP_SIZES);
-                (op.seq, words)
-            })
-            .collect()
-    }
-
     pub fn new(store: Arc<dyn OpStore>, name: &str, stream: String) -> LogTarget {
         LogTarget {
             store,
@@ -77,7 +58,7 @@ impl LogTarget {
         seq: i64,
         existing: bool,
     ) -> Result<(), Fault> {
-        let new_op = self.new_op(op);
+        let new_op = new_op(&self.stream, op, OP_SIZES);
         let context = self.pushes.entry(writer).or_default();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(PUSH_DEADLINE_SECS);
         self.requests += 1;
@@ -249,7 +230,7 @@ impl ReplayTarget for LogTarget {
 
     async fn set_up(&mut self, trace: &LoadedTrace<RelayModel>) -> Result<(), Fault> {
         for (seq, op) in trace.path[0].0.table.committed_ops() {
-            let new_op = self.new_op(op);
+            let new_op = new_op(&self.stream, op, OP_SIZES);
             self.requests += 1;
             self.store
                 .put_legacy_op(&self.stream, i64::from(seq), &new_op)
@@ -290,7 +271,7 @@ impl ReplayTarget for LogTarget {
                         format!("error: {error}"),
                     )
                 })?;
-            let actual = self.in_words(&page);
+            let actual = stored_ops_in_words(&self.stream, &page, OP_SIZES);
             if actual != expected {
                 return Err(Fault::diverged(
                     format!("P{} page after {cursor}: {expected:?}", puller + 1),
@@ -308,7 +289,7 @@ impl ReplayTarget for LogTarget {
             .pull(&self.stream, 0, LOG_OPS_MAX)
             .await
             .map_err(|error| Fault::Environment(format!("reading the log: {error}")))?;
-        Ok(self.in_words(&log))
+        Ok(stored_ops_in_words(&self.stream, &log, OP_SIZES))
     }
 
     async fn finish(&mut self, _trace: &LoadedTrace<RelayModel>) -> Result<(), Fault> {

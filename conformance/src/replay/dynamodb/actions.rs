@@ -15,7 +15,7 @@ use super::{environment, set_up_of, take, Actor, DynamoTarget, InFlight, LoseBy,
 use super::{ReadFault, READ_FAULTS};
 use super::{RelayStep, OP_SIZES, REQUEST_WAIT_MILLIS_MAX};
 use crate::proxy::{Answer, HeldRequest, Item, ItemKey, Proxy, ReasonCode};
-use crate::replay::driver::{real_op_id, stored_op_in_words, Fault};
+use crate::replay::driver::{real_op_id, stored_ops_in_words, Fault};
 use oncecheck_model::ddb::{Key, OpId, Reason, TransactOutcome};
 use oncecheck_model::relay::{Counter, Phase, RelayModel, RelayState};
 use oncecheck_store::{OpStore, StoredOp};
@@ -53,17 +53,14 @@ impl DynamoTarget {
             )
             .await?;
         }
-        {
-            let faults = READ_FAULTS.iter().cycle().take(faults_in_a_row);
-            for fault in faults {
-                let request = take(proxy, writer, "Query").await?;
-                self.requests += 1;
-                match fault {
-                    ReadFault::Closed => proxy.lose(request),
-                    ReadFault::Throttled => proxy.deliver(request, Proxy::throttled()),
-                }
-                .map_err(environment)?;
+        for fault in READ_FAULTS.iter().cycle().take(faults_in_a_row) {
+            let request = take(proxy, writer, "Query").await?;
+            self.requests += 1;
+            match fault {
+                ReadFault::Closed => proxy.lose(request),
+                ReadFault::Throttled => proxy.deliver(request, Proxy::throttled()),
             }
+            .map_err(environment)?;
         }
         let request = take(proxy, writer, "Query").await?;
         self.requests += 1;
@@ -301,13 +298,7 @@ impl DynamoTarget {
             .iter()
             .map(|(seq, op)| (i64::from(*seq), real_op_id(*op)))
             .collect();
-        let actual: Vec<(i64, String)> = page
-            .iter()
-            .map(|op| {
-                let words = stored_op_in_words(&self.stream, &op.op_id, &op.payload, OP_SIZES);
-                (op.seq, words)
-            })
-            .collect();
+        let actual = stored_ops_in_words(&self.stream, &page, OP_SIZES);
         if actual != expected {
             return Err(Fault::diverged(
                 format!("P{} page {expected:?}", puller + 1),

@@ -23,9 +23,7 @@
 //! has sent no write) and the pushes' answers at the end.
 
 use crate::proxy::{Answer, HeldRequest, Proxy};
-use crate::replay::driver::{
-    fresh_stream, payload_of, real_op_id, Fault, OpSizes, ReplayTarget, Step,
-};
+use crate::replay::driver::{fresh_stream, new_op, Fault, OpSizes, ReplayTarget, Step};
 use oncecheck_model::ddb::OpId;
 use oncecheck_model::relay::{Action, Build, Phase, RelayModel, RelayState};
 use oncecheck_model::trace::LoadedTrace;
@@ -175,15 +173,8 @@ fn writer_ops(model: &RelayModel, stream: &str, writer: usize) -> Vec<NewOp> {
     model.writers[writer]
         .1
         .iter()
-        .map(|op| new_op(stream, *op))
+        .map(|op| new_op(stream, *op, OP_SIZES))
         .collect()
-}
-
-/// The real op of a model op on `stream`.
-pub(super) fn new_op(stream: &str, op: OpId) -> NewOp {
-    let op_id = real_op_id(op);
-    let payload = payload_of(stream, &op_id, OP_SIZES);
-    NewOp::new(op_id, payload)
 }
 
 /// What exists once the trace is set up.
@@ -338,7 +329,7 @@ impl ReplayTarget for DynamoTarget {
                 .map_err(|error| environment(format!("seeding the counter: {error}")))?;
         }
         for (seq, op) in initial.table.committed_ops() {
-            let new_op = new_op(&self.stream, op);
+            let new_op = new_op(&self.stream, op, OP_SIZES);
             set_up
                 .put_legacy_op(&self.stream, i64::from(seq), &new_op)
                 .await
