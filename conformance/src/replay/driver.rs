@@ -459,7 +459,7 @@ async fn walk<T: ReplayTarget>(
 }
 
 /// Observes the real state and compares it with the model's; answers what was observed.
-async fn compare<T: ReplayTarget>(
+pub async fn compare<T: ReplayTarget>(
     target: &mut T,
     trace: &LoadedTrace<T::Model>,
     state: &<T::Model as stateright::Model>::State,
@@ -566,7 +566,7 @@ pub fn stored_op_in_words(stream: &str, op_id: &str, payload: &[u8], sizes: OpSi
 /// The most payload bytes an op may carry on `stream`: the op item at exactly DynamoDB's item
 /// size limit, counted as AWS documents it (each attribute's name plus its value; the op item
 /// is `stream_id`, `seq`, `op_id`, `payload`, and is larger than the op's claim at this size).
-fn largest_payload_bytes(stream: &str, op_label: &str) -> usize {
+pub fn largest_payload_bytes(stream: &str, op_label: &str) -> usize {
     let others = ["stream_id".len() + stream.len()]
         .into_iter()
         .chain(["seq".len() + DYNAMODB_NUMBER_BYTES_MAX])

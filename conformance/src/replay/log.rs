@@ -13,8 +13,9 @@
 //! the reason; it is never reported as conforming.
 
 use crate::replay::driver::{
-    new_op, real_op_id, stored_ops_in_words, Fault, OpSizes, ReplayTarget, Step,
+    compare, new_op, real_op_id, stored_ops_in_words, Fault, OpSizes, ReplayTarget, Step,
 };
+use crate::replay::refused_input::push_refused_input;
 use oncecheck_model::ddb::{Key, OpId, Seq, TransactOutcome, Value};
 use oncecheck_model::relay::{Action, Build, Phase, RelayModel, RelayState};
 use oncecheck_model::trace::LoadedTrace;
@@ -292,9 +293,13 @@ impl ReplayTarget for LogTarget {
         Ok(stored_ops_in_words(&self.stream, &log, OP_SIZES))
     }
 
-    async fn finish(&mut self, _trace: &LoadedTrace<RelayModel>) -> Result<(), Fault> {
-        // Every answer was compared at the step that gave it.
-        Ok(())
+    /// Every answer was compared at the step that gave it; what is left is the input the store
+    /// must refuse, which must leave the log as the trace's last step left it.
+    async fn finish(&mut self, trace: &LoadedTrace<RelayModel>) -> Result<(), Fault> {
+        let last = &trace.path[trace.path.len() - 1].0;
+        // Through the shared handle, as the relay holds its store.
+        push_refused_input(&self.store, &self.stream, last).await?;
+        compare(self, trace, last).await.map(|_| ())
     }
 
     async fn tear_down(self) {}

@@ -23,6 +23,8 @@ pub mod implemented;
 pub mod log;
 pub mod middleware;
 #[cfg(feature = "replay")]
+pub mod refused_input;
+#[cfg(feature = "replay")]
 pub mod runner;
 #[cfg(feature = "replay")]
 pub mod session;

@@ -23,7 +23,8 @@
 //! has sent no write) and the pushes' answers at the end.
 
 use crate::proxy::{Answer, HeldRequest, Proxy};
-use crate::replay::driver::{fresh_stream, new_op, Fault, OpSizes, ReplayTarget, Step};
+use crate::replay::driver::{compare, fresh_stream, new_op, Fault, OpSizes, ReplayTarget, Step};
+use crate::replay::refused_input::push_refused_input;
 use oncecheck_model::ddb::OpId;
 use oncecheck_model::relay::{Action, Build, Phase, RelayModel, RelayState};
 use oncecheck_model::trace::LoadedTrace;
@@ -491,7 +492,12 @@ impl ReplayTarget for DynamoTarget {
                 }
             }
         }
-        Ok(())
+        // The input the store must refuse, through the set-up port (a refused push sends no
+        // round, so no actor's request is ever among its requests); the table must stay as the
+        // trace's last step left it, read anew whatever the proxy counted.
+        push_refused_input(&running.set_up, &self.stream, last).await?;
+        self.committed = None;
+        compare(self, trace, last).await.map(|_| ())
     }
 
     async fn tear_down(self) {
