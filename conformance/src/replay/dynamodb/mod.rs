@@ -320,6 +320,19 @@ impl ReplayTarget for DynamoTarget {
             .create_table()
             .await
             .map_err(|error| environment(format!("creating table {}: {error}", self.table)))?;
+        // A relay started with `--create-table` creates its table at every start, so a second
+        // start meets it: the model's initial table is there either way.
+        set_up
+            .create_table()
+            .await
+            .map_err(|error| Fault::Diverged {
+                action: Some(format!(
+                    "a second relay start creates table {}, which exists",
+                    self.table
+                )),
+                expected: "the table is there and the start goes on".to_string(),
+                actual: format!("{error}"),
+            })?;
         // The initial table.
         let initial = &trace.path[0].0;
         let counter = initial.table.counter();

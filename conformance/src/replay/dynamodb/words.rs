@@ -125,13 +125,40 @@ pub(super) async fn real_view(
         }
         match answer.last_evaluated_key() {
             Some(last) if !last.is_empty() => start = Some(last.clone()),
-            _ => return Ok(view),
+            _ => return with_store_counter(store, stream, view).await,
         }
     }
     Err(format!(
         "stream {} has more than {QUERY_PAGES_MAX} pages",
         stream_in_words(stream)
     ))
+}
+
+/// The view, with what the store's own counter read (`read_counter`, the relay's and the
+/// operator's) says when it is not the counter item's `next_seq` (0 without an item): the model's
+/// counter is one value, whichever way it is read.
+async fn with_store_counter(
+    store: &DynamoDbStore,
+    stream: &str,
+    mut view: BTreeMap<String, String>,
+) -> Result<BTreeMap<String, String>, String> {
+    let item = view
+        .get("counter")
+        .cloned()
+        .unwrap_or_else(|| "next_seq 0".to_string());
+    let read = store.read_counter(stream).await.map_err(|error| {
+        format!(
+            "reading the counter of {}: {error}",
+            stream_in_words(stream)
+        )
+    })?;
+    if item != format!("next_seq {read}") {
+        view.insert(
+            "counter as the store reads it".to_string(),
+            format!("next_seq {read}, where the item has {item}"),
+        );
+    }
+    Ok(view)
 }
 
 /// A stream of a trace holds a few dozen items: one page. The bound only stops a runaway.
