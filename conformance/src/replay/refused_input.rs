@@ -16,7 +16,9 @@
 //! counted by the replays' own figures ([`crate::replay::driver`]), never the store's; the
 //! refused ops' labels are none of the model's, so a refused op stored shows in the view.
 
-use crate::replay::driver::{largest_payload_bytes, payload_of, real_op_id, Fault, OpSizes};
+use crate::replay::driver::{
+    largest_payload_bytes, payload_of, real_op_id, Fault, OpSizes, DYNAMODB_PARTITION_KEY_BYTES_MAX,
+};
 use oncecheck_model::ddb::{Key, Value};
 use oncecheck_model::relay::RelayState;
 use oncecheck_store::{NewOp, OpStore, StoreError};
@@ -77,6 +79,15 @@ fn fresh_op(label: &str) -> NewOp {
     NewOp::new(label, format!("payload of {label}").into_bytes())
 }
 
+/// `stream` padded to one byte more than DynamoDB's partition key takes (a replay's own streams
+/// are at the limit already, a test's may be shorter).
+fn one_byte_too_long(stream: &str) -> String {
+    let mut long = stream.to_string();
+    let padding = (DYNAMODB_PARTITION_KEY_BYTES_MAX + 1).saturating_sub(long.len());
+    long.extend(std::iter::repeat_n('.', padding));
+    long
+}
+
 /// The op a trace's last state has claimed with the smallest op id, and the seq its claim
 /// holds: the op a conflicting payload is pushed for. `None` when the trace stored nothing.
 fn claimed_op(last: &RelayState) -> Option<(String, i64)> {
@@ -110,7 +121,7 @@ fn refused_pushes(stream: &str, last: &RelayState) -> Vec<RefusedPush> {
         RefusedPush {
             what: "a fresh op on a stream id one byte longer than DynamoDB's partition key"
                 .to_string(),
-            stream: format!("{stream}."),
+            stream: one_byte_too_long(stream),
             ops: vec![fresh_op("refused-on-a-long-stream")],
             refusal: Refusal::InvalidStream,
         },
@@ -282,6 +293,21 @@ mod tests {
         ) -> StoreFuture<'a, Result<(), StoreError>> {
             self.0.put_legacy_op(stream, seq, op)
         }
+    }
+
+    /// A stream shorter than the longest (a test's own) is refused one byte past the limit too,
+    /// not one byte past itself.
+    #[tokio::test]
+    async fn a_short_stream_is_refused_only_past_the_partition_key_limit() {
+        let stream = "short";
+        assert_eq!(
+            one_byte_too_long(stream).len(),
+            DYNAMODB_PARTITION_KEY_BYTES_MAX + 1
+        );
+        let store = store_with_op_0(stream).await;
+        push_refused_input(&store, stream, &last_with_one_claim())
+            .await
+            .unwrap();
     }
 
     #[tokio::test]
