@@ -90,6 +90,8 @@ pub struct Received {
     pub marker: Option<String>,
     /// The scripted handler's `x-replay-outcome` header, if any (`server::HANDLER_HEADER`).
     pub handler_header: Option<String>,
+    /// The `content-length` header, if any: how the response was framed.
+    pub content_length: Option<String>,
     pub body: Vec<u8>,
     /// The body ended with an error (the handler's body failed) rather than its end.
     pub body_failed: bool,

@@ -171,12 +171,17 @@ impl std::fmt::Display for ScriptedError {
 
 impl std::error::Error for ScriptedError {}
 
-/// A scripted response body: frames as the trace releases them into its channel.
+/// A scripted response body: frames as the trace releases them into its channel. A body that
+/// ends without an error knows its length, as most handlers' bodies do (a buffer, a file): it
+/// hints the bytes it has left exactly, so the layer in front of it must keep that framing.
 pub struct ScriptedBody {
     frames: mpsc::UnboundedReceiver<Item>,
     hub: Arc<Hub>,
     client: usize,
     polled: bool,
+    /// The data bytes not yet yielded, for a body that ends without an error; `None` for one
+    /// that fails (it cannot promise a length it will not deliver).
+    remaining_bytes: Option<u64>,
 }
 
 impl Body for ScriptedBody {
@@ -195,11 +200,26 @@ impl Body for ScriptedBody {
         }
         match self.frames.poll_recv(context) {
             Poll::Ready(Some(Ok(data))) => {
+                if let Some(remaining) = self.remaining_bytes.as_mut() {
+                    let length = data.len() as u64;
+                    assert!(
+                        length <= *remaining,
+                        "a body yields no more than its length"
+                    );
+                    *remaining -= length;
+                }
                 Poll::Ready(Some(Ok(Frame::data(Bytes::from_static(data)))))
             }
             Poll::Ready(Some(Err(()))) => Poll::Ready(Some(Err(ScriptedError))),
             Poll::Ready(None) => Poll::Ready(None),
             Poll::Pending => Poll::Pending,
+        }
+    }
+
+    fn size_hint(&self) -> http_body::SizeHint {
+        match self.remaining_bytes {
+            Some(remaining) => http_body::SizeHint::with_exact(remaining),
+            None => http_body::SizeHint::new(),
         }
     }
 }
@@ -307,11 +327,13 @@ async fn scripted<E: Send + 'static>(
         StatusCode::from_u16(FAILURE_STATUS).expect("a valid status")
     };
     guard.returned = true;
+    let (data, fails) = full_body(outcome);
     let mut response = Response::new(ScriptedBody {
         frames,
         hub: hub.clone(),
         client,
         polled: false,
+        remaining_bytes: (!fails).then_some(data.len() as u64),
     });
     *response.status_mut() = status;
     response.headers_mut().insert(
@@ -438,6 +460,10 @@ async fn exchange(
             .headers()
             .get(HANDLER_HEADER)
             .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
+        let content_length = response
+            .headers()
+            .get(http::header::CONTENT_LENGTH)
+            .map(|value| String::from_utf8_lossy(value.as_bytes()).into_owned());
         hub.client(client, |progress| {
             progress.head = Some((status, marker.clone()))
         });
@@ -461,6 +487,7 @@ async fn exchange(
             status,
             marker,
             handler_header,
+            content_length,
             body: data,
             body_failed,
         })

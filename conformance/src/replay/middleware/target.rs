@@ -773,7 +773,16 @@ impl MiddlewareTarget {
         let header_matches = handler_header
             .as_ref()
             .is_none_or(|header| received.handler_header == *header);
-        if received.status == status && received.marker == marker && body_matches && header_matches
+        // Every body the replays send knows its length (the scripted handler's that end, the
+        // layer's own, a stored one), so a body received whole arrives framed by it: a layer
+        // that loses the length a response had, live or replayed, parts here.
+        let framing_matches = received.body_failed
+            || received.content_length.as_deref() == Some(&received.body.len().to_string());
+        if received.status == status
+            && received.marker == marker
+            && body_matches
+            && header_matches
+            && framing_matches
         {
             return Ok(());
         }
@@ -801,12 +810,21 @@ impl MiddlewareTarget {
                 )
             ),
             format!(
-                "status {}, marker {:?}, {} {:?}, body {}",
+                "status {}, marker {:?}, {} {:?}, body {}{}",
                 received.status,
                 received.marker,
                 server::HANDLER_HEADER,
                 received.handler_header,
-                shown(&received.body, received.body_failed)
+                shown(&received.body, received.body_failed),
+                if framing_matches {
+                    String::new()
+                } else {
+                    format!(
+                        ", framed by content-length {:?} where the body has {} bytes",
+                        received.content_length,
+                        received.body.len()
+                    )
+                }
             ),
         ))
     }
