@@ -496,6 +496,70 @@ async fn exchange(
     received
 }
 
+/// The keys the layer must refuse with 400 `invalid-key` (specs/idempotency-middleware.md, D2),
+/// each at the edge of the domain the model's one key stands in: one character longer than the
+/// longest key, a character that is not visible ASCII, nothing between the quotes.
+pub fn refused_keys() -> [(&'static str, http::HeaderValue); 3] {
+    let too_long = format!("{KEY}x");
+    assert_eq!(too_long.len(), KEY_CHARS_MAX_SPEC + 1);
+    [
+        (
+            "a key one character longer than the longest",
+            http::HeaderValue::from_str(&too_long).expect("visible ASCII"),
+        ),
+        (
+            "a key with a byte that is not visible ASCII",
+            http::HeaderValue::from_bytes(b"k\xe9y").expect("obs-text is a header value"),
+        ),
+        ("an empty key", http::HeaderValue::from_static("\"\"")),
+    ]
+}
+
+/// How long a refused key's request may take: the layer refuses it before anything else.
+const REFUSED_KEY_WAIT_MILLIS_MAX: u64 = 5_000;
+
+/// Sends one request with `key` (a request of no model client), answering its status and body,
+/// or why there is none.
+pub async fn send_with_key(
+    address: SocketAddr,
+    key: http::HeaderValue,
+    fingerprint: Fingerprint,
+) -> Result<(u16, String), String> {
+    use http_body_util::{BodyExt, Full};
+    let exchange = async move {
+        let stream = tokio::net::TcpStream::connect(address)
+            .await
+            .map_err(|error| format!("connect: {error}"))?;
+        let (mut sender, connection) =
+            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+                .await
+                .map_err(|error| format!("handshake: {error}"))?;
+        tokio::spawn(connection);
+        let request = Request::post(ROUTE)
+            .header("host", address.to_string())
+            .header("idempotency-key", key)
+            .body(Full::new(Bytes::from_static(request_body(fingerprint))))
+            .expect("a valid request");
+        let response = sender
+            .send_request(request)
+            .await
+            .map_err(|error| format!("no response: {error}"))?;
+        let status = response.status().as_u16();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|error| format!("the body failed: {error}"))?
+            .to_bytes();
+        Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    };
+    let wait = std::time::Duration::from_millis(REFUSED_KEY_WAIT_MILLIS_MAX);
+    match tokio::time::timeout(wait, exchange).await {
+        Ok(answered) => answered,
+        Err(_) => Err(format!("no answer within {REFUSED_KEY_WAIT_MILLIS_MAX} ms")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -27,7 +27,7 @@ use super::{
     MiddlewareView, RowView,
 };
 use crate::replay::driver::{
-    drive, load_for, Fault, ReplayError, ReplayStats, ReplayTarget, Step, Target,
+    compare, drive, load_for, Fault, ReplayError, ReplayStats, ReplayTarget, Step, Target,
 };
 use crate::replay::session::ReplaySession;
 use oncecheck_idempotency::fingerprint::Fingerprint as RealFingerprint;
@@ -1370,7 +1370,7 @@ impl ReplayTarget for MiddlewareTarget {
         self.observe_now().await
     }
 
-    async fn finish(&mut self, _trace: &LoadedTrace<IdempotencyModel>) -> Result<(), Fault> {
+    async fn finish(&mut self, trace: &LoadedTrace<IdempotencyModel>) -> Result<(), Fault> {
         // A store call no client owns (usize::MAX) is one the model does not have.
         let surplus = self
             .hub
@@ -1381,7 +1381,25 @@ impl ReplayTarget for MiddlewareTarget {
                 "a store call of no client waits",
             ));
         }
-        Ok(())
+        // Keys the layer must refuse (specs/idempotency-middleware.md, the HTTP contract: an
+        // empty key, one over 255 characters or outside visible ASCII is 400 `invalid-key`):
+        // the model's stutter (a refused request changes nothing), taken after the last step;
+        // the state must still be the trace's last.
+        let address = self.server.as_ref().map(|server| server.address);
+        let address = address.ok_or_else(|| Fault::Environment("no server".into()))?;
+        for (what, key) in server::refused_keys() {
+            let answered = server::send_with_key(address, key, Fingerprint::A).await;
+            let refused = matches!(&answered, Ok((400, body)) if body.contains("#invalid-key\""));
+            if !refused {
+                return Err(Fault::Diverged {
+                    action: Some(format!("the layer refuses {what}")),
+                    expected: "400, the `invalid-key` problem".to_string(),
+                    actual: format!("{answered:?}"),
+                });
+            }
+        }
+        let last = &trace.path[trace.path.len() - 1].0;
+        compare(self, trace, last).await.map(|_| ())
     }
 
     async fn tear_down(mut self) {
