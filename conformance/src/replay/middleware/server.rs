@@ -423,6 +423,26 @@ pub fn send(
     })
 }
 
+/// The sending half and the connection of one HTTP/1.1 client connection.
+type ClientConnection = (
+    hyper::client::conn::http1::SendRequest<http_body_util::Full<Bytes>>,
+    hyper::client::conn::http1::Connection<
+        hyper_util::rt::TokioIo<tokio::net::TcpStream>,
+        http_body_util::Full<Bytes>,
+    >,
+);
+
+/// Opens one client connection to the server; its connection future must run while a request
+/// is on it (joined, or spawned).
+async fn connect(address: SocketAddr) -> Result<ClientConnection, String> {
+    let stream = tokio::net::TcpStream::connect(address)
+        .await
+        .map_err(|error| format!("connect: {error}"))?;
+    hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
+        .await
+        .map_err(|error| format!("handshake: {error}"))
+}
+
 async fn exchange(
     address: SocketAddr,
     hub: &Hub,
@@ -430,13 +450,7 @@ async fn exchange(
     fingerprint: Fingerprint,
 ) -> Result<Received, String> {
     use http_body_util::{BodyExt, Full};
-    let stream = tokio::net::TcpStream::connect(address)
-        .await
-        .map_err(|error| format!("connect: {error}"))?;
-    let (mut sender, connection) =
-        hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-            .await
-            .map_err(|error| format!("handshake: {error}"))?;
+    let (mut sender, connection) = connect(address).await?;
     let request = Request::post(ROUTE)
         .header("host", address.to_string())
         .header(
@@ -527,13 +541,7 @@ pub async fn send_with_key(
 ) -> Result<(u16, String), String> {
     use http_body_util::{BodyExt, Full};
     let exchange = async move {
-        let stream = tokio::net::TcpStream::connect(address)
-            .await
-            .map_err(|error| format!("connect: {error}"))?;
-        let (mut sender, connection) =
-            hyper::client::conn::http1::handshake(hyper_util::rt::TokioIo::new(stream))
-                .await
-                .map_err(|error| format!("handshake: {error}"))?;
+        let (mut sender, connection) = connect(address).await?;
         tokio::spawn(connection);
         let request = Request::post(ROUTE)
             .header("host", address.to_string())
