@@ -301,7 +301,9 @@ pub trait ReplayTarget: Send {
     /// The real state now, in the model's words.
     fn observe(&mut self) -> impl Future<Output = Result<Self::View, Fault>> + Send;
 
-    /// At the end of the path: what the real actors answered (their pushes' results).
+    /// At the end of the path: what the real actors answered (their pushes' results), then any
+    /// refused input the target takes as the model's stutter (a request the spec refuses changes
+    /// nothing), after which the target compares its view with the path's last state again.
     fn finish(
         &mut self,
         trace: &LoadedTrace<Self::Model>,
