@@ -443,23 +443,37 @@ async fn connect(address: SocketAddr) -> Result<ClientConnection, String> {
         .map_err(|error| format!("handshake: {error}"))
 }
 
+/// The request a client sends: the route, `key` as its idempotency key, the fingerprint's body,
+/// and the model client it is, if any (a request of no client has no [`CLIENT_HEADER`]).
+fn post(
+    address: SocketAddr,
+    key: http::HeaderValue,
+    client: Option<usize>,
+    fingerprint: Fingerprint,
+) -> Request<http_body_util::Full<Bytes>> {
+    let mut request = Request::post(ROUTE)
+        .header("host", address.to_string())
+        .header("idempotency-key", key);
+    if let Some(client) = client {
+        request = request.header(CLIENT_HEADER, client.to_string());
+    }
+    request
+        .body(http_body_util::Full::new(Bytes::from_static(request_body(
+            fingerprint,
+        ))))
+        .expect("a valid request")
+}
+
 async fn exchange(
     address: SocketAddr,
     hub: &Hub,
     client: usize,
     fingerprint: Fingerprint,
 ) -> Result<Received, String> {
-    use http_body_util::{BodyExt, Full};
+    use http_body_util::BodyExt;
     let (mut sender, connection) = connect(address).await?;
-    let request = Request::post(ROUTE)
-        .header("host", address.to_string())
-        .header(
-            "idempotency-key",
-            KEY_ENCODINGS[client % KEY_ENCODINGS.len()],
-        )
-        .header(CLIENT_HEADER, client.to_string())
-        .body(Full::new(Bytes::from_static(request_body(fingerprint))))
-        .expect("a valid request");
+    let key = http::HeaderValue::from_static(KEY_ENCODINGS[client % KEY_ENCODINGS.len()]);
+    let request = post(address, key, Some(client), fingerprint);
     let exchange = async move {
         let response = sender
             .send_request(request)
@@ -539,15 +553,11 @@ pub async fn send_with_key(
     key: http::HeaderValue,
     fingerprint: Fingerprint,
 ) -> Result<(u16, String), String> {
-    use http_body_util::{BodyExt, Full};
+    use http_body_util::BodyExt;
     let exchange = async move {
         let (mut sender, connection) = connect(address).await?;
         tokio::spawn(connection);
-        let request = Request::post(ROUTE)
-            .header("host", address.to_string())
-            .header("idempotency-key", key)
-            .body(Full::new(Bytes::from_static(request_body(fingerprint))))
-            .expect("a valid request");
+        let request = post(address, key, None, fingerprint);
         let response = sender
             .send_request(request)
             .await
