@@ -101,8 +101,13 @@ fn replayed_without_divergence(output: &Output) -> usize {
 /// it), the run's summary is written there as `TARGET-KIND.json`, for `oncecheck implemented
 /// --verify` after the tests: these replays are the implemented-variant table's middleware rows.
 fn replay_corpus(target: &str) -> usize {
+    replay_corpus_files(target, corpus_files().iter().cloned())
+}
+
+/// [`replay_corpus`] over `files` only.
+fn replay_corpus_files(target: &str, files: impl Iterator<Item = String>) -> usize {
     let mut arguments = vec!["replay".to_string()];
-    arguments.extend(corpus_files().iter().cloned());
+    arguments.extend(files);
     // --fail-fast: a passing run is the same; a failing one (a mutant of scripts/mutants)
     // ends at its first divergence instead of after every trace. Eight at a time: the replays
     // mostly wait (lost responses, the layer's bounded waits); on the memory store the corpus
@@ -152,7 +157,14 @@ fn the_middleware_corpus_replays_on_postgres_without_divergence() {
 //# The handler runs only for the request that won the atomic claim of its key.
 #[test]
 fn the_middleware_corpus_replays_on_memory_without_divergence() {
-    let replayed = replay_corpus("middleware-memory");
+    // Not the walks with a process fault: the memory store dies with the layer's process, so
+    // its row of the implemented table is at `process_faults=0`, and those walks are the
+    // databases' (replaying their stalls here too would cost CI a minute and verify no row).
+    let files = corpus_files()
+        .iter()
+        .filter(|file| !file.contains("-process-faults-"))
+        .cloned();
+    let replayed = replay_corpus_files("middleware-memory", files);
     println!("middleware-memory: {replayed} traces replayed");
     assert!(
         replayed >= 150,

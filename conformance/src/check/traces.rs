@@ -512,9 +512,15 @@ fn idempotency_model(
 /// The file name of an idempotency document on SQLite's claim (bound `sqlite=1`): the variant
 /// is followed by `-sqlite`, so both databases' traces live side by side.
 fn on_sqlite(name: &str, variant: &str) -> String {
+    marked(name, variant, "sqlite")
+}
+
+/// `name` with `marker` after the variant: `idempotency-fenced-path-0001` marked
+/// `process-faults` is `idempotency-fenced-process-faults-path-0001`.
+fn marked(name: &str, variant: &str, marker: &str) -> String {
     let prefix = format!("idempotency-{variant}-");
     match name.strip_prefix(&prefix) {
-        Some(rest) => format!("{prefix}sqlite-{rest}"),
+        Some(rest) => format!("{prefix}{marker}-{rest}"),
         None => name.to_string(),
     }
 }
@@ -597,13 +603,30 @@ pub fn walk_documents(
                 set.seed,
                 set.steps_max,
             );
-            Ok(match set.bounds.get("sqlite") {
-                Some(1) => documents
-                    .into_iter()
-                    .map(|(name, document)| (on_sqlite(&name, &set.variant), document))
-                    .collect(),
-                _ => documents,
-            })
+            // Walks of one variant at other bounds live side by side: the process-fault walks
+            // beside those without (the memory store replays only the latter), each database's
+            // beside the other's.
+            let faults = set
+                .bounds
+                .get("process_faults")
+                .is_some_and(|&faults| faults > 0);
+            let sqlite = set.bounds.get("sqlite") == Some(&1);
+            Ok(documents
+                .into_iter()
+                .map(|(name, document)| {
+                    let name = if faults {
+                        marked(&name, &set.variant, "process-faults")
+                    } else {
+                        name
+                    };
+                    let name = if sqlite {
+                        on_sqlite(&name, &set.variant)
+                    } else {
+                        name
+                    };
+                    (name, document)
+                })
+                .collect())
         }
         _ => {
             let model = relay_model(&set.variant)?;
@@ -760,6 +783,13 @@ pub fn write_walks(directory: &Path, out: &Path) -> Result<Vec<PathBuf>, String>
         let walks = walk_documents(&manifest.model, set)?;
         if walks_digest(&walks) != set.digest {
             return Err(format!("{MANIFEST_FILE}: the walks of {} no longer match their digest; run `oncecheck corpus --write`", set.variant));
+        }
+        // A walk written over another entry's would silently drop that entry's walks.
+        if let Some((name, _)) = walks
+            .iter()
+            .find(|(name, _)| written.iter().any(|path: &PathBuf| path.ends_with(name)))
+        {
+            return Err(format!("{MANIFEST_FILE}: two entries write the walk {name}; the walks of {} at {:?} need a name of their own", set.variant, set.bounds));
         }
         written.extend(
             write_documents(out, &walks)

@@ -12,7 +12,10 @@
 //! Invariants: the wrapper never changes what the real store answers, only when it answers and
 //! whether the layer hears it; a call dropped before it was released never reaches the database;
 //! the lease heartbeat's renewals (`renewed` only) are not held: the model makes them within the
-//! tick that makes them due, and the replay's tick waits for them.
+//! tick that makes them due, and the replay's tick waits for them; no call of a process that died
+//! and no renewal of one that stalled reaches the database (the model's process faults: the
+//! replay cannot kill or freeze its own process, so it keeps those calls from the database,
+//! which is all the database and the other clients can see of a dead or frozen process).
 
 use super::hub::{CallKind, CallTracker, Hub, Release};
 use oncecheck_idempotency::store::{
@@ -71,14 +74,24 @@ impl<S: CacheStore> HeldStore<S> {
             Release::CommitThenHang => {
                 let committed = statement(self.now_millis()).await;
                 self.hub.returned(id, words(&committed));
-                std::future::pending::<()>().await;
-                unreachable!("a pending future never completes")
+                never().await
+            }
+            Release::Dead => {
+                drop(statement);
+                never().await
             }
         };
         self.hub.returned(id, words(&answer));
         tracker.returned = true;
         answer
     }
+}
+
+/// A call that never answers: its process is gone, or its client went away while the answer
+/// was in flight.
+async fn never<T>() -> T {
+    std::future::pending::<()>().await;
+    unreachable!("a pending future never completes")
 }
 
 fn words(answer: &Result<FinalizeOutcome, StoreError>) -> String {
@@ -157,6 +170,7 @@ impl<S: CacheStore> CacheStore for HeldStore<S> {
         };
         let claimed = match release {
             Release::Run | Release::CommitThenHang => self.inner.claim(request).await,
+            Release::Dead => never().await,
             Release::Fail { committed: true } => {
                 let claimed = self.inner.claim(request).await;
                 if let (Ok(ClaimOutcome::Claimed { generation }), Some(client)) = (&claimed, client)
@@ -219,6 +233,9 @@ impl<S: CacheStore> CacheStore for HeldStore<S> {
         lease_expires_at: i64,
         now_millis: i64,
     ) -> Result<RenewOutcome, StoreError> {
+        if !self.hub.renews(generation) {
+            return never().await;
+        }
         let renewed = self
             .inner
             .renew_lease(key, generation, lease_expires_at, now_millis)

@@ -59,6 +59,11 @@ pub enum Release {
     /// Run it, then never return: the client goes away while the committed statement's answer
     /// is in flight.
     CommitThenHang,
+    /// Never run it, never return: the process that made the call died (the model's
+    /// `ProcessDies`), so the statement never reaches the database. What the call holds (an
+    /// effect transaction) is let go, as the database does when a dead process's connection
+    /// closes.
+    Dead,
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -125,6 +130,13 @@ pub struct HubState {
     /// The heartbeat's renewals that answered: (generation, the lease end asked for, whether a
     /// row matched).
     pub renewals: BTreeSet<(i64, i64, bool)>,
+    /// Clients whose process died (`ProcessDies`): no call of theirs reaches the database again.
+    pub dead: BTreeSet<usize>,
+    /// Clients whose process stalled past the lease (`ProcessStalls`): their heartbeat's
+    /// renewals no longer reach the database (the model's stall lasts the rest of the claim).
+    pub stalled: BTreeSet<usize>,
+    /// Store calls of dead processes, each kept from the database: (call, its kind).
+    pub dead_calls: BTreeMap<u64, CallKind>,
 }
 
 impl HubState {
@@ -255,6 +267,7 @@ impl Hub {
     }
 
     /// Registers a store call of the layer; it waits on the answer until the trace releases it.
+    /// A call of a dead process is released `Dead` at once and never counts as held.
     pub fn hold(
         &self,
         kind: CallKind,
@@ -269,6 +282,11 @@ impl Hub {
                 (CallKind::Finalize, Some(generation)) => state.owners.get(&generation).copied(),
                 (CallKind::Finalize, None) => None,
             };
+            if client.is_some_and(|client| state.dead.contains(&client)) {
+                state.dead_calls.insert(id, kind);
+                let _ = sender.send(Release::Dead);
+                return id;
+            }
             // A call no client can own is held for no client (usize::MAX): the replay then
             // fails at the end on a waiting call the model does not have.
             state.held.insert(
@@ -320,6 +338,44 @@ impl Hub {
         self.update(|state| {
             state.owners.insert(generation, client);
         });
+    }
+
+    /// The process of `client` dies: every call it has held is released `Dead`, and so is every
+    /// call it makes from now on (a drop guard's finalize spawned as its request goes).
+    pub fn dies(&self, client: usize) {
+        self.update(|state| {
+            state.dead.insert(client);
+            let held: Vec<(u64, CallKind)> = state
+                .held
+                .iter()
+                .filter(|(_, call)| call.client == client)
+                .map(|(id, call)| (*id, call.kind))
+                .collect();
+            for (id, kind) in held {
+                state.held.remove(&id);
+                state.dead_calls.insert(id, kind);
+                if let Some(sender) = state.releases.remove(&id) {
+                    let _ = sender.send(Release::Dead);
+                }
+            }
+        });
+    }
+
+    /// The process of `client` stalls past its lease: its heartbeat renews no more.
+    pub fn stalls(&self, client: usize) {
+        self.update(|state| {
+            state.stalled.insert(client);
+        });
+    }
+
+    /// Whether a renewal of `generation` reaches the database: not from a process that died or
+    /// stalled.
+    pub fn renews(&self, generation: i64) -> bool {
+        self.read(|state| {
+            state.owners.get(&generation).is_none_or(|client| {
+                !state.dead.contains(client) && !state.stalled.contains(client)
+            })
+        })
     }
 
     /// The scripted handler of `client` was entered; it waits for the trace's outcome.
@@ -446,6 +502,44 @@ mod tests {
             first_poll(hub.wait_for_client(0, claim_held(0))),
             Poll::Ready(Ok(())),
             "the evidence is checked before the client's waiting"
+        );
+    }
+
+    // A process death as the database sees it: the dead client's held finalize is let go
+    // without running, so is every call it makes after (its drop guard's), its heartbeat renews
+    // no more; another client's calls are untouched.
+    #[test]
+    fn a_dead_process_s_calls_never_run_and_another_s_are_untouched() {
+        let hub = Hub::default();
+        hub.owns(1, 0);
+        hub.owns(2, 1);
+        let (held, mut release) = hub.hold(CallKind::Finalize, Some(1));
+        let (other, mut other_release) = hub.hold(CallKind::Finalize, Some(2));
+        assert!(hub.renews(1));
+        hub.dies(0);
+        assert_eq!(release.try_recv(), Ok(Release::Dead));
+        assert!(hub.read(|state| state.held_of(0).is_none()));
+        assert!(hub.read(|state| state.dead_calls.contains_key(&held)));
+        let (later, mut later_release) = hub.hold(CallKind::Finalize, Some(1));
+        assert_eq!(later_release.try_recv(), Ok(Release::Dead));
+        assert!(hub.read(|state| state.held_of(0).is_none()));
+        assert!(hub.read(|state| state.dead_calls.contains_key(&later)));
+        assert!(!hub.renews(1));
+        assert!(hub.renews(2));
+        assert_eq!(
+            hub.read(|state| state.held_of(1)),
+            Some((other, CallKind::Finalize))
+        );
+        assert!(
+            other_release.try_recv().is_err(),
+            "still held for the trace"
+        );
+        hub.stalls(1);
+        assert!(!hub.renews(2), "a stalled process renews no more");
+        assert_eq!(
+            hub.read(|state| state.held_of(1)),
+            Some((other, CallKind::Finalize)),
+            "a stall holds its calls as before"
         );
     }
 }

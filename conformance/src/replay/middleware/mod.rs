@@ -172,11 +172,10 @@ pub fn applicable(
             Some(Action::CleanupPurges) if database == Database::Memory => {
                 "the cleanup job purges expired rows: the memory store has none (it expires rows when it reads them)"
             }
-            Some(Action::ProcessStalls { .. }) => {
-                "the process stalls past the lease: the replay runs the layer in its own process, which it cannot freeze"
-            }
-            Some(Action::ProcessDies { .. }) => {
-                "the process dies: the replay runs the layer in its own process, which must survive the step"
+            // The replay realises a death by keeping the dead process's calls from the database
+            // (`Release::Dead`); the memory store lives in the process, so it would die too.
+            Some(Action::ProcessDies { .. }) if database == Database::Memory => {
+                "the process dies: the memory store lives in that process and would die with it, which the model's database does not"
             }
             // The SQLite store's `claim` call runs the claim statement, the read of the row it
             // did not take, and the claim again while the row flips: one held call, so nothing
@@ -436,15 +435,27 @@ mod tests {
             .into_iter()
             .find(|def| def.name == "M1 at-most-once")
             .unwrap();
-        // The shortest path on which a process fault (a stall or a death) was spent.
+        // The shortest path on which a process fault was spent: `fenced` has no heartbeat to
+        // stall, so a death. A database outlives it; the memory store dies with the process.
         let faulted =
             |_: &IdempotencyModel, state: &IdempotencyState| state.budget.process_faults == 0;
         let path = shortest_paths(&faulty, &[(def.name, faulted, true)])
             .remove(def.name)
             .unwrap();
-        let error = applicable(&faulty, &path, Database::Postgres).unwrap_err();
+        assert!(matches!(
+            path[path.len() - 2].1,
+            Some(Action::ProcessDies { .. })
+        ));
+        assert_eq!(
+            applicable(&faulty, &path, Database::Postgres),
+            Ok(LayerBehaviour::Fenced)
+        );
+        let error = applicable(&faulty, &path, Database::Memory).unwrap_err();
         assert!(
-            error.starts_with(&format!("step {}: the process ", path.len() - 1)),
+            error.starts_with(&format!(
+                "step {}: the process dies: the memory store",
+                path.len() - 1
+            )),
             "{error}"
         );
     }

@@ -34,6 +34,11 @@ pub const ROUTE: &str = "/op";
 /// The request header naming the model client (its 0-based index), so the scripted handler
 /// knows whose outcome to wait for. Not part of the fingerprint (method, path and body).
 pub const CLIENT_HEADER: &str = "x-replay-client";
+/// The request header the replay's authentication stand-in reads: the principal it names is put
+/// where the layer reads it ([`authenticate`]).
+pub const PRINCIPAL_HEADER: &str = "x-replay-principal";
+/// The principal of every model client: the model's clients share one key, so one scope.
+pub const PRINCIPAL: &str = "replay-clients";
 /// The visible characters after the key's first three: 252, so that the key is exactly as long
 /// as a key may be (`KEY_CHARS_MAX_SPEC`).
 macro_rules! key_tail {
@@ -344,6 +349,23 @@ async fn scripted<E: Send + 'static>(
     Ok(response)
 }
 
+/// The replay's stand-in for the application's authentication layer, in front of the
+/// idempotency layer as one would be: the principal [`PRINCIPAL_HEADER`] names, empty included,
+/// becomes the request's `Principal`; a request without the header stays anonymous.
+fn authenticate<B>(mut request: Request<B>) -> Request<B> {
+    let named = request
+        .headers()
+        .get(PRINCIPAL_HEADER)
+        .and_then(|value| value.to_str().ok())
+        .map(str::to_string);
+    if let Some(name) = named {
+        request
+            .extensions_mut()
+            .insert(oncecheck_idempotency::Principal(name));
+    }
+    request
+}
+
 /// A running server: the layer over `store` on a loopback port.
 pub struct Server {
     pub address: SocketAddr,
@@ -373,6 +395,9 @@ impl Server {
                     HANDLER_ERROR_BODY,
                 )
             });
+        let service = tower::ServiceBuilder::new()
+            .map_request(authenticate)
+            .service(service);
         let router = axum::Router::new().route_service(ROUTE, service);
         let listener = tokio::net::TcpListener::bind(("127.0.0.1", 0)).await?;
         let address = listener.local_addr()?;
@@ -443,17 +468,20 @@ async fn connect(address: SocketAddr) -> Result<ClientConnection, String> {
         .map_err(|error| format!("handshake: {error}"))
 }
 
-/// The request a client sends: the route, `key` as its idempotency key, the fingerprint's body,
-/// and the model client it is, if any (a request of no client has no [`CLIENT_HEADER`]).
+/// The request a client sends: the route, `key` as its idempotency key, `principal`'s
+/// credentials, the fingerprint's body, and the model client it is, if any (a request of no
+/// client has no [`CLIENT_HEADER`]).
 fn post(
     address: SocketAddr,
     key: http::HeaderValue,
+    principal: &str,
     client: Option<usize>,
     fingerprint: Fingerprint,
 ) -> Request<http_body_util::Full<Bytes>> {
     let mut request = Request::post(ROUTE)
         .header("host", address.to_string())
-        .header("idempotency-key", key);
+        .header("idempotency-key", key)
+        .header(PRINCIPAL_HEADER, principal);
     if let Some(client) = client {
         request = request.header(CLIENT_HEADER, client.to_string());
     }
@@ -473,7 +501,7 @@ async fn exchange(
     use http_body_util::BodyExt;
     let (mut sender, connection) = connect(address).await?;
     let key = http::HeaderValue::from_static(KEY_ENCODINGS[client % KEY_ENCODINGS.len()]);
-    let request = post(address, key, Some(client), fingerprint);
+    let request = post(address, key, PRINCIPAL, Some(client), fingerprint);
     let exchange = async move {
         let response = sender
             .send_request(request)
@@ -524,40 +552,73 @@ async fn exchange(
     received
 }
 
-/// The keys the layer must refuse with 400 `invalid-key` (specs/idempotency-middleware.md, D2),
-/// each at the edge of the domain the model's one key stands in: one character longer than the
-/// longest key, a character that is not visible ASCII, nothing between the quotes.
-pub fn refused_keys() -> [(&'static str, http::HeaderValue); 3] {
+/// A request the layer must refuse before it claims anything, and how.
+pub struct RefusedRequest {
+    /// What is wrong with it, as a divergence names it.
+    pub what: &'static str,
+    pub key: http::HeaderValue,
+    pub principal: &'static str,
+    pub status: u16,
+    /// The problem type's last path segment (`#invalid-key`).
+    pub problem: &'static str,
+}
+
+/// The requests the layer must refuse (specs/idempotency-middleware.md, the HTTP contract), each
+/// at the edge of the domain the model's one key and one principal stand in for: a key one
+/// character longer than the longest, a key character that is not visible ASCII, nothing
+/// between the quotes (400 `invalid-key`); credentials that name no one (401
+/// `empty-principal`: an empty principal would share the anonymous caller's rows).
+pub fn refused_requests() -> [RefusedRequest; 4] {
     let too_long = format!("{KEY}x");
     assert_eq!(too_long.len(), KEY_CHARS_MAX_SPEC + 1);
+    let invalid_key = |what, key| RefusedRequest {
+        what,
+        key,
+        principal: PRINCIPAL,
+        status: 400,
+        problem: "invalid-key",
+    };
     [
-        (
+        invalid_key(
             "a key one character longer than the longest",
             http::HeaderValue::from_str(&too_long).expect("visible ASCII"),
         ),
-        (
+        invalid_key(
             "a key with a byte that is not visible ASCII",
             http::HeaderValue::from_bytes(b"k\xe9y").expect("obs-text is a header value"),
         ),
-        ("an empty key", http::HeaderValue::from_static("\"\"")),
+        invalid_key("an empty key", http::HeaderValue::from_static("\"\"")),
+        RefusedRequest {
+            what: "credentials with an empty principal",
+            key: http::HeaderValue::from_static(KEY_ENCODINGS[0]),
+            principal: "",
+            status: 401,
+            problem: "empty-principal",
+        },
     ]
 }
 
 /// How long a refused key's request may take: the layer refuses it before anything else.
 const REFUSED_KEY_WAIT_MILLIS_MAX: u64 = 5_000;
 
-/// Sends one request with `key` (a request of no model client), answering its status and body,
-/// or why there is none.
-pub async fn send_with_key(
+/// Sends one refused request (a request of no model client), answering its status and body, or
+/// why there is none.
+pub async fn send_refused(
     address: SocketAddr,
-    key: http::HeaderValue,
+    refused: &RefusedRequest,
     fingerprint: Fingerprint,
 ) -> Result<(u16, String), String> {
     use http_body_util::BodyExt;
+    let request = post(
+        address,
+        refused.key.clone(),
+        refused.principal,
+        None,
+        fingerprint,
+    );
     let exchange = async move {
         let (mut sender, connection) = connect(address).await?;
         tokio::spawn(connection);
-        let request = post(address, key, None, fingerprint);
         let response = sender
             .send_request(request)
             .await

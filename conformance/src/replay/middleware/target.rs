@@ -981,10 +981,13 @@ impl MiddlewareTarget {
             Action::ClockTicks => return self.clock_ticks(step.before, step.after).await,
             Action::CleanupPurges => return self.cleanup_purges().await,
             Action::ReconcilerResolves { applied } => return self.reconcile(applied).await,
-            Action::ProcessStalls { .. } | Action::ProcessDies { .. } => {
-                return Err(Fault::Environment(
-                    "a process fault: not applicable to this target".into(),
-                ))
+            Action::ProcessStalls { client } => {
+                self.hub.stalls(client);
+                client
+            }
+            Action::ProcessDies { client } => {
+                self.process_dies(client);
+                client
             }
         };
         let stage = step.after.clients[client].stage;
@@ -1097,6 +1100,17 @@ impl MiddlewareTarget {
             _ => true,
         };
         self.cancel(client, at, in_flight_commits, success).await
+    }
+
+    /// The client's process dies with its request, its finalizers and its heartbeat. The replay
+    /// cannot kill its own process, so it kills what the database and the client can see of it:
+    /// every store call of that process is kept from the database from now on (the hub releases
+    /// them `Dead`, the drop guard's finalize too), and the client's connection closes.
+    fn process_dies(&mut self, client: usize) {
+        self.hub.dies(client);
+        if let Some(connection) = self.connections.remove(&client) {
+            connection.abort();
+        }
     }
 
     /// The layer's clock moves a lease; the heartbeat's renewals the model makes are waited for.
@@ -1381,19 +1395,21 @@ impl ReplayTarget for MiddlewareTarget {
                 "a store call of no client waits",
             ));
         }
-        // Keys the layer must refuse (specs/idempotency-middleware.md, the HTTP contract: an
-        // empty key, one over 255 characters or outside visible ASCII is 400 `invalid-key`):
-        // the model's stutter (a refused request changes nothing), taken after the last step;
-        // the state must still be the trace's last.
+        // Requests the layer must refuse (specs/idempotency-middleware.md, the HTTP contract: an
+        // empty key, one over 255 characters or outside visible ASCII is 400 `invalid-key`;
+        // credentials naming no one are 401 `empty-principal`): the model's stutter (a refused
+        // request changes nothing), taken after the last step; the state must still be the
+        // trace's last.
         let address = self.server.as_ref().map(|server| server.address);
         let address = address.ok_or_else(|| Fault::Environment("no server".into()))?;
-        for (what, key) in server::refused_keys() {
-            let answered = server::send_with_key(address, key, Fingerprint::A).await;
-            let refused = matches!(&answered, Ok((400, body)) if body.contains("#invalid-key\""));
-            if !refused {
+        for refused in server::refused_requests() {
+            let answered = server::send_refused(address, &refused, Fingerprint::A).await;
+            let problem = format!("#{}\"", refused.problem);
+            let as_expected = matches!(&answered, Ok((status, body)) if *status == refused.status && body.contains(&problem));
+            if !as_expected {
                 return Err(Fault::Diverged {
-                    action: Some(format!("the layer refuses {what}")),
-                    expected: "400, the `invalid-key` problem".to_string(),
+                    action: Some(format!("the layer refuses {}", refused.what)),
+                    expected: format!("{}, the `{}` problem", refused.status, refused.problem),
                     actual: format!("{answered:?}"),
                 });
             }
