@@ -7,7 +7,8 @@
 //! Time: the layer stamps a call with its clock when it makes it; the model decides a statement
 //! at the time it runs (a tick is longer than a round trip). A held call is the time before the
 //! statement is sent, so the wrapper stamps it again with the layer's clock when the trace
-//! releases it — the time the model's statement runs at.
+//! releases it — the time the model's statement runs at. A call it does not hold keeps the
+//! layer's stamp, so a layer that misreads its clock is seen.
 //!
 //! Invariants: the wrapper never changes what the real store answers, only when it answers and
 //! whether the layer hears it; a call dropped before it was released never reaches the database;
@@ -130,26 +131,26 @@ impl<S: CacheStore> CacheStore for HeldStore<S> {
         self.inner.abandon_effect(effect).await
     }
 
+    /// Not held, so run at the layer's own time: a call that runs when it is made needs no new
+    /// stamp, and the layer's reading is then what the database decides by.
     async fn unknown_outcomes(
         &self,
-        _now_millis: i64,
+        now_millis: i64,
         count_max: usize,
     ) -> Result<Vec<UnknownOutcome>, StoreError> {
-        self.inner
-            .unknown_outcomes(self.now_millis(), count_max)
-            .await
+        self.inner.unknown_outcomes(now_millis, count_max).await
     }
 
-    /// Not held: the reconciler's step is one step of the model.
+    /// Not held: the reconciler's step is one step of the model; at the layer's time, as above.
     async fn resolve_unknown(
         &self,
         held: &UnknownOutcome,
         applied: bool,
         status: u16,
-        _now_millis: i64,
+        now_millis: i64,
     ) -> Result<FinalizeOutcome, StoreError> {
         self.inner
-            .resolve_unknown(held, applied, status, self.now_millis())
+            .resolve_unknown(held, applied, status, now_millis)
             .await
     }
 
