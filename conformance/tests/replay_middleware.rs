@@ -573,3 +573,39 @@ fn an_unknown_layer_variant_or_mutation_exits_2_naming_the_valid_ones() {
         "{line}"
     );
 }
+
+/// Two walk sets that would write the same files (one variant at bounds that name the walks
+/// alike) are refused: the later set's walks would replace the earlier's unseen, and no target
+/// would replay them. The middleware manifest's `fixed` set given twice stands for two sets at
+/// bounds the file names do not tell apart.
+#[test]
+fn walk_sets_that_would_write_the_same_walks_are_refused() {
+    let corpus = scratch("colliding-corpus");
+    std::fs::create_dir_all(&corpus).unwrap();
+    let manifest: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(corpus_dir().join("walks.manifest.json")).unwrap(),
+    )
+    .unwrap();
+    let fixed = manifest["walks"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|set| set["variant"] == "fixed")
+        .unwrap()
+        .clone();
+    let colliding = serde_json::json!({ "model": "idempotency", "walks": [fixed.clone(), fixed] });
+    std::fs::write(corpus.join("walks.manifest.json"), colliding.to_string()).unwrap();
+    let out = scratch("colliding-walks");
+    let output = oncecheck(&[
+        "corpus",
+        "--dir",
+        &corpus.to_string_lossy(),
+        "--walks-out",
+        &out.to_string_lossy(),
+    ]);
+    let refusal = one_clear_line(&output);
+    assert!(
+        refusal.contains("two entries write the walk idempotency-fixed-path-"),
+        "{refusal}"
+    );
+}
