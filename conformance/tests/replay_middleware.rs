@@ -144,17 +144,17 @@ fn files_of(target: &str) -> impl Iterator<Item = String> + '_ {
 }
 
 fn walk_of_a_row_on(target: &str, file: &str) -> bool {
+    use oncecheck_conformance::check::traces::walk_marks;
     use oncecheck_conformance::replay::implemented::ROWS;
     let name = Path::new(file)
         .file_name()
         .map(|name| name.to_string_lossy().into_owned())
         .unwrap_or_default();
-    if !name.contains("-path-") {
-        return true;
-    }
-    let Some(row) = ROWS.iter().find(|row| {
-        row.model == "idempotency" && name.starts_with(&format!("idempotency-{}-", row.variant))
-    }) else {
+    let Some((row, marks)) = ROWS
+        .iter()
+        .filter(|row| row.model == "idempotency")
+        .find_map(|row| walk_marks(&name, row.variant).map(|marks| (row, marks)))
+    else {
         return true;
     };
     let Some(row_target) = row
@@ -171,9 +171,7 @@ fn walk_of_a_row_on(target: &str, file: &str) -> bool {
             .find(|(bound, _)| *bound == key)
             .map_or(0, |(_, value)| *value)
     };
-    let sqlite = name.contains(&format!("idempotency-{}-sqlite-", row.variant));
-    let faults = name.contains("-process-faults-");
-    sqlite == (bound("sqlite") == 1) && faults == (bound("process_faults") > 0)
+    marks.sqlite == (bound("sqlite") == 1) && marks.process_faults == (bound("process_faults") > 0)
 }
 
 #[test]

@@ -515,6 +515,32 @@ fn on_sqlite(name: &str, variant: &str) -> String {
     marked(name, variant, "sqlite")
 }
 
+/// What a walk's file name says of the bounds its set was written at, the inverse of
+/// [`walk_documents`]' naming: `None` for a file that is no walk of `variant`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WalkMarks {
+    /// Written at `sqlite=1` (`idempotency-V-sqlite-...`).
+    pub sqlite: bool,
+    /// Written with a process fault (`...-process-faults-path-N`).
+    pub process_faults: bool,
+}
+
+pub fn walk_marks(name: &str, variant: &str) -> Option<WalkMarks> {
+    let rest = name.strip_prefix(&format!("idempotency-{variant}-"))?;
+    let (sqlite, rest) = match rest.strip_prefix("sqlite-") {
+        Some(rest) => (true, rest),
+        None => (false, rest),
+    };
+    let (process_faults, rest) = match rest.strip_prefix("process-faults-") {
+        Some(rest) => (true, rest),
+        None => (false, rest),
+    };
+    rest.starts_with("path-").then_some(WalkMarks {
+        sqlite,
+        process_faults,
+    })
+}
+
 /// `name` with `marker` after the variant: `idempotency-fenced-path-0001` marked
 /// `process-faults` is `idempotency-fenced-process-faults-path-0001`.
 fn marked(name: &str, variant: &str, marker: &str) -> String {
@@ -797,4 +823,41 @@ pub fn write_walks(directory: &Path, out: &Path) -> Result<Vec<PathBuf>, String>
         );
     }
     Ok(written)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    // The naming and its inverse agree for every combination of the marks, and a kept trace
+    // of the variant is no walk.
+    #[test]
+    fn a_walk_name_tells_the_bounds_it_was_written_at() {
+        let walk = "idempotency-fenced-path-0007.itf.json";
+        for sqlite in [false, true] {
+            for process_faults in [false, true] {
+                let name = if process_faults {
+                    marked(walk, "fenced", "process-faults")
+                } else {
+                    walk.to_string()
+                };
+                let name = if sqlite {
+                    on_sqlite(&name, "fenced")
+                } else {
+                    name
+                };
+                assert_eq!(
+                    walk_marks(&name, "fenced"),
+                    Some(WalkMarks {
+                        sqlite,
+                        process_faults
+                    }),
+                    "{name}"
+                );
+                assert_eq!(walk_marks(&name, "fail-closed"), None, "{name}");
+            }
+        }
+        let kept = "idempotency-fenced-sqlite-example-m1-a-replay-is-served.itf.json";
+        assert_eq!(walk_marks(kept, "fenced"), None);
+    }
 }

@@ -140,6 +140,17 @@ pub struct HubState {
 }
 
 impl HubState {
+    /// A call of a dead process: recorded, and released `Dead` (it never runs).
+    fn keep_from_the_database(
+        &mut self,
+        id: u64,
+        kind: CallKind,
+        sender: oneshot::Sender<Release>,
+    ) {
+        self.dead_calls.insert(id, kind);
+        let _ = sender.send(Release::Dead);
+    }
+
     /// The call `client` has held, if any.
     pub fn held_of(&self, client: usize) -> Option<(u64, CallKind)> {
         self.held
@@ -283,8 +294,7 @@ impl Hub {
                 (CallKind::Finalize, None) => None,
             };
             if client.is_some_and(|client| state.dead.contains(&client)) {
-                state.dead_calls.insert(id, kind);
-                let _ = sender.send(Release::Dead);
+                state.keep_from_the_database(id, kind, sender);
                 return id;
             }
             // A call no client can own is held for no client (usize::MAX): the replay then
@@ -353,9 +363,8 @@ impl Hub {
                 .collect();
             for (id, kind) in held {
                 state.held.remove(&id);
-                state.dead_calls.insert(id, kind);
                 if let Some(sender) = state.releases.remove(&id) {
-                    let _ = sender.send(Release::Dead);
+                    state.keep_from_the_database(id, kind, sender);
                 }
             }
         });
