@@ -13,10 +13,12 @@
 //! Invariants: the wrapper never changes what the real store answers, only when it answers and
 //! whether the layer hears it; a call dropped before it was released never reaches the database;
 //! the lease heartbeat's renewals (`renewed` only) are not held: the model makes them within the
-//! tick that makes them due, and the replay's tick waits for them; no call of a process that died
-//! and no renewal of one that stalled reaches the database (the model's process faults: the
-//! replay cannot kill or freeze its own process, so it keeps those calls from the database,
-//! which is all the database and the other clients can see of a dead or frozen process).
+//! tick that makes them due, and the replay's tick waits for them; a claim's second renewal at one
+//! clock reading never reaches the database (the model has one renewal per claim per tick); no call
+//! of a process that died and no renewal of one that stalled reaches the database (the model's
+//! process faults: the replay cannot kill or freeze its own process, so it keeps those calls from
+//! the database, which is all the database and the other clients can see of a dead or frozen
+//! process).
 
 use super::hub::{CallKind, CallTracker, Hub, Release};
 use oncecheck_idempotency::store::{
@@ -235,6 +237,11 @@ impl<S: CacheStore> CacheStore for HeldStore<S> {
         now_millis: i64,
     ) -> Result<RenewOutcome, StoreError> {
         if !self.hub.renews(generation) {
+            return never().await;
+        }
+        // A repeated beat is kept from the database too: a heartbeat that stopped waiting for
+        // the clock stops here instead of renewing without end, and the next comparison names it.
+        if !self.hub.first_renewal_at(generation, now_millis) {
             return never().await;
         }
         let renewed = self

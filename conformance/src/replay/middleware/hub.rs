@@ -137,6 +137,11 @@ pub struct HubState {
     pub stalled: BTreeSet<usize>,
     /// Store calls of dead processes, each kept from the database: (call, its kind).
     pub dead_calls: BTreeMap<u64, CallKind>,
+    /// Every renewal the heartbeats asked for: (generation, the layer's clock reading).
+    renewals_asked: BTreeSet<(i64, i64)>,
+    /// Renewals asked a second time for one claim at one clock reading, each kept from the
+    /// database: beats the model does not have.
+    pub repeated_renewals: Vec<(i64, i64)>,
 }
 
 impl HubState {
@@ -375,6 +380,20 @@ impl Hub {
         self.update(|state| {
             state.stalled.insert(client);
         });
+    }
+
+    /// Records a renewal of `generation` asked at `now_millis`; false when that claim already
+    /// asked at this clock reading. The shipped heartbeat's next beat is due only once the
+    /// clock has moved past the last one, and the model renews a claim once within the tick that
+    /// makes it due, so a second renewal at one reading is a beat the model does not have.
+    pub fn first_renewal_at(&self, generation: i64, now_millis: i64) -> bool {
+        self.update(|state| {
+            let first = state.renewals_asked.insert((generation, now_millis));
+            if !first {
+                state.repeated_renewals.push((generation, now_millis));
+            }
+            first
+        })
     }
 
     /// Whether a renewal of `generation` reaches the database: not from a process that died or

@@ -19,6 +19,8 @@ pub mod held_store;
 #[cfg(feature = "replay")]
 pub mod hub;
 #[cfg(feature = "replay")]
+pub mod running_layer;
+#[cfg(feature = "replay")]
 pub mod server;
 #[cfg(feature = "replay")]
 pub mod target;

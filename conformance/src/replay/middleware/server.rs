@@ -61,6 +61,16 @@ pub const KEY_CHARS_MAX_SPEC: usize = 255;
 /// structured-field string escapes, so a key parsed wrongly lands on another row (or none),
 /// and it is exactly as long as a key may be, so a layer whose limit drifts refuses it.
 pub const KEY: &str = concat!("k\"\\", key_tail!());
+/// The key of the model's one row as the layer builds it from a model client's request: the
+/// client's principal, the method and the route it posts to, and [`KEY`].
+pub fn cache_key() -> oncecheck_idempotency::CacheKey {
+    oncecheck_idempotency::CacheKey {
+        scope: PRINCIPAL.into(),
+        method: "POST".into(),
+        path: ROUTE.into(),
+        key: KEY.into(),
+    }
+}
 /// How each client writes [`KEY`] on the wire, by client index modulo the count: the draft's
 /// structured-field string (quotes and escapes, padded with a tab) and the bare value many
 /// clients send (padded with spaces). Both are the same key, so the model's clients share a row.

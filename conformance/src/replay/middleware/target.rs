@@ -21,6 +21,7 @@
 
 use super::held_store::HeldStore;
 use super::hub::{CallKind, Hub, HubState, Received, Release};
+use super::running_layer::{self, RunningLayer};
 use super::server::{self, Server};
 use super::{
     applicable, expected_view, generation_offsets, BodyKind, Database, LayerBehaviour,
@@ -33,7 +34,7 @@ use crate::replay::session::ReplaySession;
 use oncecheck_idempotency::fingerprint::Fingerprint as RealFingerprint;
 use oncecheck_idempotency::store::{MemoryStore, PostgresStore, SqliteStore};
 use oncecheck_idempotency::{
-    Behaviour, CacheStore, IdempotencyLayer, ManualClock, ReconcileHook, ReconcileReport,
+    Behaviour, CacheStore, IdempotencyLayer, ManualClock, ReconcileReport,
 };
 use oncecheck_model::idempotency::{
     Action, Answer, AwaitPoint, DbResult, Fingerprint, IdempotencyModel, IdempotencyState, Outcome,
@@ -300,17 +301,12 @@ pub struct MiddlewareTarget {
     lost_responses: usize,
     /// `atomic` on SQLite: the database file, removed at the end.
     sqlite_file: Option<std::path::PathBuf>,
-    /// The layer's count of drop guards fired so far (its `guard_fired` statistic).
-    guards_fired: Option<GuardsFired>,
-    /// The running layer's reconcile pass (`reconcile_unknown`), with a hook that answers as the
-    /// trace's step says.
-    reconciler: Option<Reconciler>,
+    /// The running layer, for what a replay asks it besides HTTP: its count of drop guards
+    /// fired, a reconcile pass, the resolutions asked at the end.
+    layer: Option<Arc<dyn RunningLayer>>,
     /// That count when the last client was cancelled.
     guards_before_cancel: u64,
 }
-
-/// Reads the running layer's count of drop guards fired.
-type GuardsFired = Box<dyn Fn() -> u64 + Send + Sync>;
 
 impl MiddlewareTarget {
     pub fn new(context: Arc<MiddlewareContext>) -> MiddlewareTarget {
@@ -330,8 +326,7 @@ impl MiddlewareTarget {
             requests: 0,
             lost_responses: 0,
             sqlite_file: None,
-            guards_fired: None,
-            reconciler: None,
+            layer: None,
             guards_before_cancel: 0,
         }
     }
@@ -410,20 +405,24 @@ impl MiddlewareTarget {
         Ok(Some(usize::try_from(counted).unwrap_or(usize::MAX)))
     }
 
-    /// Keeps what a replay reads of the running layer: its drop-guard count and its reconcile
-    /// pass.
-    fn keep_handles<St: CacheStore>(&mut self, layer: &IdempotencyLayer<St>) {
-        self.guards_fired = Some(guards_fired(layer));
-        self.reconciler = Some(reconciler(layer));
+    /// Keeps the running layer for what a replay asks it besides HTTP.
+    fn keep_handles<St: CacheStore + 'static>(&mut self, layer: &IdempotencyLayer<St>) {
+        self.layer = Some(Arc::new(layer.clone()));
+    }
+
+    /// The layer's count of drop guards fired so far (0 before it runs).
+    fn guards_fired(&self) -> u64 {
+        self.layer.as_ref().map_or(0, |layer| layer.guards_fired())
     }
 
     /// The reconciler's step: one pass of the layer's `reconcile_unknown`, its hook answering
     /// as the trace says; the pass must resolve exactly the trace's one held key.
     async fn reconcile(&self, applied: bool) -> Result<(), Fault> {
-        let Some(reconciler) = &self.reconciler else {
+        let Some(layer) = &self.layer else {
             return Err(Fault::Environment("no layer".into()));
         };
-        let report = reconciler(applied)
+        let report = layer
+            .reconcile(applied)
             .await
             .map_err(|error| Fault::Environment(format!("reconciling: {error}")))?;
         let expected = ReconcileReport {
@@ -651,11 +650,7 @@ impl MiddlewareTarget {
     async fn guard_finalizes(&self, client: usize) -> Result<(), ()> {
         let finalize_held =
             |state: &HubState| matches!(state.held_of(client), Some((_, CallKind::Finalize)));
-        let fired = || {
-            self.guards_fired
-                .as_ref()
-                .is_some_and(|fired| fired() > self.guards_before_cancel)
-        };
+        let fired = || self.guards_fired() > self.guards_before_cancel;
         self.hub
             .wait_for_within(GUARD_FIRED_GRACE_MILLIS, |state| {
                 (finalize_held(state) || fired()).then_some(())
@@ -893,7 +888,7 @@ impl MiddlewareTarget {
         success: bool,
     ) -> Result<(), Fault> {
         let held = self.hub.read(|state| state.held_of(client));
-        self.guards_before_cancel = self.guards_fired.as_ref().map_or(0, |fired| fired());
+        self.guards_before_cancel = self.guards_fired();
         if in_flight_commits {
             let id = self.release(client, CallKind::Finalize, Release::CommitThenHang)?;
             self.answered(client, id, None).await?;
@@ -1177,6 +1172,16 @@ impl MiddlewareTarget {
     }
 
     async fn observe_now(&mut self) -> Result<MiddlewareView, Fault> {
+        let repeated = self.hub.read(|state| state.repeated_renewals.clone());
+        if let Some((generation, now_millis)) = repeated.first() {
+            return Err(Fault::diverged(
+                "one heartbeat renewal per claim per clock reading",
+                format!(
+                    "generation {generation} asked to renew twice at {now_millis} ms ({} repeats)",
+                    repeated.len()
+                ),
+            ));
+        }
         let row = self.read_row().await?;
         let (handler_runs, waiting) = self.hub.read(|state| {
             let waiting = (0..self.clients)
@@ -1222,46 +1227,6 @@ effect_writer!(
     postgres_effect,
     oncecheck_idempotency::store::PostgresEffect
 );
-
-/// Resolves the one held key of a trace's database.
-/// Runs one reconcile pass of the running layer; the argument is what its hook answers.
-type Reconciler = Box<
-    dyn Fn(
-            bool,
-        ) -> std::pin::Pin<
-            Box<
-                dyn std::future::Future<
-                        Output = Result<ReconcileReport, oncecheck_idempotency::store::StoreError>,
-                    > + Send,
-            >,
-        > + Send
-        + Sync,
->;
-
-fn reconciler<St: CacheStore>(layer: &IdempotencyLayer<St>) -> Reconciler {
-    let layer = layer.clone();
-    Box::new(move |applied| {
-        let layer = layer.clone();
-        Box::pin(async move { layer.reconcile_unknown(&TraceHook { applied }).await })
-    })
-}
-
-/// The reconcile hook of a replay: the trace's answer, for the trace's key only (a held row of
-/// any other key stays held, and the pass's report shows it).
-struct TraceHook {
-    applied: bool,
-}
-
-impl ReconcileHook for TraceHook {
-    async fn effect_happened(&self, key: &oncecheck_idempotency::CacheKey) -> Option<bool> {
-        (key.key == server::KEY).then_some(self.applied)
-    }
-}
-
-fn guards_fired<St: CacheStore>(layer: &IdempotencyLayer<St>) -> GuardsFired {
-    let layer = layer.clone();
-    Box::new(move || layer.stats().guard_fired)
-}
 
 /// A real time as a model tick from the clock's start, if it is a whole one.
 fn tick_of(millis: i64) -> Option<i64> {
@@ -1414,6 +1379,26 @@ impl ReplayTarget for MiddlewareTarget {
                 });
             }
         }
+        // The resolutions a race between the layer's listing of the held keys and its
+        // resolution would make (`running_layer::race_resolutions_refused`): each refused, so
+        // again the model's stutter.
+        let layer = self.layer.clone();
+        let layer = layer.ok_or_else(|| Fault::Environment("no layer".into()))?;
+        let now_millis = oncecheck_idempotency::Clock::now_millis(&self.clock);
+        let now = tick_of(now_millis)
+            .ok_or_else(|| Fault::Environment(format!("the clock at {now_millis} ms")))?;
+        let row = self.read_row().await?;
+        let write_lock_held = self.atomic()
+            && matches!(self.database, Some(TraceDatabase::Sqlite(_)))
+            && row.as_ref().is_some_and(|row| row.status == "processing");
+        running_layer::race_resolutions_refused(
+            layer.as_ref(),
+            row.as_ref(),
+            now,
+            now_millis,
+            write_lock_held,
+        )
+        .await?;
         let last = &trace.path[trace.path.len() - 1].0;
         compare(self, trace, last).await.map(|_| ())
     }
