@@ -15,12 +15,13 @@
 //! the lease heartbeat's renewals (`renewed` only) are not held: the model makes them within the
 //! tick that makes them due, and the replay's tick waits for them; a claim's second renewal at one
 //! clock reading never reaches the database (the model has one renewal per claim per tick); no call
-//! of a process that died and no renewal of one that stalled reaches the database (the model's
-//! process faults: the replay cannot kill or freeze its own process, so it keeps those calls from
-//! the database, which is all the database and the other clients can see of a dead or frozen
-//! process).
+//! of a process that died reaches the database, nor a renewal of one that stalled until a later
+//! claim has taken its row over (the model's process faults: the replay cannot kill or freeze its
+//! own process, so it keeps those calls from the database, which is all the database and the
+//! other clients can see of a dead or frozen process; a frozen process resumes some time, and its
+//! renewal after a takeover must change nothing).
 
-use super::hub::{CallKind, CallTracker, Hub, Release};
+use super::hub::{CallKind, CallTracker, Hub, Release, RenewalPath};
 use oncecheck_idempotency::store::{
     CacheKey, CacheStore, ClaimOutcome, ClaimRequest, Fencing, FinalizeOutcome, RenewOutcome,
     StoreError, SuccessRecord, UnknownOutcome,
@@ -236,24 +237,35 @@ impl<S: CacheStore> CacheStore for HeldStore<S> {
         lease_expires_at: i64,
         now_millis: i64,
     ) -> Result<RenewOutcome, StoreError> {
-        if !self.hub.renews(generation) {
-            return never().await;
-        }
-        // A repeated beat is kept from the database too: a heartbeat that stopped waiting for
-        // the clock stops here instead of renewing without end, and the next comparison names it.
+        // A repeated beat is kept from the database: a heartbeat that stopped waiting for the
+        // clock stops here instead of renewing without end, and the next comparison names it.
         if !self.hub.first_renewal_at(generation, now_millis) {
             return never().await;
         }
+        let path = self.hub.renewal_path(generation);
+        let _in_flight = match path {
+            RenewalPath::Now => None,
+            RenewalPath::Never => return never().await,
+            RenewalPath::AfterTakeover => {
+                let in_flight = self.hub.renewal_in_flight(generation);
+                if !self.hub.released_after_takeover(generation).await {
+                    return never().await;
+                }
+                Some(in_flight)
+            }
+        };
         let renewed = self
             .inner
             .renew_lease(key, generation, lease_expires_at, now_millis)
             .await;
         if let Ok(outcome) = &renewed {
-            self.hub.renewed(
-                generation,
-                lease_expires_at,
-                *outcome == RenewOutcome::Renewed,
-            );
+            let matched = *outcome == RenewOutcome::Renewed;
+            match path {
+                RenewalPath::AfterTakeover => self.hub.renewed_after_takeover(generation, matched),
+                RenewalPath::Now | RenewalPath::Never => {
+                    self.hub.renewed(generation, lease_expires_at, matched)
+                }
+            }
         }
         renewed
     }

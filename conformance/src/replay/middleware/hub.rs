@@ -142,9 +142,57 @@ pub struct HubState {
     /// Renewals asked a second time for one claim at one clock reading, each kept from the
     /// database: beats the model does not have.
     pub repeated_renewals: Vec<(i64, i64)>,
+    /// Claims of stalled processes that a later claim has taken over: their heartbeat's renewal
+    /// goes to the database from then on ([`RenewalPath::AfterTakeover`]).
+    taken_over: BTreeSet<i64>,
+    /// What each taken-over claim's renewal answered: whether a row matched.
+    pub renewed_after_takeover: BTreeMap<i64, bool>,
+    /// Renewals the store refused (no row matched: the claim was taken over, or finalized
+    /// unknown to its layer), on either path.
+    pub renewals_refused: u64,
+    /// Claims whose renewal waits for a takeover or runs after one ([`InFlightRenewal`]).
+    pub renewals_in_flight: BTreeSet<i64>,
+    /// Clients a finalize of which the trace has released: from then on their finalizing may
+    /// end (and their heartbeat with it) at any moment.
+    finalizes_released: BTreeSet<usize>,
+}
+
+/// A renewal waiting for a takeover, or running after one; out of flight when dropped.
+pub struct InFlightRenewal<'a> {
+    hub: &'a Hub,
+    generation: i64,
+}
+
+impl Drop for InFlightRenewal<'_> {
+    fn drop(&mut self) {
+        self.hub
+            .update(|state| state.renewals_in_flight.remove(&self.generation));
+    }
+}
+
+/// Where a heartbeat's renewal of a claim goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RenewalPath {
+    /// To the database, now.
+    Now,
+    /// Nowhere: the claim's process died.
+    Never,
+    /// To the database once a later claim has taken the row over: the claim's process stalled.
+    /// The model's stall lasts the rest of the claim, but a frozen process resumes some time,
+    /// and a renewal after a takeover must change nothing (the model's stutter), so the replay
+    /// lets it through then: the store must refuse it and the layer count its lease lost.
+    AfterTakeover,
 }
 
 impl HubState {
+    fn renewal_path(&self, generation: i64) -> RenewalPath {
+        match self.owners.get(&generation) {
+            Some(client) if self.dead.contains(client) => RenewalPath::Never,
+            Some(client) if self.stalled.contains(client) => RenewalPath::AfterTakeover,
+            Some(_) | None => RenewalPath::Now,
+        }
+    }
+
     /// A call of a dead process: recorded, and released `Dead` (it never runs).
     fn keep_from_the_database(
         &mut self,
@@ -320,6 +368,13 @@ impl Hub {
     /// Releases the held call `id`.
     pub fn release(&self, id: u64, release: Release) {
         self.update(|state| {
+            if let Some(HeldCall {
+                client,
+                kind: CallKind::Finalize,
+            }) = state.held.get(&id)
+            {
+                state.finalizes_released.insert(*client);
+            }
             state.held.remove(&id);
             if let Some(sender) = state.releases.remove(&id) {
                 let _ = sender.send(release);
@@ -346,6 +401,7 @@ impl Hub {
             state
                 .renewals
                 .insert((generation, lease_expires_at, matched));
+            state.renewals_refused += u64::from(!matched);
         });
     }
 
@@ -396,14 +452,67 @@ impl Hub {
         })
     }
 
-    /// Whether a renewal of `generation` reaches the database: not from a process that died or
-    /// stalled.
-    pub fn renews(&self, generation: i64) -> bool {
-        self.read(|state| {
-            state.owners.get(&generation).is_none_or(|client| {
-                !state.dead.contains(client) && !state.stalled.contains(client)
-            })
+    /// Where a renewal of `generation` goes: nowhere from a process that died, after a takeover
+    /// from one that stalled.
+    pub fn renewal_path(&self, generation: i64) -> RenewalPath {
+        self.read(|state| state.renewal_path(generation))
+    }
+
+    /// Waits, without a bound, until a stalled claim's renewal may go to the database: true
+    /// once the claim was taken over, false once its process died (the renewal never goes).
+    pub async fn released_after_takeover(&self, generation: i64) -> bool {
+        loop {
+            let notified = self.changed.notified();
+            tokio::pin!(notified);
+            notified.as_mut().enable();
+            match self.renewal_path(generation) {
+                RenewalPath::Never => return false,
+                RenewalPath::AfterTakeover
+                    if self.read(|state| state.taken_over.contains(&generation)) =>
+                {
+                    return true
+                }
+                RenewalPath::AfterTakeover | RenewalPath::Now => {}
+            }
+            notified.await;
+        }
+    }
+
+    /// A row at `generation` was read: every earlier claim of a stalled, living process has
+    /// been taken over. Returns those newly marked. A claim whose finalize the trace has
+    /// released is not marked: its finalizing may end while its renewal runs, and a heartbeat
+    /// whose finalizing ended says nothing of a lost lease (its renewal stays kept).
+    pub fn taken_over_by(&self, generation: i64) -> Vec<i64> {
+        self.update(|state| {
+            let newly: Vec<i64> = state
+                .owners
+                .range(..generation)
+                .filter(|(_, client)| !state.finalizes_released.contains(client))
+                .map(|(claim, _)| *claim)
+                .filter(|claim| state.renewal_path(*claim) == RenewalPath::AfterTakeover)
+                .filter(|claim| !state.taken_over.contains(claim))
+                .collect();
+            state.taken_over.extend(newly.iter().copied());
+            newly
         })
+    }
+
+    /// A renewal of `generation` that waits for a takeover: in flight until the guard is dropped
+    /// (answered, or dropped with its heartbeat).
+    pub fn renewal_in_flight(&self, generation: i64) -> InFlightRenewal<'_> {
+        self.update(|state| state.renewals_in_flight.insert(generation));
+        InFlightRenewal {
+            hub: self,
+            generation,
+        }
+    }
+
+    /// A taken-over claim's renewal answered: whether a row matched.
+    pub fn renewed_after_takeover(&self, generation: i64, matched: bool) {
+        self.update(|state| {
+            state.renewed_after_takeover.insert(generation, matched);
+            state.renewals_refused += u64::from(!matched);
+        });
     }
 
     /// The scripted handler of `client` was entered; it waits for the trace's outcome.
@@ -543,7 +652,7 @@ mod tests {
         hub.owns(2, 1);
         let (held, mut release) = hub.hold(CallKind::Finalize, Some(1));
         let (other, mut other_release) = hub.hold(CallKind::Finalize, Some(2));
-        assert!(hub.renews(1));
+        assert_eq!(hub.renewal_path(1), RenewalPath::Now);
         hub.dies(0);
         assert_eq!(release.try_recv(), Ok(Release::Dead));
         assert!(hub.read(|state| state.held_of(0).is_none()));
@@ -552,8 +661,8 @@ mod tests {
         assert_eq!(later_release.try_recv(), Ok(Release::Dead));
         assert!(hub.read(|state| state.held_of(0).is_none()));
         assert!(hub.read(|state| state.dead_calls.contains_key(&later)));
-        assert!(!hub.renews(1));
-        assert!(hub.renews(2));
+        assert_eq!(hub.renewal_path(1), RenewalPath::Never);
+        assert_eq!(hub.renewal_path(2), RenewalPath::Now);
         assert_eq!(
             hub.read(|state| state.held_of(1)),
             Some((other, CallKind::Finalize))
@@ -563,11 +672,70 @@ mod tests {
             "still held for the trace"
         );
         hub.stalls(1);
-        assert!(!hub.renews(2), "a stalled process renews no more");
+        assert_eq!(
+            hub.renewal_path(2),
+            RenewalPath::AfterTakeover,
+            "a stalled process renews no more until its claim is taken over"
+        );
         assert_eq!(
             hub.read(|state| state.held_of(1)),
             Some((other, CallKind::Finalize)),
             "a stall holds its calls as before"
+        );
+    }
+
+    // A stalled process's renewal waits until a later claim has taken its row over (then it
+    // goes to the database, which must refuse it), and never goes once the process died; a
+    // claim taken over is marked once, and a claim of a live process never.
+    #[test]
+    fn a_stalled_claim_s_renewal_goes_only_after_a_takeover_and_never_after_a_death() {
+        let hub = Hub::default();
+        hub.owns(1, 0);
+        hub.owns(2, 1);
+        hub.owns(3, 2);
+        hub.stalls(0);
+        hub.stalls(2);
+        let released = hub.released_after_takeover(1);
+        let mut released = std::pin::pin!(released);
+        let waker = Waker::noop();
+        let mut context = Context::from_waker(waker);
+        assert_eq!(released.as_mut().poll(&mut context), Poll::Pending);
+        assert_eq!(hub.taken_over_by(1), Vec::<i64>::new(), "no earlier claim");
+        assert_eq!(
+            hub.taken_over_by(3),
+            vec![1],
+            "claim 2's process is not stalled"
+        );
+        assert_eq!(hub.taken_over_by(3), Vec::<i64>::new(), "marked once");
+        assert_eq!(released.as_mut().poll(&mut context), Poll::Ready(true));
+        let dead = hub.released_after_takeover(3);
+        let mut dead = std::pin::pin!(dead);
+        assert_eq!(dead.as_mut().poll(&mut context), Poll::Pending);
+        hub.dies(2);
+        assert_eq!(dead.as_mut().poll(&mut context), Poll::Ready(false));
+        {
+            let _in_flight = hub.renewal_in_flight(1);
+            assert!(hub.read(|state| state.renewals_in_flight.contains(&1)));
+        }
+        assert!(
+            hub.read(|state| state.renewals_in_flight.is_empty()),
+            "out of flight once dropped"
+        );
+        // A stalled claim whose finalize the trace released is never marked taken over.
+        hub.owns(4, 3);
+        hub.stalls(3);
+        let (finalize, _release) = hub.hold(CallKind::Finalize, Some(4));
+        hub.release(finalize, Release::Run);
+        assert_eq!(hub.taken_over_by(5), Vec::<i64>::new());
+        assert!(hub.first_renewal_at(1, 10));
+        assert!(
+            !hub.first_renewal_at(1, 10),
+            "one renewal per claim per clock reading"
+        );
+        assert!(hub.first_renewal_at(1, 11));
+        assert_eq!(
+            hub.read(|state| state.repeated_renewals.clone()),
+            vec![(1, 10)]
         );
     }
 }

@@ -14,7 +14,9 @@ use super::RowView;
 use crate::replay::driver::Fault;
 use oncecheck_idempotency::reconcile::RECONCILED_STATUS;
 use oncecheck_idempotency::store::{CacheKey, FinalizeOutcome, StoreError, UnknownOutcome};
-use oncecheck_idempotency::{CacheStore, IdempotencyLayer, ReconcileHook, ReconcileReport};
+use oncecheck_idempotency::{
+    CacheStore, IdempotencyLayer, ReconcileHook, ReconcileReport, StatsSnapshot,
+};
 use std::future::Future;
 use std::pin::Pin;
 
@@ -23,8 +25,8 @@ pub type Answer<'a, T> = Pin<Box<dyn Future<Output = Result<T, StoreError>> + Se
 
 /// The running layer, whatever its store.
 pub trait RunningLayer: Send + Sync {
-    /// Its count of drop guards fired (`guard_fired`).
-    fn guards_fired(&self) -> u64;
+    /// Its statistics.
+    fn stats(&self) -> StatsSnapshot;
     /// One pass of `reconcile_unknown`, with a hook that answers `applied` for the trace's key.
     fn reconcile(&self, applied: bool) -> Answer<'_, ReconcileReport>;
     /// The keys held now (`unknown_outcomes`).
@@ -42,8 +44,8 @@ pub trait RunningLayer: Send + Sync {
 }
 
 impl<St: CacheStore + 'static> RunningLayer for IdempotencyLayer<St> {
-    fn guards_fired(&self) -> u64 {
-        self.stats().guard_fired
+    fn stats(&self) -> StatsSnapshot {
+        IdempotencyLayer::stats(self)
     }
 
     fn reconcile(&self, applied: bool) -> Answer<'_, ReconcileReport> {

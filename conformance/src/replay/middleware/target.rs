@@ -59,7 +59,8 @@ const CLOCK_START_MILLIS: i64 = 1_000_000;
 /// not make (a spawned drop-guard finalize): loopback and a spawned task, far under this.
 const GONE_GRACE_MILLIS: u64 = 250;
 /// How long after the drop of a request's future the layer may take to count its drop guard
-/// as fired: the rest of that synchronous drop, far under this.
+/// as fired (the rest of that synchronous drop), and after a renewal's answer to count a lost
+/// lease: far under this.
 const GUARD_FIRED_GRACE_MILLIS: u64 = 1_000;
 
 /// Whether the layer's shipped finalize attempts are the model's: the replay builds the layer
@@ -412,7 +413,9 @@ impl MiddlewareTarget {
 
     /// The layer's count of drop guards fired so far (0 before it runs).
     fn guards_fired(&self) -> u64 {
-        self.layer.as_ref().map_or(0, |layer| layer.guards_fired())
+        self.layer
+            .as_ref()
+            .map_or(0, |layer| layer.stats().guard_fired)
     }
 
     /// The reconciler's step: one pass of the layer's `reconcile_unknown`, its hook answering
@@ -1171,6 +1174,67 @@ impl MiddlewareTarget {
             })
     }
 
+    /// The row is at `generation`: every earlier claim of a stalled process has been taken
+    /// over, and its heartbeat's renewal goes to the database now
+    /// ([`super::hub::RenewalPath::AfterTakeover`]). Waits for each that was asked: the store
+    /// must refuse it (the renewal of a claim taken over changes nothing).
+    //= specs/idempotency-middleware.md#3. The row and its lifecycle
+    //# A renewal that matches no row means the claim was taken over: the heartbeat stops and the
+    //# finalize is fenced as usual.
+    async fn stalled_claims_taken_over(&self, generation: i64) -> Result<(), Fault> {
+        for claim in self.hub.taken_over_by(generation) {
+            // A renewal not yet asked is let through when it is (and counted then); one dropped
+            // with its heartbeat never answers.
+            let answered = self
+                .hub
+                .wait_for(|state| match state.renewed_after_takeover.get(&claim) {
+                    Some(matched) => Some(Some(*matched)),
+                    None if !state.renewals_in_flight.contains(&claim) => Some(None),
+                    None => None,
+                })
+                .await;
+            let actual = match answered {
+                Ok(None | Some(false)) => continue,
+                Ok(Some(true)) => "the lease renewed".to_string(),
+                Err(()) => format!("no answer within {} ms", super::hub::WAIT_MILLIS_MAX),
+            };
+            return Err(Fault::diverged(
+                format!("the renewal of claim {claim}, taken over by claim {generation}, refused"),
+                actual,
+            ));
+        }
+        Ok(())
+    }
+
+    /// The layer counts a lost lease for every renewal the store refused (`lease_lost`): a
+    /// heartbeat that finds its claim gone (taken over, or finalized by a statement whose answer
+    /// its layer did not hear) says so, for its operator, and stops. The heartbeat counts after
+    /// its renewal returns, so the count may trail the answers by `GUARD_FIRED_GRACE_MILLIS` at
+    /// most.
+    async fn lost_leases_counted(&self) -> Result<(), Fault> {
+        let refused = || self.hub.read(|state| state.renewals_refused);
+        let counted = || {
+            self.layer
+                .as_ref()
+                .map_or(0, |layer| layer.stats().lease_lost)
+        };
+        let deadline = tokio::time::Instant::now()
+            + std::time::Duration::from_millis(GUARD_FIRED_GRACE_MILLIS);
+        while counted() != refused() {
+            if tokio::time::Instant::now() >= deadline {
+                return Err(Fault::diverged(
+                    format!(
+                        "{} lost leases counted (`lease_lost`), one per renewal the store refused",
+                        refused()
+                    ),
+                    format!("{}", counted()),
+                ));
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
+        }
+        Ok(())
+    }
+
     async fn observe_now(&mut self) -> Result<MiddlewareView, Fault> {
         let repeated = self.hub.read(|state| state.repeated_renewals.clone());
         if let Some((generation, now_millis)) = repeated.first() {
@@ -1183,6 +1247,10 @@ impl MiddlewareTarget {
             ));
         }
         let row = self.read_row().await?;
+        if let Some(row) = &row {
+            self.stalled_claims_taken_over(row.generation).await?;
+        }
+        self.lost_leases_counted().await?;
         let (handler_runs, waiting) = self.hub.read(|state| {
             let waiting = (0..self.clients)
                 .map(|client| state.held_of(client).map(|(_, kind)| kind.word()))
