@@ -10,7 +10,8 @@
 //! `ManualClock`: one model tick is one lease), and cancellation (a client's connection closed
 //! at the await point the step names).
 //! After every step the driver compares the row read from the database, the handler runs and
-//! the held store calls with the model's; a step that ends a client compares what it received.
+//! the held store calls with the model's, and the layer's lost-lease count with the renewals the
+//! store refused; a step that ends a client compares what it received.
 //!
 //! Invariants: a step is performed only once the real system is where the model's previous
 //! state says (each step waits for the evidence of its own effect, bounded by
