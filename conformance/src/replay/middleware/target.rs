@@ -1209,31 +1209,30 @@ impl MiddlewareTarget {
 
     /// The layer counts a lost lease for every renewal the store refused (`lease_lost`): a
     /// heartbeat that finds its claim gone (taken over, or finalized by a statement whose answer
-    /// its layer did not hear) says so, for its operator, and stops. The heartbeat counts after
-    /// its renewal returns, so the count may trail the answers by `GUARD_FIRED_GRACE_MILLIS` at
-    /// most.
+    /// its layer did not hear) says so, for its operator, and stops. The heartbeat counts just
+    /// after its renewal returns, so the count may trail the answers by
+    /// `GUARD_FIRED_GRACE_MILLIS` at most.
     async fn lost_leases_counted(&self) -> Result<(), Fault> {
-        let refused = || self.hub.read(|state| state.renewals_refused);
         let counted = || {
             self.layer
                 .as_ref()
                 .map_or(0, |layer| layer.stats().lease_lost)
         };
-        let deadline = tokio::time::Instant::now()
-            + std::time::Duration::from_millis(GUARD_FIRED_GRACE_MILLIS);
-        while counted() != refused() {
-            if tokio::time::Instant::now() >= deadline {
-                return Err(Fault::diverged(
-                    format!(
-                        "{} lost leases counted (`lease_lost`), one per renewal the store refused",
-                        refused()
-                    ),
-                    format!("{}", counted()),
-                ));
-            }
-            tokio::time::sleep(std::time::Duration::from_millis(2)).await;
-        }
-        Ok(())
+        let agreed = self
+            .hub
+            .wait_for_within(GUARD_FIRED_GRACE_MILLIS, |state| {
+                (counted() == state.renewals_refused).then_some(())
+            })
+            .await;
+        agreed.map_err(|()| {
+            Fault::diverged(
+                format!(
+                    "{} lost leases counted (`lease_lost`), one per renewal the store refused",
+                    self.hub.read(|state| state.renewals_refused)
+                ),
+                format!("{}", counted()),
+            )
+        })
     }
 
     async fn observe_now(&mut self) -> Result<MiddlewareView, Fault> {
