@@ -7,8 +7,10 @@
 //! Invariants: a store call belongs to the client whose request made it (a claim to the client
 //! whose request was sent last; a finalize to the client whose claim won its generation); a call
 //! is either held, returned (with its result), or dropped before returning — never two of them;
-//! every change wakes every waiter, and a wait is bounded (`WAIT_MILLIS_MAX`), or ends at once
-//! when the client it waits for can no longer move without the trace (a certain divergence).
+//! every change wakes every waiter, and a wait of the target is bounded (`WAIT_MILLIS_MAX`), or
+//! ends at once when the client it waits for can no longer move without the trace (a certain
+//! divergence); only the layer's side waits without a bound (a held call until its release, a
+//! stalled claim's renewal until a takeover), as the model's steps it waits for may never come.
 
 use oncecheck_model::idempotency::Outcome;
 use std::collections::{BTreeMap, BTreeSet};
